@@ -1,0 +1,116 @@
+"""Token-budget batches for training: ids from memory-mapped Arrow columns, length-sorted, padded.
+
+Teacher forcing convention, shared by every architecture: the source is `ids + EOS`, the decoder
+input is `BOS + ids` and the decoder output (the loss target) is `ids + EOS`, padded with PAD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    src: Tensor  # (B, S) source ids + EOS
+    src_mask: Tensor  # (B, S) bool, True on real tokens
+    tgt_in: Tensor  # (B, T) BOS + target ids
+    tgt_out: Tensor  # (B, T) target ids + EOS
+    num_tokens: int  # real (non-pad) tokens in tgt_out
+
+    def to(self, device: torch.device) -> Batch:
+        non_blocking = device.type == "cuda"
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.src_mask.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.num_tokens,
+        )
+
+
+class IdColumn:
+    """A list<int32> Arrow column as flat values + offsets, without copying into Python lists."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        self.offsets = array.offsets.to_numpy()
+        self.values = array.values.to_numpy(zero_copy_only=False)
+        self.lengths = np.diff(self.offsets)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.values[self.offsets[index] : self.offsets[index + 1]]
+
+
+class ParallelIds:
+    """Source and target ids of one prepared split (a `datasets.Dataset` with src_ids/tgt_ids)."""
+
+    def __init__(self, dataset) -> None:  # dataset: datasets.Dataset
+        table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+        self.src = IdColumn(table.column("src_ids"))
+        self.tgt = IdColumn(table.column("tgt_ids"))
+
+    def __len__(self) -> int:
+        return len(self.src.lengths)
+
+    def collate(self, indices: np.ndarray, pin_memory: bool = False) -> Batch:
+        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices], pin_memory)
+
+
+def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False) -> Batch:
+    """Pad one batch of id sequences into the teacher-forcing tensors."""
+    batch = len(src_ids)
+    src_len = max(len(s) for s in src_ids) + 1
+    tgt_len = max(len(t) for t in tgt_ids) + 1
+    src = np.full((batch, src_len), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
+    for row, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        src[row, : len(s)] = s
+        src[row, len(s)] = EOS_ID
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+    if pin_memory:
+        src_t, tgt_in_t, tgt_out_t = src_t.pin_memory(), tgt_in_t.pin_memory(), tgt_out_t.pin_memory()
+    num_tokens = int(sum(len(t) + 1 for t in tgt_ids))
+    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, num_tokens)
+
+
+def token_batches(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_tokens: int, seed: int, epoch: int, max_length: int
+) -> tuple[list[np.ndarray], int]:
+    """Indices of each batch for one epoch, and how many pairs were skipped as too long.
+
+    1. Shuffle with a generator seeded by (seed, epoch), then stable-sort by (target, source)
+       length, so equal lengths are in a fresh random order every epoch.
+    2. Cut the sorted list greedily so that sentences x longest side (+1 for EOS/BOS) stays within
+       `batch_tokens`: similar lengths in one batch mean little padding.
+    3. Shuffle the order of the batches.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    src_cost, tgt_cost = src_lengths + 1, tgt_lengths + 1
+    keep = np.flatnonzero((src_cost <= max_length) & (tgt_cost <= max_length))
+    skipped = len(src_lengths) - len(keep)
+    order = keep[rng.permutation(len(keep))]
+    order = order[np.lexsort((src_cost[order], tgt_cost[order]))]  # last key sorts first
+    longest = np.maximum(src_cost[order], tgt_cost[order])
+    batches: list[np.ndarray] = []
+    start, widest = 0, 0
+    for position in range(len(order)):
+        widest_here = max(widest, int(longest[position]))
+        if position > start and widest_here * (position - start + 1) > batch_tokens:
+            batches.append(order[start:position])
+            start, widest_here = position, int(longest[position])
+        widest = widest_here
+    if start < len(order):
+        batches.append(order[start:])
+    return [batches[i] for i in rng.permutation(len(batches))], skipped

@@ -1,0 +1,95 @@
+"""Self-describing run directories: atomic checkpoint writes and safe loading.
+
+A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
+position, so `mtkit translate -m RUN_DIR` needs nothing else. `last.pt` also holds the optimiser
+and scheduler for `--resume`; `best.pt` holds the weights with the best validation BLEU.
+Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never run code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtkit.config import Config, config_from_dict, config_to_dict
+from mtkit.errors import MtkitError
+from mtkit.models import EncoderDecoder, build_model
+from mtkit.tokenizer import Tokenizer, TokenizerPair
+
+FORMAT = "mtkit-checkpoint-1"
+
+
+def atomic_save(payload: dict[str, Any], path: Path) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def checkpoint_payload(config: Config, tokenizers: TokenizerPair, model: EncoderDecoder, **extra: Any) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "config": config_to_dict(config),
+        "tokenizers": {"src": tokenizers.src.model_proto, "tgt": tokenizers.tgt.model_proto},
+        "model": model.state_dict(),
+        **extra,
+    }
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A run directory means its best.pt (or last.pt); a file is taken as it is."""
+    if path.is_dir():
+        for name in ("best.pt", "last.pt"):
+            if (path / name).is_file():
+                return path / name
+        raise MtkitError(f"{path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first")
+    if not path.is_file():
+        raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
+    return path
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint file safely (no arbitrary unpickling)."""
+    path = resolve_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise MtkitError(
+            f"{path}: refused to load: the file contains objects other than weights and plain data "
+            f"(possibly code); only load checkpoints written by mtkit ({' '.join(str(err).split())[:160]})"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise MtkitError(f"{path}: not a readable checkpoint ({' '.join(str(err).split())[:160]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise MtkitError(f"{path}: not an mtkit checkpoint (missing format marker {FORMAT!r})")
+    return payload
+
+
+def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:
+    """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
+    payload = read_checkpoint(path)
+    config = config_from_dict(payload["config"], source=str(path))
+    src = Tokenizer(payload["tokenizers"]["src"])
+    tgt_proto = payload["tokenizers"]["tgt"]
+    tokenizers = TokenizerPair(src, src if tgt_proto == src.model_proto else Tokenizer(tgt_proto))
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model.load_state_dict(payload["model"])
+    return model, config, tokenizers, payload

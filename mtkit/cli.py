@@ -1,0 +1,155 @@
+"""The `mtkit` command line: one thin command per stage, each calling one library function.
+
+Heavy modules (torch, datasets) are imported inside the commands so `mtkit --help` is instant.
+A user mistake (`MtkitError`) is printed as one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from mtkit.errors import MtkitError
+
+
+class _Group(TyperGroup):
+    """Turns `MtkitError` into one line on stderr and exit status 2, never a traceback."""
+
+    def invoke(self, ctx: typer.Context):  # noqa: ANN201 - click's signature
+        try:
+            return super().invoke(ctx)
+        except MtkitError as err:
+            typer.echo(f"mtkit: error: {err}", err=True)
+            raise typer.Exit(2) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="mtkit: neural machine translation from raw parallel text to a scored model.",
+)
+tokenizer_app = typer.Typer(cls=_Group, no_args_is_help=True, help="SentencePiece tokenizers.")
+app.add_typer(tokenizer_app, name="tokenizer")
+
+Recipe = Annotated[Path, typer.Argument(help="YAML recipe, e.g. recipes/multi30k/transformer.yaml.")]
+Overrides = Annotated[
+    Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set train.max_steps=100 (repeatable).")
+]
+ModelPath = Annotated[Path, typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")]
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+
+
+def _config(recipe: Path, overrides: list[str] | None):
+    from mtkit.config import load_config
+
+    return load_config(recipe, overrides)
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
+    """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
+    from mtkit.prepare import train_tokenizers
+
+    config = _config(recipe, overrides)
+    pair = train_tokenizers(config)
+    sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
+    typer.echo(
+        f"tokenizer ({config.tokenizer.type}, {'joint' if pair.joint else 'separate'}, vocabulary {sizes}) "
+        f"written to {config.data_path}"
+    )
+
+
+@app.command()
+def prepare(recipe: Recipe, overrides: Overrides = None) -> None:
+    """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
+    from mtkit.prepare import prepare_corpus
+
+    config = _config(recipe, overrides)
+    report = prepare_corpus(config)
+    typer.echo(f"prepared data written to {config.data_path} (report: {config.data_path / 'prepare_report.json'})")
+    typer.echo(json.dumps(report.get("splits", report), indent=1))
+
+
+@app.command()
+def train(
+    recipe: Recipe,
+    overrides: Overrides = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in run_dir from last.pt.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Start again, replacing the run in run_dir.")] = False,
+) -> None:
+    """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
+    from mtkit.train import train as run_training
+
+    config = _config(recipe, overrides)
+    run_training(config, resume=resume, overwrite=overwrite)
+
+
+@app.command()
+def translate(
+    model: ModelPath,
+    input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
+    nbest: Annotated[int, typer.Option(min=1, help="Print the N best translations per line, tab-separated with scores.")] = 1,
+    length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
+    device: Device = "auto",
+) -> None:
+    """Translate text: one output line per input line, in order."""
+    from mtkit.textio import read_text_lines, write_lines
+    from mtkit.translate import Translator
+
+    translator = Translator.load(model, device=device)
+    lines = read_text_lines(input)
+    results = translator.translate_nbest(
+        lines, beam=beam, nbest=nbest, length_penalty=length_penalty, progress=output is not None
+    )
+    if nbest == 1:
+        rendered = [best[0].text for best in results]
+    else:
+        rendered = ["\t".join(f"{t.text}\t{t.score:.4f}" for t in best) for best in results]
+    write_lines(rendered, output)
+    if translator.truncated:
+        typer.echo(
+            f"mtkit: warning: {translator.truncated} input lines were longer than the model allows and were truncated", err=True
+        )
+
+
+@app.command()
+def evaluate(
+    hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file to score.")] = None,
+    ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Translate with this run, then score.")] = None,
+    split: Annotated[Optional[str], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
+    src: Annotated[Optional[Path], typer.Option(help="With -m: source file to translate (needs --ref).")] = None,
+    beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    device: Device = "auto",
+) -> None:
+    """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU)."""
+    from mtkit.evaluate import evaluate_files, evaluate_model
+
+    if model is not None:
+        result = evaluate_model(model, split=split, src=src, refs=ref or [], beam=beam, output=output, device=device)
+    elif hyp is not None and ref:
+        result = evaluate_files(hyp, ref)
+    else:
+        raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
+    typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else result.format())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="mtkit")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,34 @@
+"""Model package: `build_model` turns the `model` section of a recipe into an `EncoderDecoder`."""
+
+from __future__ import annotations
+
+from mtkit.config import ModelConfig
+from mtkit.errors import MtkitError
+from mtkit.models.base import EncoderDecoder
+from mtkit.models.transformer import Transformer
+from mtkit.tokenizer import PAD_ID
+
+
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> EncoderDecoder:
+    """A plain if/elif over `model.arch`; each architecture takes plain constructor arguments."""
+    if config.arch == "transformer":
+        return Transformer(
+            src_vocab_size,
+            tgt_vocab_size,
+            layers=config.layers,
+            d_model=config.d_model,
+            heads=config.heads,
+            ffn_dim=config.ffn_dim,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            norm=config.norm,
+            positions=config.positions,
+            tie_embeddings=config.tie_embeddings,
+            share_vocab=share_vocab,
+            max_positions=config.max_positions,
+            pad_id=PAD_ID,
+        )
+    raise MtkitError(f"model.arch={config.arch!r} is not known; choose transformer")
+
+
+__all__ = ["EncoderDecoder", "Transformer", "build_model"]

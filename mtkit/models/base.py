@@ -1,0 +1,64 @@
+"""The encode / decode / reorder_state contract that search and training rely on.
+
+Every architecture implements it, so nothing outside `mtkit.models` asks which model it drives:
+
+- `encode(src, src_mask) -> memory`
+- `decode(tgt, memory, src_mask, state) -> (logits, state)`
+- `reorder_state(state, order) -> state`
+
+Shapes: `src` (B, S) token ids, `src_mask` (B, S) bool, True on real tokens (False on padding);
+`memory` (B, S, D); `tgt` (B, T) decoder input ids; `logits` (B, T, V).
+
+`state` selects the decoding mode. `None` means full teacher-forced decoding of the whole prefix
+`tgt` (training). A dict (start with `{}`) means incremental decoding: `tgt` holds only the new
+tokens, and the returned dict caches what later steps need (keys/values, recurrent states).
+Search reorders or shrinks the batch with `reorder_state`, which indexes every cached tensor
+along its first (batch) dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+DecoderState = dict[str, Tensor]
+
+
+class EncoderDecoder(nn.Module):
+    """Base class for translation models; subclasses implement `encode` and `decode`."""
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def decode(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+    ) -> tuple[Tensor, DecoderState | None]:
+        raise NotImplementedError
+
+    def reorder_state(self, state: DecoderState, order: Tensor) -> DecoderState:
+        """Select batch rows `order` (LongTensor (B',)) of every cached tensor."""
+        return {key: value.index_select(0, order) for key, value in state.items()}
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for decoder input `tgt`."""
+        memory = self.encode(src, src_mask)
+        logits, _ = self.decode(tgt, memory, src_mask, None)
+        return logits
+
+    @property
+    def max_positions(self) -> int:
+        """Longest sequence the model accepts (source or target)."""
+        return 1_000_000
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """(B, T) ids -> (B, T) bool, True on real tokens."""
+    return tokens.ne(pad_id)
+
+
+def causal_mask(length: int, device: torch.device) -> Tensor:
+    """(T, T) bool, True where query position i may attend key position j (j <= i)."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()

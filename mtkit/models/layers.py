@@ -1,0 +1,150 @@
+"""Transformer building blocks: scaled embeddings, positions, multi-head attention, feed-forward."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtkit.errors import MtkitError
+
+
+class ScaledEmbedding(nn.Module):
+    """Token embeddings multiplied by sqrt(d_model), as in Vaswani et al. (2017)."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[pad_id].zero_()
+        self.scale = math.sqrt(d_model)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.embedding.weight
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.embedding(tokens) * self.scale  # (B, T, D)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sine/cosine position encodings; the table grows on demand for long inputs."""
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._table(max_positions), persistent=False)
+
+    def _table(self, length: int) -> Tensor:
+        position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+        frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(length, self.d_model)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency[: self.d_model // 2])
+        return table  # (L, D)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        if offset + length > self.table.size(0):
+            self.table = self._table(2 * (offset + length)).to(self.table.device)
+        return self.table[offset : offset + length]  # (T, D)
+
+
+class LearnedPositions(nn.Module):
+    """Trained position embeddings for at most `max_positions` positions."""
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        if offset + length > self.embedding.num_embeddings:
+            raise MtkitError(
+                f"sequence of {offset + length} tokens is longer than the model's learned positions "
+                f"({self.embedding.num_embeddings}); shorten the input"
+            )
+        positions = torch.arange(offset, offset + length, device=self.embedding.weight.device)
+        return self.embedding(positions)  # (T, D)
+
+
+def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return SinusoidalPositions(d_model, max_positions)
+    return LearnedPositions(d_model, max_positions)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention with a fused projection.
+
+    Self-attention projects queries, keys and values with one matrix; cross-attention projects
+    queries from the decoder and keys/values (once per sentence) from the encoder memory.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise MtkitError(f"model.d_model={d_model} must be divisible by model.heads={heads}")
+        self.heads = heads
+        self.head_dim = d_model // heads
+        self.dropout = dropout
+        self.cross = cross
+        if cross:
+            self.query = nn.Linear(d_model, d_model)
+            self.key_value = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, S, Dh) of the encoder memory, for cross-attention."""
+        key, value = self.key_value(memory).chunk(2, dim=-1)
+        return self.split_heads(key), self.split_heads(value)
+
+    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values (B, H, T, Dh) for self-attention."""
+        query, key, value = self.qkv(x).chunk(3, dim=-1)
+        return self.split_heads(query), self.split_heads(key), self.split_heads(value)
+
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """1. attention over heads; 2. merge heads; 3. output projection. mask: True = may attend."""
+        dropout = self.dropout if self.training else 0.0
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        batch, _, length, _ = context.shape
+        context = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)  # (B, T, D)
+        return self.out(context)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: Linear -> ReLU -> dropout -> Linear."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.inner = nn.Linear(d_model, ffn_dim)
+        self.outer = nn.Linear(ffn_dim, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.dropout(F.relu(self.inner(x))))
+
+
+class Residual(nn.Module):
+    """Residual connection with LayerNorm before (pre-norm) or after (post-norm) the sublayer."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))

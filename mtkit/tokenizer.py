@@ -1,0 +1,119 @@
+"""SentencePiece training and a small encode/decode wrapper; the special ids are defined here once."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from mtkit.errors import MtkitError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+class Tokenizer:
+    """One SentencePiece model: text <-> ids (without BOS/EOS; callers add them)."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.model_proto = model_proto
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def load(cls, path: Path | str) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise MtkitError(f"{path}: tokenizer model not found; run `mtkit tokenizer train RECIPE` first")
+        return cls(path.read_bytes())
+
+    def save(self, path: Path | str) -> None:
+        Path(path).write_bytes(self.model_proto)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(texts)
+
+    def pieces(self, text: str) -> list[str]:
+        return self._sp.encode(text, out_type=str)
+
+    def id_to_piece(self, ids: Sequence[int]) -> list[str]:
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._sp.decode([int(i) for i in ids if i > EOS_ID])
+
+
+@dataclass
+class TokenizerPair:
+    """The source and target tokenizers (the same object when the vocabulary is joint)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt or self.src.model_proto == self.tgt.model_proto
+
+
+def train_sentencepiece(
+    sentences: Iterable[str],
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    max_sentences: int = 2_000_000,
+    seed: int = 1,
+) -> Tokenizer:
+    """Train a SentencePiece model in memory with mtkit's fixed special ids."""
+    sample = [s for s in sentences if s.strip()]
+    if not sample:
+        raise MtkitError("tokenizer: the training text is empty; check data.train in the recipe")
+    if len(sample) > max_sentences:
+        sample = random.Random(seed).sample(sample, max_sentences)
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            hard_vocab_limit=False,
+            minloglevel=2,
+        )
+    except RuntimeError as err:
+        raise MtkitError(
+            f"tokenizer: SentencePiece failed ({' '.join(str(err).split())}); try a smaller tokenizer.vocab_size"
+        ) from None
+    return Tokenizer(model.getvalue())
+
+
+def tokenizer_files(data_dir: Path, joint: bool) -> tuple[Path, Path]:
+    """Where the source and target models live in a data directory."""
+    if joint:
+        return data_dir / "spm.model", data_dir / "spm.model"
+    return data_dir / "spm.src.model", data_dir / "spm.tgt.model"
+
+
+def load_tokenizers(data_dir: Path, joint: bool) -> TokenizerPair:
+    src_path, tgt_path = tokenizer_files(data_dir, joint)
+    src = Tokenizer.load(src_path)
+    return TokenizerPair(src, src if joint else Tokenizer.load(tgt_path))

@@ -1,0 +1,318 @@
+"""The training loop: label-smoothed teacher forcing, Adam with warmup + inverse-sqrt decay,
+token-budget batches, validation (loss and BLEU), checkpoints, early stopping and exact resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from tqdm import tqdm
+
+from mtkit.batching import Batch, ParallelIds, token_batches
+from mtkit.checkpoint import atomic_save, checkpoint_payload, read_checkpoint
+from mtkit.config import Config, config_to_dict, parse_duration
+from mtkit.errors import MtkitError
+from mtkit.models import EncoderDecoder, build_model
+from mtkit.prepare import load_prepared
+from mtkit.runtime import autocast, autocast_dtype, resolve_device, seed_everything, set_threads
+from mtkit.tokenizer import PAD_ID, load_tokenizers
+from mtkit.translate import Translator
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in `last.pt` so `--resume` continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batches_done: int = 0  # batches of `epoch` already consumed
+    best_bleu: float = -1.0
+    best_step: int = 0
+    bad_validations: int = 0
+    elapsed: float = 0.0  # seconds of training before this process
+
+
+def inverse_sqrt_schedule(warmup_steps: int):
+    """Learning-rate factor: linear warmup to 1, then decay with 1/sqrt(step)."""
+
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        if step < warmup_steps:
+            return step / warmup_steps
+        return math.sqrt(warmup_steps / step)
+
+    return factor
+
+
+def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad target tokens (no one-hot matrix)."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        target.reshape(-1),
+        ignore_index=PAD_ID,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
+
+
+class Trainer:
+    """Owns one training run: model, optimiser, data order and the run directory."""
+
+    def __init__(self, config: Config, resume: bool = False, overwrite: bool = False) -> None:
+        self.config = config
+        self.train_config = config.train
+        self.run_dir = config.run_path
+        self._check_run_dir(resume, overwrite)
+        set_threads(self.train_config.threads)
+        seed_everything(self.train_config.seed)
+        self.device = resolve_device(self.train_config.device)
+        self.amp_dtype = autocast_dtype(self.device, self.train_config.precision)
+        self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+        self.train_ids = ParallelIds(load_prepared(config.data_path, "train"))
+        self.valid = load_prepared(config.data_path, "valid")
+        self.model: EncoderDecoder = build_model(
+            config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
+        ).to(self.device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=self.train_config.lr,
+            betas=(0.9, 0.98),
+            eps=1e-9,
+            fused=self.device.type == "cuda",
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(self.train_config.warmup_steps))
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.progress = Progress()
+        self.max_time = parse_duration(self.train_config.max_time)
+        self.stop_requested = False
+        if resume:
+            self._restore()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+    def _check_run_dir(self, resume: bool, overwrite: bool) -> None:
+        last = self.run_dir / "last.pt"
+        if resume and not last.is_file():
+            raise MtkitError(f"{self.run_dir}: nothing to resume (no last.pt); drop --resume to start a new run")
+        if not resume and last.is_file():
+            if not overwrite:
+                raise MtkitError(
+                    f"{self.run_dir} already holds a run; use --resume to continue it, "
+                    "--overwrite to start again, or --set run_dir=NEW_DIR"
+                )
+            for name in ("last.pt", "best.pt", "log.jsonl"):
+                (self.run_dir / name).unlink(missing_ok=True)
+
+    def _restore(self) -> None:
+        payload = read_checkpoint(self.run_dir / "last.pt")
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.progress = Progress(**payload["progress"])
+        torch.set_rng_state(payload["rng"])
+
+    def run(self) -> Progress:
+        """Train until a limit or early stopping; returns the final progress."""
+        previous = signal.signal(signal.SIGINT, self._request_stop)
+        previous_term = signal.signal(signal.SIGTERM, self._request_stop)
+        try:
+            self._loop()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
+        return self.progress
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        self.stop_requested = True
+
+    def _epoch_batches(self) -> list:
+        batches, skipped = token_batches(
+            self.train_ids.src.lengths,
+            self.train_ids.tgt.lengths,
+            self.train_config.batch_tokens,
+            self.train_config.seed,
+            self.progress.epoch,
+            min(self.model.max_positions, 1_000_000),
+        )
+        if skipped and self.progress.batches_done == 0:
+            tqdm.write(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
+        return batches
+
+    def _loop(self) -> None:
+        config = self.train_config
+        start_time, start_step = time.monotonic(), self.progress.step
+        bar = tqdm(
+            total=config.max_steps or None,
+            initial=self.progress.step,
+            unit=" step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=None,
+        )
+        window = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
+        last_validated = self.progress.step
+        while not self._should_stop(start_time):
+            batches = self._epoch_batches()
+            while self.progress.batches_done < len(batches) and not self._should_stop(start_time):
+                group = batches[self.progress.batches_done : self.progress.batches_done + config.accumulate]
+                self.progress.batches_done += len(group)
+                loss_sum, tokens = self._update([self.train_ids.collate(b, self.device.type == "cuda") for b in group])
+                window["loss"] += loss_sum
+                window["tokens"] += tokens
+                bar.update(1)
+                if self.progress.step % config.log_every == 0:
+                    self._log_window(window, bar)
+                if self.progress.step % config.validate_every == 0:
+                    self.progress.elapsed += time.monotonic() - start_time
+                    start_time = time.monotonic()
+                    self._validate_and_save()
+                    last_validated = self.progress.step
+            if self.progress.batches_done >= len(batches):
+                self.progress.epoch += 1
+                self.progress.batches_done = 0
+        self.progress.elapsed += time.monotonic() - start_time
+        bar.close()
+        if self.progress.step > last_validated or not (self.run_dir / "last.pt").is_file():
+            self._validate_and_save()
+        self._final_message(start_step)
+
+    def _update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
+        """One optimiser update over `accumulate` batches; the loss is per target token."""
+        self.model.train()
+        total_tokens = sum(b.num_tokens for b in batches)
+        loss_sum = torch.zeros((), device=self.device)
+        for batch in batches:
+            batch = batch.to(self.device)
+            with autocast(self.device, self.amp_dtype):
+                logits = self.model(batch.src, batch.src_mask, batch.tgt_in)
+            loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
+            self.scaler.scale(loss / total_tokens).backward()
+            loss_sum += loss.detach()
+        if self.train_config.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.step += 1
+        return loss_sum, total_tokens
+
+    def _should_stop(self, start_time: float) -> bool:
+        config, progress = self.train_config, self.progress
+        if self.stop_requested:
+            return True
+        if config.max_steps and progress.step >= config.max_steps:
+            return True
+        if config.max_epochs and progress.epoch >= config.max_epochs:
+            return True
+        if self.max_time and progress.elapsed + time.monotonic() - start_time >= self.max_time:
+            return True
+        return bool(config.patience) and progress.bad_validations >= config.patience
+
+    def _log_window(self, window: dict, bar: tqdm) -> None:
+        seconds = max(time.monotonic() - window["time"], 1e-9)
+        loss = window["loss"].item() / max(window["tokens"], 1)  # the only host sync per log interval
+        record = {
+            "step": self.progress.step,
+            "epoch": self.progress.epoch + 1,
+            "train_loss": round(loss, 4),
+            "lr": self.scheduler.get_last_lr()[0],
+            "tokens_per_s": round(window["tokens"] / seconds, 1),
+        }
+        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+        self._append_log(record)
+        window.update(loss=torch.zeros((), device=self.device), tokens=0, time=time.monotonic())
+
+    def _validate_and_save(self) -> None:
+        valid_loss = self._valid_loss()
+        bleu = self._valid_bleu()
+        progress = self.progress
+        improved = bleu > progress.best_bleu
+        if improved:
+            progress.best_bleu, progress.best_step, progress.bad_validations = bleu, progress.step, 0
+        else:
+            progress.bad_validations += 1
+        record = {
+            "step": progress.step,
+            "epoch": progress.epoch + 1,
+            "valid_loss": round(valid_loss, 4),
+            "valid_ppl": round(math.exp(min(valid_loss, 50)), 2),
+            "valid_bleu": round(bleu, 2),
+            "best_bleu": round(progress.best_bleu, 2),
+            "elapsed_s": round(progress.elapsed, 1),
+        }
+        self._append_log(record)
+        tqdm.write(
+            f"step {progress.step}: valid loss {valid_loss:.3f}, BLEU {bleu:.2f} "
+            f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
+        )
+        self._save(improved)
+
+    @torch.inference_mode()
+    def _valid_loss(self) -> float:
+        self.model.eval()
+        ids = ParallelIds(self.valid)
+        order = list(range(len(ids)))
+        total, tokens = 0.0, 0
+        for start in range(0, len(order), 64):
+            batch = ids.collate(order[start : start + 64]).to(self.device)
+            with autocast(self.device, self.amp_dtype):
+                logits = self.model(batch.src, batch.src_mask, batch.tgt_in)
+            total += sequence_loss(logits, batch.tgt_out, 0.0).item()
+            tokens += batch.num_tokens
+        return total / max(tokens, 1)
+
+    def _valid_bleu(self) -> float:
+        import sacrebleu
+
+        decode = dataclasses.replace(self.config.decode, beam=self.train_config.valid_beam)
+        translator = Translator(self.model, self.tokenizers, decode, self.config.data.normalize, self.device)
+        hypotheses = translator.translate(self.valid["src"], beam=self.train_config.valid_beam)
+        return sacrebleu.corpus_bleu(hypotheses, [self.valid["tgt"]]).score
+
+    def _save(self, improved: bool) -> None:
+        extra = {"progress": dataclasses.asdict(self.progress), "step": self.progress.step}
+        if improved:
+            atomic_save(checkpoint_payload(self.config, self.tokenizers, self.model, **extra), self.run_dir / "best.pt")
+        atomic_save(
+            checkpoint_payload(
+                self.config,
+                self.tokenizers,
+                self.model,
+                **extra,
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                rng=torch.get_rng_state(),
+            ),
+            self.run_dir / "last.pt",
+        )
+
+    def _append_log(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(record) + "\n")
+
+    def _final_message(self, start_step: int) -> None:
+        progress = self.progress
+        reason = "stopped on request" if self.stop_requested else "finished"
+        tqdm.write(
+            f"training {reason} at step {progress.step} (epoch {progress.epoch + 1}, {progress.elapsed / 60:.1f} min); "
+            f"best valid BLEU {progress.best_bleu:.2f} at step {progress.best_step}; run directory {self.run_dir}"
+        )
+        if self.stop_requested:
+            tqdm.write(f"resume with: mtkit train RECIPE --resume --set run_dir={self.run_dir}")
+
+
+def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
+    """Train the recipe's model into its run directory."""
+    return Trainer(config, resume=resume, overwrite=overwrite).run()
