@@ -105,6 +105,8 @@ def translate(
     from mtkit.textio import read_text_lines, write_lines
     from mtkit.translate import Translator
 
+    if output is not None and not output.parent.is_dir():
+        raise MtkitError(f"{output}: its directory does not exist; create it or choose another --output")
     translator = Translator.load(model, device=device)
     lines = read_text_lines(input)
     results = translator.translate_nbest(

@@ -157,7 +157,9 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
 
 def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
     """Build a checked `Config` from plain data (the YAML form)."""
-    return _build(Config, raw, prefix="", source=source)
+    config = _build(Config, raw, prefix="", source=source)
+    parse_duration(config.train.max_time)  # a bad duration fails now, not after loading data
+    return config
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
@@ -227,6 +229,11 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
         return value
     if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if expected is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 1e-3 (no dot) as a string
+        except ValueError:
+            pass
     if expected is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = str(value)
         choices = spec.metadata.get("choices")

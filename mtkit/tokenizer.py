@@ -52,7 +52,7 @@ class Tokenizer:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._sp.decode([int(i) for i in ids if i > EOS_ID])
+        return self._sp.decode([int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)])
 
 
 @dataclass
@@ -93,7 +93,7 @@ def train_sentencepiece(
             unk_id=UNK_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,
-            input_sentence_size=max_sentences,
+            input_sentence_size=0,  # already sampled above
             shuffle_input_sentence=True,
             num_threads=2,
             hard_vocab_limit=False,

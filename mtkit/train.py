@@ -10,6 +10,7 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +43,17 @@ class Progress:
     elapsed: float = 0.0  # seconds of training before this process
 
 
-def inverse_sqrt_schedule(warmup_steps: int):
-    """Learning-rate factor: linear warmup to 1, then decay with 1/sqrt(step)."""
+def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
+    """Learning-rate factor for update number `completed + 1`: linear warmup to 1, then 1/sqrt decay.
 
-    def factor(step: int) -> float:
-        step = max(step, 1)
-        if step < warmup_steps:
-            return step / warmup_steps
-        return math.sqrt(warmup_steps / step)
+    `LambdaLR` calls it with the number of updates already made, so update n uses factor(n - 1).
+    """
+
+    def factor(completed: int) -> float:
+        update = completed + 1
+        if update < warmup_steps:
+            return update / warmup_steps
+        return math.sqrt(warmup_steps / update)
 
     return factor
 

@@ -79,7 +79,7 @@ class Translator:
         sources = [self._encode(line) for line in lines]
         results: list[list[Translation]] = [[Translation("", 0.0, [])] * nbest for _ in lines]
         pending = [i for i, ids in enumerate(sources) if ids]
-        bar = tqdm(total=len(pending), unit=" sent", disable=not progress, file=sys.stderr)
+        bar = tqdm(total=len(pending), unit=" sent", disable=None if progress else True, file=sys.stderr)
         for indices in self._batches(pending, sources, beam):
             for index, hypotheses in zip(indices, self._search(indices, sources, beam, nbest, alpha), strict=True):
                 results[index] = [Translation(self.tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses]

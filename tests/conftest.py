@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,3 +32,57 @@ def multi30k_slice(tmp_path: Path, multi30k_dir: Path) -> Callable[[str, str, in
         return path
 
     return write
+
+
+def write_reverse_task(directory: Path, train_pairs: int = 3000, valid_pairs: int = 50, seed: int = 0) -> None:
+    """A synthetic task: the target is the source's letters in reverse order."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, count in (("train", train_pairs), ("valid", valid_pairs)):
+        sources = [" ".join(rng.choice("abcdefghijkl") for _ in range(rng.randint(3, 7))) for _ in range(count)]
+        (directory / f"{name}.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        (directory / f"{name}.tgt").write_text("".join(" ".join(reversed(s.split())) + "\n" for s in sources), encoding="utf-8")
+
+
+def reverse_task_config(directory: Path, **train: object):
+    """A recipe for the reverse task with a tiny Transformer, data and run inside `directory`."""
+    from mtkit.config import config_from_dict
+
+    return config_from_dict(
+        {
+            "name": "reverse",
+            "data_dir": str(directory / "data"),
+            "run_dir": str(directory / "run"),
+            "data": {
+                "train": {"src": str(directory / "raw/train.src"), "tgt": str(directory / "raw/train.tgt")},
+                "valid": {"src": str(directory / "raw/valid.src"), "tgt": str(directory / "raw/valid.tgt")},
+                "drop_copies": False,
+            },
+            "tokenizer": {"vocab_size": 40},
+            "model": {"layers": 2, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
+            "train": {"batch_tokens": 800, "lr": 0.003, "warmup_steps": 50, "label_smoothing": 0.0,
+                      "max_steps": 500, "validate_every": 250, "log_every": 50, "threads": 1, **train},
+            "decode": {"beam": 2},
+        }
+    )
+
+
+def prepared_reverse_task(directory: Path, **train: object):
+    """Write, tokenise and prepare the reverse task; returns its config (nothing trained yet)."""
+    from mtkit.prepare import prepare_corpus, train_tokenizers
+
+    write_reverse_task(directory / "raw")
+    config = reverse_task_config(directory, **train)
+    train_tokenizers(config)
+    prepare_corpus(config)
+    return config
+
+
+@pytest.fixture(scope="session")
+def reverse_run(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny Transformer trained on the reverse task (shared by the train and translate tests)."""
+    from mtkit.train import train
+
+    config = prepared_reverse_task(tmp_path_factory.mktemp("reverse"))
+    train(config)
+    return config

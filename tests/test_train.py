@@ -1,0 +1,167 @@
+"""Training: the schedule, the loss, learning a task to exact match, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import prepared_reverse_task
+
+from mtkit.checkpoint import atomic_save, read_checkpoint
+from mtkit.errors import MtkitError
+from mtkit.tokenizer import PAD_ID
+from mtkit.train import Trainer, inverse_sqrt_schedule, sequence_loss, train
+from mtkit.translate import Translator
+
+
+def test_schedule_warms_up_linearly_then_decays_with_inverse_sqrt():
+    factor = inverse_sqrt_schedule(100)  # called with the number of updates already made
+    assert factor(0) == pytest.approx(0.01)
+    assert factor(49) == pytest.approx(0.5)
+    assert factor(99) == pytest.approx(1.0)
+    assert factor(399) == pytest.approx(0.5)
+    assert factor(9_999) == pytest.approx(0.1)
+
+
+def test_label_smoothed_loss_matches_the_definition_and_ignores_padding():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[4, 5, 6], [5, PAD_ID, PAD_ID]])
+    smoothing = 0.1
+    log_probs = F.log_softmax(logits, dim=-1)
+    expected = 0.0
+    for row, column in [(0, 0), (0, 1), (0, 2), (1, 0)]:
+        nll = -log_probs[row, column, target[row, column]]
+        uniform = -log_probs[row, column].mean()
+        expected += (1 - smoothing) * nll + smoothing * uniform
+    assert sequence_loss(logits, target, smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
+    # Changing logits at padded positions changes nothing.
+    changed = logits.clone()
+    changed[1, 1:] += 100.0
+    assert sequence_loss(changed, target, smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_reverse_task_is_learned_to_exact_match(reverse_run):
+    sources = (reverse_run.data_path.parent / "raw/valid.src").read_text().splitlines()
+    targets = (reverse_run.data_path.parent / "raw/valid.tgt").read_text().splitlines()
+    translator = Translator.load(reverse_run.run_path)
+    assert translator.translate(sources, beam=1) == targets
+    assert translator.translate(sources, beam=4) == targets
+
+
+def test_run_directory_is_self_describing(reverse_run):
+    run = reverse_run.run_path
+    assert {"best.pt", "last.pt", "config.yaml", "log.jsonl"} <= {p.name for p in run.iterdir()}
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert any("train_loss" in r and "tokens_per_s" in r and "lr" in r for r in records)
+    validations = [r for r in records if "valid_bleu" in r]
+    assert [r["step"] for r in validations] == [250, 500]
+    payload = read_checkpoint(run / "best.pt")
+    assert payload["config"]["model"]["d_model"] == 64
+    assert payload["tokenizers"]["src"] == (reverse_run.data_path / "spm.model").read_bytes()
+    assert payload["progress"]["best_bleu"] == pytest.approx(max(r["valid_bleu"] for r in validations), abs=0.01)
+    assert "optimizer" in read_checkpoint(run / "last.pt") and "optimizer" not in payload
+
+
+def test_checkpoint_round_trip_gives_identical_outputs(reverse_run, tmp_path):
+    translator = Translator.load(reverse_run.run_path / "last.pt")
+    copy = tmp_path / "copy.pt"
+    atomic_save(read_checkpoint(reverse_run.run_path / "last.pt"), copy)
+    reloaded = Translator.load(copy)
+    src = torch.tensor([[5, 6, 7, 3]])
+    mask = src.ne(PAD_ID)
+    with torch.inference_mode():
+        torch.testing.assert_close(reloaded.model(src, mask, src), translator.model(src, mask, src), rtol=0, atol=0)
+
+
+def test_existing_run_is_not_overwritten_without_resume(reverse_run):
+    with pytest.raises(MtkitError, match="--resume"):
+        Trainer(reverse_run)
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path):
+    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300}
+    straight = prepared_reverse_task(tmp_path / "straight", **settings)
+    straight.model.dropout = 0.2  # dropout makes the RNG state part of what must be restored
+    train(straight)
+
+    interrupted = prepared_reverse_task(tmp_path / "interrupted", **settings)
+    interrupted.model.dropout = 0.2
+    interrupted.train.max_steps = 20
+    train(interrupted)
+    interrupted.train.max_steps = 40
+    train(interrupted, resume=True)
+
+    final_straight = read_checkpoint(straight.run_path / "last.pt")
+    final_resumed = read_checkpoint(interrupted.run_path / "last.pt")
+    assert final_resumed["step"] == final_straight["step"] == 40
+    for name, value in final_straight["model"].items():
+        torch.testing.assert_close(final_resumed["model"][name], value, rtol=0, atol=0, msg=name)
+
+    def losses(config):
+        lines = (config.run_path / "log.jsonl").read_text().splitlines()
+        return [(r["step"], r["train_loss"]) for r in map(json.loads, lines) if "train_loss" in r]
+
+    assert losses(interrupted) == losses(straight)
+
+
+def test_resume_without_a_run_is_a_clear_error(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=1)
+    with pytest.raises(MtkitError, match="nothing to resume"):
+        Trainer(config, resume=True)
+
+
+def test_max_epochs_stops_training(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=0, max_epochs=1, batch_tokens=4000, validate_every=1000)
+    progress = train(config)
+    assert progress.epoch == 1
+    assert 0 < progress.step < 100
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    crafted = tmp_path / "evil.pt"
+    crafted.write_bytes(b"")
+    torch.save({"format": "mtkit-checkpoint-1", "payload": _RunsCode()}, crafted)
+    with pytest.raises(MtkitError, match="refused to load"):
+        read_checkpoint(crafted)
+    assert not (tmp_path / "PWNED").exists()
+    plain_pickle = tmp_path / "evil2.pt"
+    plain_pickle.write_bytes(pickle.dumps(_RunsCode()))
+    with pytest.raises(MtkitError):
+        read_checkpoint(plain_pickle)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    atomic_save({"format": "mtkit-checkpoint-1", "step": 1}, path)
+
+    def broken_save(payload, file):
+        file.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        atomic_save({"format": "mtkit-checkpoint-1", "step": 2}, path)
+    monkeypatch.undo()
+    assert read_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_learning_rate_follows_the_schedule_during_training(reverse_run):
+    records = [json.loads(line) for line in (reverse_run.run_path / "log.jsonl").read_text().splitlines()]
+    lr_at = {r["step"]: r["lr"] for r in records if "lr" in r}
+    peak, warmup = reverse_run.train.lr, reverse_run.train.warmup_steps
+    assert lr_at[50] == pytest.approx(peak * min(51 / warmup, math.sqrt(warmup / 51)), rel=1e-6)
+    assert lr_at[500] == pytest.approx(peak * math.sqrt(warmup / 501), rel=1e-6)

@@ -1,0 +1,56 @@
+"""The translation engine: one output per input, in order, whatever the batching."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mtkit import Translator
+
+
+@pytest.fixture(scope="module")
+def translator(reverse_run) -> Translator:
+    return Translator.load(reverse_run.run_path)
+
+
+def test_outputs_keep_input_order_across_many_small_batches(translator):
+    lines = ["a b c", "", "d e f g h i j", "k l", "   ", "a", "b c d e f"]
+    one_by_one = [translator.translate([line])[0] for line in lines]
+    tiny_batches = Translator(translator.model, translator.tokenizers,
+                              dataclasses.replace(translator.decode, batch_tokens=10), translator.normalize)
+    assert tiny_batches.translate(lines) == one_by_one
+    assert translator.translate(lines) == one_by_one
+    assert one_by_one[1] == "" and one_by_one[4] == ""
+    assert one_by_one[0] == "c b a"
+
+
+def test_nbest_returns_ranked_distinct_hypotheses(translator):
+    results = translator.translate_nbest(["a b c d", "e f"], beam=4, nbest=3)
+    assert [len(r) for r in results] == [3, 3]
+    for hypotheses in results:
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hypotheses}) == 3
+    assert results[0][0].text == "d c b a"
+
+
+def test_beam_one_equals_greedy_output(translator):
+    lines = ["a b c", "l k j i h", "g"]
+    assert translator.translate(lines, beam=1) == [h[0].text for h in translator.translate_nbest(lines, beam=1)]
+
+
+def test_input_is_normalised_like_training_data(translator):
+    assert translator.translate(["a\u0301 b"])[0] == translator.translate(["\u00e1 b"])[0]
+
+
+def test_output_length_is_capped_by_max_len(translator):
+    capped = Translator(translator.model, translator.tokenizers,
+                        dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=2), translator.normalize)
+    for hypothesis in capped.translate_nbest(["a b c d e f g"], beam=2)[0]:
+        assert len(hypothesis.tokens) <= 2
+
+
+def test_very_long_input_is_translated_to_one_line(translator):
+    output = translator.translate([" ".join("abcdefghijkl" * 60)])
+    assert len(output) == 1 and isinstance(output[0], str)
