@@ -117,9 +117,11 @@ def translate(
     else:
         rendered = ["\t".join(f"{t.text}\t{t.score:.4f}" for t in best) for best in results]
     write_lines(rendered, output)
-    if translator.truncated:
+    if translator.split_lines:
         typer.echo(
-            f"mtkit: warning: {translator.truncated} input lines were longer than the model allows and were truncated", err=True
+            f"mtkit: warning: {translator.split_lines} input lines were longer than decode.max_input_tokens "
+            "and were translated in segments",
+            err=True,
         )
 
 

@@ -112,6 +112,7 @@ class DecodeConfig:
     max_len_a: float = 1.2  # maximum output length = a * source length + b
     max_len_b: int = 10
     batch_tokens: int = 6000  # source tokens x beam per decoding batch
+    max_input_tokens: int = 250  # longer input lines are split into segments translated one by one
     nbest: int = 1
 
 

@@ -139,7 +139,7 @@ class Trainer:
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
 
-    def _epoch_batches(self) -> list:
+    def epoch_batches(self) -> list:
         batches, skipped = token_batches(
             self.train_ids.src.lengths,
             self.train_ids.tgt.lengths,
@@ -166,11 +166,11 @@ class Trainer:
         window = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
         last_validated = self.progress.step
         while not self._should_stop(start_time):
-            batches = self._epoch_batches()
+            batches = self.epoch_batches()
             while self.progress.batches_done < len(batches) and not self._should_stop(start_time):
                 group = batches[self.progress.batches_done : self.progress.batches_done + config.accumulate]
                 self.progress.batches_done += len(group)
-                loss_sum, tokens = self._update([self.train_ids.collate(b, self.device.type == "cuda") for b in group])
+                loss_sum, tokens = self.update([self.train_ids.collate(b, self.device.type == "cuda") for b in group])
                 window["loss"] += loss_sum
                 window["tokens"] += tokens
                 bar.update(1)
@@ -190,7 +190,7 @@ class Trainer:
             self._validate_and_save()
         self._final_message(start_step)
 
-    def _update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
+    def update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
         """One optimiser update over `accumulate` batches; the loss is per target token."""
         self.model.train()
         total_tokens = sum(b.num_tokens for b in batches)

@@ -49,7 +49,7 @@ class Translator:
         self.tokenizers = tokenizers
         self.decode = decode
         self.normalize = normalize
-        self.truncated = 0  # inputs cut to the model's maximum length so far
+        self.split_lines = 0  # lines longer than decode.max_input_tokens, translated in segments
         self.config: Config | None = None  # the training recipe, when loaded from a run
 
     @classmethod
@@ -76,29 +76,50 @@ class Translator:
         beam = beam or self.decode.beam
         alpha = self.decode.length_penalty if length_penalty is None else length_penalty
         nbest = min(nbest, beam)
-        sources = [self._encode(line) for line in lines]
-        results: list[list[Translation]] = [[Translation("", 0.0, [])] * nbest for _ in lines]
-        pending = [i for i, ids in enumerate(sources) if ids]
-        bar = tqdm(total=len(pending), unit=" sent", disable=None if progress else True, file=sys.stderr)
-        for indices in self._batches(pending, sources, beam):
+        # 1. Encode; a line longer than the model should take becomes several segments.
+        segments_of_line = [self._segments(line) for line in lines]
+        sources = [segment for segments in segments_of_line for segment in segments]
+        # 2. Decode every segment in length-sorted batches.
+        found: list[list[Translation]] = [[] for _ in sources]
+        bar = tqdm(total=len(sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
+        for indices in self._batches(list(range(len(sources))), sources, beam):
             for index, hypotheses in zip(indices, self._search(indices, sources, beam, nbest, alpha), strict=True):
-                results[index] = [Translation(self.tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses]
+                found[index] = [Translation(self.tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses]
             bar.update(len(indices))
         bar.close()
+        # 3. Put the segments of each line back together, in input order.
+        results, position = [], 0
+        for segments in segments_of_line:
+            results.append(_join(found[position : position + len(segments)], nbest))
+            position += len(segments)
         return results
 
-    def _encode(self, line: str) -> list[int]:
+    def _segments(self, line: str) -> list[list[int]]:
+        """Source ids (+ EOS) of a line: none for an empty line, several for an over-long one."""
         text = line.strip()
         if self.normalize != "none":
             text = unicodedata.normalize(self.normalize, text)
         if not text:
             return []
         ids = self.tokenizers.src.encode(text)
-        limit = self.model.max_positions - 1  # room for EOS
-        if len(ids) > limit:
-            self.truncated += 1
-            ids = ids[:limit]
-        return ids + [EOS_ID]
+        limit = min(self.decode.max_input_tokens, self.model.max_positions - 1)  # room for EOS
+        if len(ids) <= limit:
+            return [ids + [EOS_ID]]
+        self.split_lines += 1
+        return [chunk + [EOS_ID] for chunk in self._split(ids, limit)]
+
+    def _split(self, ids: list[int], limit: int) -> list[list[int]]:
+        """Cut at the last sentence end (else word start) within each window of `limit` pieces."""
+        pieces = self.tokenizers.src.id_to_piece(ids)
+        chunks, start = [], 0
+        while len(ids) - start > limit:
+            window = range(start + limit, start + limit // 2, -1)
+            cut = next((i for i in window if pieces[i - 1].rstrip().endswith((".", "!", "?", ";"))), None)
+            cut = cut or next((i for i in window if pieces[i].startswith("\u2581")), start + limit)
+            chunks.append(ids[start:cut])
+            start = cut
+        chunks.append(ids[start:])
+        return chunks
 
     def _batches(self, pending: list[int], sources: list[list[int]], beam: int) -> Iterator[list[int]]:
         """Length-sorted batches of at most decode.batch_tokens source tokens x beam."""
@@ -127,3 +148,20 @@ class Translator:
         if beam == 1:
             return [[hypothesis] for hypothesis in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
         return beam_search(self.model, src, src_mask, max_len, beam, alpha, nbest, BOS_ID, EOS_ID)
+
+
+def _join(parts: list[list[Translation]], nbest: int) -> list[Translation]:
+    """The k-th translation of a line is its segments' k-th translations (or their best) joined."""
+    if not parts:
+        return [Translation("", 0.0, [])] * nbest
+    if len(parts) == 1:
+        return parts[0]
+    joined = []
+    for rank in range(max(len(p) for p in parts)):
+        chosen = [p[rank] if rank < len(p) else p[0] for p in parts]
+        joined.append(
+            Translation(
+                " ".join(t.text for t in chosen), sum(t.score for t in chosen), [token for t in chosen for token in t.tokens]
+            )
+        )
+    return joined

@@ -54,3 +54,13 @@ def test_output_length_is_capped_by_max_len(translator):
 def test_very_long_input_is_translated_to_one_line(translator):
     output = translator.translate([" ".join("abcdefghijkl" * 60)])
     assert len(output) == 1 and isinstance(output[0], str)
+
+
+def test_over_long_lines_are_translated_in_segments(translator):
+    short = Translator(translator.model, translator.tokenizers,
+                       dataclasses.replace(translator.decode, max_input_tokens=6), translator.normalize)
+    letters = "a b c d e f g h i j k l a b c d".split()
+    output = short.translate([" ".join(letters), "a b c"])
+    assert short.split_lines == 1
+    expected = " ".join(" ".join(reversed(letters[i : i + 6])) for i in range(0, len(letters), 6))
+    assert output == [expected, "c b a"]

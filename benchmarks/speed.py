@@ -1,0 +1,136 @@
+"""Speed and memory benchmark for a recipe: training throughput and decoding speed, printed and as JSON.
+
+    python benchmarks/speed.py recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
+
+Training: target tokens/s over a steady window of updates (the first updates are warm-up and not
+counted), padding fraction of the batches, peak RSS. Decoding: sentences/s and target pieces/s at
+beam 5 and greedy on the recipe's test split (model loading excluded), with BLEU, using a trained
+run (default: the recipe's run_dir). Run it on an otherwise idle machine; compare figures as
+ratios taken in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from mtkit.config import load_config
+from mtkit.data import read_split
+from mtkit.errors import MtkitError
+from mtkit.evaluate import score_corpus
+from mtkit.train import Trainer
+from mtkit.translate import Translator
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def benchmark_training(config, warmup_updates: int, measured_updates: int) -> dict:
+    """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = dataclasses.replace(config, run_dir=run_dir)
+        trainer = Trainer(config, overwrite=True)
+        batches = trainer.epoch_batches()
+        needed = warmup_updates + measured_updates
+        batches = (batches * (needed // len(batches) + 1))[:needed]
+        real = padded = 0
+        for index, indices in enumerate(batches):
+            if index == warmup_updates:
+                start = time.perf_counter()
+                tokens = 0
+            batch = trainer.train_ids.collate(indices)
+            _, batch_tokens = trainer.update([batch])
+            if index >= warmup_updates:
+                tokens += batch_tokens
+                real += batch_tokens
+                padded += batch.tgt_out.numel()
+        seconds = time.perf_counter() - start
+        return {
+            "updates": measured_updates,
+            "target_tokens_per_update": round(tokens / measured_updates, 1),
+            "target_tokens_per_s": round(tokens / seconds, 1),
+            "padding_fraction": round(1 - real / padded, 4),
+            "parameters": trainer.model.num_parameters(),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+        }
+
+
+def benchmark_decoding(config, model_dir: Path) -> dict:
+    """Decode the test split at beam 5 and greedy; model loading is not timed."""
+    translator = Translator.load(model_dir, device=config.train.device)
+    split = config.data.test or config.data.valid
+    pairs = read_split(split, config.src_lang, config.tgt_lang, config.data.normalize)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    results = {}
+    for name, beam in (("beam5", 5), ("greedy", 1)):
+        start = time.perf_counter()
+        best = translator.translate_nbest(sources, beam=beam)
+        seconds = time.perf_counter() - start
+        pieces = sum(len(h[0].tokens) + 1 for h in best)
+        bleu = score_corpus([h[0].text for h in best], [references]).scores[0].score
+        results[name] = {
+            "sentences_per_s": round(len(sources) / seconds, 1),
+            "target_pieces_per_s": round(pieces / seconds, 1),
+            "seconds": round(seconds, 2),
+            "bleu": round(bleu, 2),
+        }
+    results["sentences"] = len(sources)
+    results["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", type=Path)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
+    parser.add_argument("--model", type=Path, help="trained run for decoding (default: the recipe's run_dir)")
+    parser.add_argument("--warmup-updates", type=int, default=20)
+    parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
+    args = parser.parse_args()
+    try:
+        config = load_config(args.recipe, args.overrides)
+        report = {
+            "recipe": str(args.recipe),
+            "machine": {"cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
+        }
+        model_dir = args.model or config.run_path
+        if model_dir.exists():  # decode first: its peak RSS is not masked by training's
+            report["decode"] = benchmark_decoding(config, model_dir)
+        else:
+            print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
+        report["train"] = benchmark_training(config, args.warmup_updates, args.updates)
+    except MtkitError as err:
+        sys.exit(f"benchmark: error: {err}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print_table(report)
+    print(f"written to {args.output}")
+
+
+def print_table(report: dict) -> None:
+    train = report["train"]
+    print(f"training: {train['target_tokens_per_s']:.0f} target tokens/s "
+          f"({train['target_tokens_per_update']:.0f} per update, padding {100 * train['padding_fraction']:.1f}%, "
+          f"{train['parameters'] / 1e6:.1f}M parameters), peak RSS {train['peak_rss_mb']:.0f} MB")
+    decode = report.get("decode")
+    if decode:
+        for name in ("beam5", "greedy"):
+            row = decode[name]
+            print(f"decode {name:6}: {row['sentences_per_s']:.1f} sentences/s, {row['target_pieces_per_s']:.0f} pieces/s, "
+                  f"BLEU {row['bleu']:.2f} ({decode['sentences']} sentences)")
+        print(f"decode peak RSS {decode['peak_rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
