@@ -97,6 +97,8 @@ class TrainConfig:
     valid_beam: int = 1  # beam used to decode the valid set for BLEU
     patience: int = 0  # stop after this many validations without a better BLEU; 0 = never
     log_every: int = 100
+    keep: int = 0  # also keep the weights of the last N validations as step_*.pt; 0 = none
+    max_nonfinite: int = 10  # stop after this many updates in a row with a NaN/inf loss or gradient
     seed: int = 1
     device: str = "auto"  # auto, cpu, cuda, cuda:N
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))

@@ -5,6 +5,7 @@ token-budget batches, validation (loss and BLEU), checkpoints, early stopping an
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import math
 import signal
@@ -12,7 +13,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +43,8 @@ class Progress:
     best_step: int = 0
     bad_validations: int = 0
     elapsed: float = 0.0  # seconds of training before this process
+    skipped_updates: int = 0  # updates skipped because the loss or gradient was not finite
+    nonfinite_in_a_row: int = 0
 
 
 def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
@@ -76,6 +80,8 @@ class Trainer:
         self.config = config
         self.train_config = config.train
         self.run_dir = config.run_path
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_run_dir(self.run_dir)
         self._check_run_dir(resume, overwrite)
         set_threads(self.train_config.threads)
         seed_everything(self.train_config.seed)
@@ -99,9 +105,9 @@ class Trainer:
         self.progress = Progress()
         self.max_time = parse_duration(self.train_config.max_time)
         self.stop_requested = False
+        self.diverged = False
         if resume:
             self._restore()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
     def _check_run_dir(self, resume: bool, overwrite: bool) -> None:
@@ -114,8 +120,8 @@ class Trainer:
                     f"{self.run_dir} already holds a run; use --resume to continue it, "
                     "--overwrite to start again, or --set run_dir=NEW_DIR"
                 )
-            for name in ("last.pt", "best.pt", "log.jsonl"):
-                (self.run_dir / name).unlink(missing_ok=True)
+            for path in [*self.run_dir.glob("step_*.pt"), *(self.run_dir / n for n in ("last.pt", "best.pt", "log.jsonl"))]:
+                path.unlink(missing_ok=True)
 
     def _restore(self) -> None:
         payload = read_checkpoint(self.run_dir / "last.pt")
@@ -149,7 +155,7 @@ class Trainer:
             min(self.model.max_positions, 1_000_000),
         )
         if skipped and self.progress.batches_done == 0:
-            tqdm.write(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
+            _say(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
         return batches
 
     def _loop(self) -> None:
@@ -202,9 +208,18 @@ class Trainer:
             loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
             self.scaler.scale(loss / total_tokens).backward()
             loss_sum += loss.detach()
-        if self.train_config.clip_norm > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm)
+        self.scaler.unscale_(self.optimizer)
+        clip = self.train_config.clip_norm if self.train_config.clip_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        # One host sync per update. The fp16 scaler skips overflowing steps itself (and lowers its
+        # scale), so only fp32/bf16 updates are checked here.
+        if not self.scaler.is_enabled() and not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.progress.skipped_updates += 1
+            self.progress.nonfinite_in_a_row += 1
+            self.diverged = self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
+            return torch.zeros((), device=self.device), 0
+        self.progress.nonfinite_in_a_row = 0
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -214,7 +229,7 @@ class Trainer:
 
     def _should_stop(self, start_time: float) -> bool:
         config, progress = self.train_config, self.progress
-        if self.stop_requested:
+        if self.stop_requested or self.diverged:
             return True
         if config.max_steps and progress.step >= config.max_steps:
             return True
@@ -257,7 +272,7 @@ class Trainer:
             "elapsed_s": round(progress.elapsed, 1),
         }
         self._append_log(record)
-        tqdm.write(
+        _say(
             f"step {progress.step}: valid loss {valid_loss:.3f}, BLEU {bleu:.2f} "
             f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
         )
@@ -287,20 +302,19 @@ class Trainer:
 
     def _save(self, improved: bool) -> None:
         extra = {"progress": dataclasses.asdict(self.progress), "step": self.progress.step}
-        if improved:
-            atomic_save(checkpoint_payload(self.config, self.tokenizers, self.model, **extra), self.run_dir / "best.pt")
-        atomic_save(
-            checkpoint_payload(
-                self.config,
-                self.tokenizers,
-                self.model,
-                **extra,
-                optimizer=self.optimizer.state_dict(),
-                scheduler=self.scheduler.state_dict(),
-                rng=torch.get_rng_state(),
-            ),
-            self.run_dir / "last.pt",
-        )
+        weights = checkpoint_payload(self.config, self.tokenizers, self.model, **extra)
+        if improved and not self.diverged:
+            atomic_save(weights, self.run_dir / "best.pt")
+        if self.train_config.keep > 0:
+            atomic_save(weights, self.run_dir / f"step_{self.progress.step:08d}.pt")
+            for old in sorted(self.run_dir.glob("step_*.pt"))[: -self.train_config.keep]:
+                old.unlink()
+        training_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
+        atomic_save({**weights, **training_state}, self.run_dir / "last.pt")
 
     def _append_log(self, record: dict[str, Any]) -> None:
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
@@ -308,13 +322,36 @@ class Trainer:
 
     def _final_message(self, start_step: int) -> None:
         progress = self.progress
+        if self.diverged:
+            raise MtkitError(
+                f"training diverged: {self.train_config.max_nonfinite} updates in a row had a non-finite loss or gradient "
+                f"(step {progress.step}); best.pt in {self.run_dir} is kept; lower train.lr or raise train.warmup_steps"
+            )
         reason = "stopped on request" if self.stop_requested else "finished"
-        tqdm.write(
+        _say(
             f"training {reason} at step {progress.step} (epoch {progress.epoch + 1}, {progress.elapsed / 60:.1f} min); "
             f"best valid BLEU {progress.best_bleu:.2f} at step {progress.best_step}; run directory {self.run_dir}"
         )
         if self.stop_requested:
-            tqdm.write(f"resume with: mtkit train RECIPE --resume --set run_dir={self.run_dir}")
+            _say(f"resume with: mtkit train RECIPE --resume --set run_dir={self.run_dir}")
+
+
+def _say(message: str) -> None:
+    """A status line on stderr that does not break the progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def lock_run_dir(run_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on the run directory while training (released when the process ends)."""
+    handle = open(run_dir / "train.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise MtkitError(
+            f"{run_dir}: another training is writing to this run directory; wait for it or use another run_dir"
+        ) from None
+    return handle
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
