@@ -96,7 +96,8 @@ class Translator:
 
     def _segments(self, line: str) -> list[list[int]]:
         """Source ids (+ EOS) of a line: none for an empty line, several for an over-long one."""
-        text = line.strip()
+        # Lone surrogates (possible in Python strings, never in UTF-8 input) become "?".
+        text = line.strip().encode("utf-8", errors="replace").decode("utf-8")
         if self.normalize != "none":
             text = unicodedata.normalize(self.normalize, text)
         if not text:

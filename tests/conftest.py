@@ -60,8 +60,17 @@ def reverse_task_config(directory: Path, **train: object):
             },
             "tokenizer": {"vocab_size": 40},
             "model": {"layers": 2, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
-            "train": {"batch_tokens": 800, "lr": 0.003, "warmup_steps": 50, "label_smoothing": 0.0,
-                      "max_steps": 500, "validate_every": 250, "log_every": 50, "threads": 1, **train},
+            "train": {
+                "batch_tokens": 800,
+                "lr": 0.003,
+                "warmup_steps": 50,
+                "label_smoothing": 0.0,
+                "max_steps": 500,
+                "validate_every": 250,
+                "log_every": 50,
+                "threads": 1,
+                **train,
+            },
             "decode": {"beam": 2},
         }
     )

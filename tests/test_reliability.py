@@ -33,7 +33,10 @@ def write_recipe(config, path: Path) -> Path:
 def start_training(recipe: Path, *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "mtkit", "train", str(recipe), *arguments],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
