@@ -99,6 +99,9 @@ def translate(
     beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
     nbest: Annotated[int, typer.Option(min=1, help="Print the N best translations per line, tab-separated with scores.")] = 1,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
+    bad_bytes: Annotated[
+        str, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
+    ] = "error",
     device: Device = "auto",
 ) -> None:
     """Translate text: one output line per input line, in order."""
@@ -108,7 +111,9 @@ def translate(
     if output is not None and not output.parent.is_dir():
         raise MtkitError(f"{output}: its directory does not exist; create it or choose another --output")
     translator = Translator.load(model, device=device)
-    lines = read_text_lines(input)
+    if bad_bytes not in ("error", "replace"):
+        raise MtkitError(f"--bad-bytes {bad_bytes!r}: choose error or replace")
+    lines = read_text_lines(input, bad_bytes)
     results = translator.translate_nbest(
         lines, beam=beam, nbest=nbest, length_penalty=length_penalty, progress=output is not None
     )

@@ -46,6 +46,7 @@ class DataConfig:
     valid: SplitConfig = field(default_factory=SplitConfig)
     test: SplitConfig | None = None
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
+    bad_bytes: str = field(default="error", metadata=_choice("error", "replace"))  # bytes that are not UTF-8
     max_len: int = 250  # drop training pairs with more whitespace tokens than this on a side
     max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
     dedup: bool = True  # drop repeated (source, target) pairs

@@ -36,11 +36,13 @@ def read_split(
     tgt_lang: str,
     normalize: str = "NFC",
     recipe_key: str = "data.<split>",
+    bad_bytes: str = "error",
 ) -> list[Pair]:
     """Read the sentence pairs of one split, normalized and stripped, at most `split.limit` of them.
 
     Reading stops after `split.limit` pairs, so parallel files are only checked that far.
-    `recipe_key` (such as "data.train") names the split in error messages.
+    `recipe_key` (such as "data.train") names the split in error messages. `bad_bytes="replace"`
+    replaces bytes that are not UTF-8 (and warns with the count of lines) instead of stopping.
     """
     if normalize not in NORMALIZE_FORMS:
         raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(NORMALIZE_FORMS)}")
@@ -48,11 +50,11 @@ def read_split(
         raise MtkitError(f"{recipe_key}.limit is {split.limit}; give a positive number of pairs or leave it unset")
     kind = _source_kind(split, recipe_key)
     if kind == "src/tgt":
-        raw_pairs = _read_parallel_files(Path(split.src), Path(split.tgt), recipe_key)
+        raw_pairs = _read_parallel_files(Path(split.src), Path(split.tgt), recipe_key, bad_bytes)
     elif kind == "tsv":
-        raw_pairs = _read_tsv(Path(split.tsv), f"{recipe_key}.tsv")
+        raw_pairs = _read_tsv(Path(split.tsv), f"{recipe_key}.tsv", bad_bytes)
     elif kind == "jsonl":
-        raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl")
+        raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
     return [(_normalize(src, normalize), _normalize(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit)]
@@ -79,40 +81,47 @@ def _normalize(text: str, form: str) -> str:
     return text.strip()
 
 
-def _read_lines(path: Path, recipe_key: str) -> Iterator[tuple[int, str]]:
+def _read_lines(path: Path, recipe_key: str, bad_bytes: str = "error") -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text) without the line ending and the file's byte-order mark."""
     if not path.is_file():
         raise MtkitError(f"{path}: file not found; check {recipe_key} in the recipe")
     with _open_binary(path) as handle:
         quiet = not sys.stderr.isatty() or path.stat().st_size < PROGRESS_MIN_BYTES
         lines = tqdm(handle, desc=f"reading {path.name}", unit=" lines", disable=quiet, leave=False)
+        replaced = 0
         try:
             for number, raw in enumerate(lines, start=1):
-                text = _decode(raw, path, number).rstrip("\r\n")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    if bad_bytes != "replace":
+                        raise _bad_bytes_error(raw, err, path, number) from None
+                    text, replaced = raw.decode("utf-8", errors="replace"), replaced + 1
+                text = text.rstrip("\r\n")
                 if number == 1:
                     text = text.removeprefix(BYTE_ORDER_MARK)
                 yield number, text
         except (gzip.BadGzipFile, EOFError) as err:
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
+        if replaced:
+            print(f"mtkit: warning: {path}: replaced bytes that are not UTF-8 on {replaced} lines", file=sys.stderr)
 
 
 def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
 
 
-def _decode(raw: bytes, path: Path, number: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
-        raise MtkitError(
-            f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); convert the file to UTF-8"
-        ) from None
+def _bad_bytes_error(raw: bytes, err: UnicodeDecodeError, path: Path, number: int) -> MtkitError:
+    column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
+    return MtkitError(
+        f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); convert the file to UTF-8 "
+        "or set data.bad_bytes=replace"
+    )
 
 
-def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str) -> Iterator[Pair]:
-    src_lines = _read_lines(src_path, f"{recipe_key}.src")
-    tgt_lines = _read_lines(tgt_path, f"{recipe_key}.tgt")
+def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
+    src_lines = _read_lines(src_path, f"{recipe_key}.src", bad_bytes)
+    tgt_lines = _read_lines(tgt_path, f"{recipe_key}.tgt", bad_bytes)
     for count, (src_item, tgt_item) in enumerate(itertools.zip_longest(src_lines, tgt_lines)):
         if src_item is None or tgt_item is None:
             # One file ended early: count the rest of the other to say how long each is.
@@ -125,8 +134,8 @@ def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str) -> Ite
         yield src_item[1], tgt_item[1]
 
 
-def _read_tsv(path: Path, recipe_key: str) -> Iterator[Pair]:
-    for number, line in _read_lines(path, recipe_key):
+def _read_tsv(path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
+    for number, line in _read_lines(path, recipe_key, bad_bytes):
         fields = line.split("\t")
         if len(fields) != 2:
             raise MtkitError(
@@ -136,9 +145,9 @@ def _read_tsv(path: Path, recipe_key: str) -> Iterator[Pair]:
         yield fields[0], fields[1]
 
 
-def _read_jsonl(path: Path, src_lang: str, tgt_lang: str, recipe_key: str) -> Iterator[Pair]:
+def _read_jsonl(path: Path, src_lang: str, tgt_lang: str, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
     """Yield pairs from JSON objects, one a line; blank lines are skipped."""
-    for number, line in _read_lines(path, recipe_key):
+    for number, line in _read_lines(path, recipe_key, bad_bytes):
         if not line.strip():
             continue
         try:

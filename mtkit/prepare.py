@@ -96,7 +96,9 @@ def load_prepared(data_dir: Path, split: str) -> datasets.Dataset:
 
 
 def _read(config: Config, name: str, split: SplitConfig) -> list[Pair]:
-    return read_split(split, config.src_lang, config.tgt_lang, config.data.normalize, recipe_key=f"data.{name}")
+    return read_split(
+        split, config.src_lang, config.tgt_lang, config.data.normalize, recipe_key=f"data.{name}", bad_bytes=config.data.bad_bytes
+    )
 
 
 def _check_not_empty(pairs: list[Pair], name: str, clean_report: CleanReport | None) -> None:

@@ -8,11 +8,16 @@ from pathlib import Path
 from mtkit.errors import MtkitError
 
 
-def decode_lines(data: bytes, name: str) -> list[str]:
-    """UTF-8 bytes -> lines without "\\n"/"\\r"; splits on "\\n" only so parallel files stay aligned."""
+def decode_lines(data: bytes, name: str, bad_bytes: str = "error") -> list[str]:
+    """UTF-8 bytes -> lines without "\\n"/"\\r"; splits on "\\n" only so parallel files stay aligned.
+
+    `bad_bytes="replace"` turns bytes that are not UTF-8 into U+FFFD and warns how many lines had them.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
+        if bad_bytes == "replace":
+            return _replace_bad_bytes(data, name)
         line_number = data.count(b"\n", 0, err.start) + 1
         raise MtkitError(f"{name}:{line_number}: not valid UTF-8; convert the file to UTF-8") from None
     # A byte-order mark would otherwise become part of the first sentence.
@@ -25,16 +30,23 @@ def decode_lines(data: bytes, name: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def read_lines(path: Path) -> list[str]:
+def _replace_bad_bytes(data: bytes, name: str) -> list[str]:
+    lines = decode_lines(data.decode("utf-8", errors="replace").encode("utf-8"), name)
+    damaged = sum(1 for raw in data.split(b"\n") if raw.decode("utf-8", errors="replace").encode("utf-8") != raw)
+    print(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {damaged} lines", file=sys.stderr)
+    return lines
+
+
+def read_lines(path: Path, bad_bytes: str = "error") -> list[str]:
     """Read a UTF-8 text file as one string per line."""
-    return decode_lines(_read_bytes(Path(path)), str(path))
+    return decode_lines(_read_bytes(Path(path)), str(path), bad_bytes)
 
 
-def read_text_lines(path: Path | None) -> list[str]:
+def read_text_lines(path: Path | None, bad_bytes: str = "error") -> list[str]:
     """Lines of `path`, or of standard input when `path` is None."""
     if path is None:
-        return decode_lines(sys.stdin.buffer.read(), "<stdin>")
-    return read_lines(path)
+        return decode_lines(sys.stdin.buffer.read(), "<stdin>", bad_bytes)
+    return read_lines(path, bad_bytes)
 
 
 def write_lines(lines: list[str], path: Path | None) -> None:

@@ -195,7 +195,7 @@ def test_invalid_utf8_names_line_byte_and_column(tmp_path, suffix):
     src = write_bytes(tmp_path / f"x.de{suffix}", b"Hund\nKatze\nM\xc3\xa4u\xffse\n")  # 0xff is the 4th character
     tgt = write_bytes(tmp_path / f"x.en{suffix}", b"dog\ncat\nmice\n")
     message = read_error(SplitConfig(src=str(src), tgt=str(tgt)))
-    assert message == f"{src}:3: not valid UTF-8 (byte 0xff at column 4); convert the file to UTF-8"
+    assert message == f"{src}:3: not valid UTF-8 (byte 0xff at column 4); convert the file to UTF-8 or set data.bad_bytes=replace"
 
 
 @pytest.mark.parametrize("content", [b"not gzip at all\n", gzip.compress(b"Hund\n" * 100)[:-12]], ids=["not-gzip", "truncated"])
@@ -399,3 +399,14 @@ def test_every_pair_is_kept_or_counted_once(pairs, dedup, drop_copies):
     assert all(pair in remaining for pair in kept)  # kept pairs appear in their original order
     if dedup:
         assert len(set(kept)) == len(kept)
+
+
+def test_bad_bytes_can_be_replaced_and_counted(tmp_path, capsys):
+    src, tgt = tmp_path / "bad.de", tmp_path / "bad.en"
+    src.write_bytes(b"gut\nschlecht \xff hier\nauch \xfe\xfe\n")
+    tgt.write_bytes(b"good\nbad here\nalso\n")
+    pairs = read_split(SplitConfig(src=str(src), tgt=str(tgt)), "de", "en", bad_bytes="replace")
+    assert [s for s, _ in pairs] == ["gut", "schlecht \ufffd hier", "auch \ufffd\ufffd"]
+    assert "bad.de: replaced bytes that are not UTF-8 on 2 lines" in capsys.readouterr().err
+    with pytest.raises(MtkitError, match=r"bad\.de:2: .*data\.bad_bytes=replace"):
+        read_split(SplitConfig(src=str(src), tgt=str(tgt)), "de", "en")

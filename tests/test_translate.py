@@ -70,3 +70,17 @@ def test_over_long_lines_are_translated_in_segments(translator):
     assert short.split_lines == 1
     expected = " ".join(" ".join(reversed(letters[i : i + 6])) for i in range(0, len(letters), 6))
     assert output == [expected, "c b a"]
+
+
+def test_bad_bytes_in_translate_input_can_be_replaced(reverse_run):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    arguments = ["translate", "-m", str(reverse_run.run_path), "--beam", "1"]
+    refused = CliRunner().invoke(app, arguments, input=b"a b c\nd \xff e\n")
+    assert refused.exit_code == 2 and "<stdin>:2: not valid UTF-8" in refused.stderr
+    replaced = CliRunner().invoke(app, [*arguments, "--bad-bytes", "replace"], input=b"a b c\nd \xff e\n")
+    assert replaced.exit_code == 0
+    assert replaced.stdout.splitlines()[0] == "c b a" and len(replaced.stdout.splitlines()) == 2
+    assert "replaced bytes that are not UTF-8 on 1 lines" in replaced.stderr
