@@ -301,6 +301,15 @@ class Trainer:
         return sacrebleu.corpus_bleu(hypotheses, [self.valid["tgt"]]).score
 
     def _save(self, improved: bool) -> None:
+        try:
+            self._write_checkpoints(improved)
+        except OSError as err:
+            raise MtkitError(
+                f"{self.run_dir}: could not write a checkpoint ({err.strerror or err}); the previous checkpoints are intact; "
+                "free some space and continue with --resume"
+            ) from None
+
+    def _write_checkpoints(self, improved: bool) -> None:
         extra = {"progress": dataclasses.asdict(self.progress), "step": self.progress.step}
         weights = checkpoint_payload(self.config, self.tokenizers, self.model, **extra)
         if improved and not self.diverged:

@@ -466,7 +466,9 @@ def test_translate_non_utf8_stdin(run):
 
 def test_translate_output_into_a_missing_directory(run, tmp_path):
     target = tmp_path / "no-such-dir" / "out.en"
-    assert_one_line_error(invoke("translate", "-m", run, "-o", target, input="Ein Hund.\n"), str(target), "directory does not exist")
+    assert_one_line_error(
+        invoke("translate", "-m", run, "-o", target, input="Ein Hund.\n"), str(target), "directory does not exist"
+    )
 
 
 def test_translate_missing_input_file(run, tmp_path):

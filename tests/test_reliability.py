@@ -162,3 +162,18 @@ def test_resume_refuses_when_another_training_holds_the_run(tmp_path):
             Trainer(config, resume=True)
     finally:
         held.close()
+
+
+def test_a_full_disk_during_training_is_reported_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    config = prepared_reverse_task(tmp_path, max_steps=10, validate_every=10)
+    train(config)
+    before = (config.run_path / "last.pt").read_bytes()
+
+    def disk_full(payload, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mtkit.train, "atomic_save", disk_full)
+    config.train.max_steps = 20
+    with pytest.raises(MtkitError, match="No space left on device.*previous checkpoints are intact"):
+        train(config, resume=True)
+    assert (config.run_path / "last.pt").read_bytes() == before
