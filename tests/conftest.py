@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI explores the same (thousands of) hypothesis cases on every run; locally each run draws new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture
