@@ -93,3 +93,30 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     model.load_state_dict(payload["model"])
     return model, config, tokenizers, payload
+
+
+def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[Path]]:
+    """The element-wise mean of the weights in the run's `last` newest step_*.pt checkpoints.
+
+    Config, tokenizers and progress come from the newest one, so the result loads like any checkpoint.
+    """
+    if last < 1:
+        raise MtkitError(f"--last {last}: give the number of checkpoints to average (at least 1)")
+    paths = sorted(Path(run_dir).glob("step_*.pt"))[-last:]
+    if len(paths) < last:
+        raise MtkitError(
+            f"{run_dir}: {len(paths)} step_*.pt checkpoints found but --last {last} asked for; "
+            f"train with --set train.keep={last} (or more) to keep them"
+        )
+    payloads = [read_checkpoint(path) for path in paths]
+    averaged = dict(payloads[-1])
+    averaged["model"] = {
+        name: torch.stack([p["model"][name].float() for p in payloads]).mean(dim=0).to(value.dtype)
+        if value.is_floating_point()
+        else value
+        for name, value in payloads[-1]["model"].items()
+    }
+    averaged["averaged_from"] = [path.name for path in paths]
+    for key in ("optimizer", "scheduler", "rng"):
+        averaged.pop(key, None)
+    return averaged, paths

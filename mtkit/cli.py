@@ -154,6 +154,21 @@ def evaluate(
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else result.format())
 
 
+@app.command()
+def average(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Run directory holding step_*.pt checkpoints (train.keep).")],
+    last: Annotated[int, typer.Option(help="Average the weights of the N newest step_*.pt checkpoints.")] = 5,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: RUN/average.pt).")] = None,
+) -> None:
+    """Average the last N checkpoints of a run into one model for translate and evaluate."""
+    from mtkit.checkpoint import atomic_save, average_checkpoints
+
+    averaged, sources = average_checkpoints(model, last)
+    target = output or model / "average.pt"
+    atomic_save(averaged, target)
+    typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="mtkit")
