@@ -24,6 +24,7 @@ from tqdm import tqdm
 from mtkit.batching import Batch, ParallelIds, token_batches
 from mtkit.checkpoint import atomic_save, checkpoint_payload, read_checkpoint
 from mtkit.config import Config, config_to_dict, parse_duration
+from mtkit.distributed import any_rank, barrier, broadcast_from_main, init_distributed, shutdown, sum_over_ranks
 from mtkit.errors import MtkitError
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.prepare import load_prepared
@@ -80,12 +81,14 @@ class Trainer:
         self.config = config
         self.train_config = config.train
         self.run_dir = config.run_path
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = lock_run_dir(self.run_dir)
-        self._check_run_dir(resume, overwrite)
+        self.dist, self.device = init_distributed(resolve_device(self.train_config.device))
+        if self.dist.is_main:  # one process owns the run directory
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = lock_run_dir(self.run_dir)
+            self._check_run_dir(resume, overwrite)
+        barrier(self.dist)
         set_threads(self.train_config.threads)
         seed_everything(self.train_config.seed)
-        self.device = resolve_device(self.train_config.device)
         self.amp_dtype = autocast_dtype(self.device, self.train_config.precision)
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
         self.train_ids = ParallelIds(load_prepared(config.data_path, "train"))
@@ -93,6 +96,12 @@ class Trainer:
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(self.device)
+        # Gradients are averaged over ranks by DDP; `update` scales the loss so the result equals
+        # one process over the combined batch.
+        self.forward_model = self.model
+        if self.dist.enabled:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=self.train_config.lr,
@@ -108,7 +117,8 @@ class Trainer:
         self.diverged = False
         if resume:
             self._restore()
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+        if self.dist.is_main:
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
     def _check_run_dir(self, resume: bool, overwrite: bool) -> None:
         last = self.run_dir / "last.pt"
@@ -138,6 +148,7 @@ class Trainer:
         try:
             self._loop()
         finally:
+            shutdown(self.dist)
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
         return self.progress
@@ -154,8 +165,11 @@ class Trainer:
             self.progress.epoch,
             min(self.model.max_positions, 1_000_000),
         )
-        if skipped and self.progress.batches_done == 0:
+        if skipped and self.progress.batches_done == 0 and self.dist.is_main:
             _say(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
+        if self.dist.enabled:  # a disjoint, equally long share of the epoch for each rank
+            usable = len(batches) // self.dist.world_size * self.dist.world_size
+            batches = batches[self.dist.rank : usable : self.dist.world_size]
         return batches
 
     def _loop(self) -> None:
@@ -167,7 +181,7 @@ class Trainer:
             unit=" step",
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=None,
+            disable=None if self.dist.is_main else True,
         )
         window = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
         last_validated = self.progress.step
@@ -192,22 +206,25 @@ class Trainer:
                 self.progress.batches_done = 0
         self.progress.elapsed += time.monotonic() - start_time
         bar.close()
-        if self.progress.step > last_validated or not (self.run_dir / "last.pt").is_file():
+        never_saved = self.dist.is_main and not (self.run_dir / "last.pt").is_file()
+        if self.progress.step > last_validated or broadcast_from_main([never_saved], self.dist)[0]:
             self._validate_and_save()
         self._final_message(start_step)
 
     def update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
         """One optimiser update over `accumulate` batches; the loss is per target token."""
         self.model.train()
-        total_tokens = sum(b.num_tokens for b in batches)
+        local_tokens = torch.tensor(float(sum(b.num_tokens for b in batches)), device=self.device)
+        total_tokens = int(sum_over_ranks(local_tokens, self.dist).item())
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
             with autocast(self.device, self.amp_dtype):
-                logits = self.model(batch.src, batch.src_mask, batch.tgt_in)
+                logits = self.forward_model(batch.src, batch.src_mask, batch.tgt_in)
             loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
-            self.scaler.scale(loss / total_tokens).backward()
+            self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
             loss_sum += loss.detach()
+        loss_sum = sum_over_ranks(loss_sum, self.dist)
         self.scaler.unscale_(self.optimizer)
         clip = self.train_config.clip_norm if self.train_config.clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
@@ -228,6 +245,10 @@ class Trainer:
         return loss_sum, total_tokens
 
     def _should_stop(self, start_time: float) -> bool:
+        """Whether to stop; decided together, so every rank stops at the same update."""
+        return any_rank(self._limit_reached(start_time), self.dist, self.device)
+
+    def _limit_reached(self, start_time: float) -> bool:
         config, progress = self.train_config, self.progress
         if self.stop_requested or self.diverged:
             return True
@@ -249,11 +270,21 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "tokens_per_s": round(window["tokens"] / seconds, 1),
         }
+        if not self.dist.is_main:
+            window.update(loss=torch.zeros((), device=self.device), tokens=0, time=time.monotonic())
+            return
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
         self._append_log(record)
         window.update(loss=torch.zeros((), device=self.device), tokens=0, time=time.monotonic())
 
     def _validate_and_save(self) -> None:
+        """Rank 0 validates and writes checkpoints; every rank then shares its early-stopping state."""
+        if self.dist.is_main:
+            self._validate_and_save_main()
+        shared = [self.progress.best_bleu, self.progress.best_step, self.progress.bad_validations]
+        self.progress.best_bleu, self.progress.best_step, self.progress.bad_validations = broadcast_from_main(shared, self.dist)
+
+    def _validate_and_save_main(self) -> None:
         valid_loss = self._valid_loss()
         bleu = self._valid_bleu()
         progress = self.progress
@@ -331,6 +362,8 @@ class Trainer:
 
     def _final_message(self, start_step: int) -> None:
         progress = self.progress
+        if not self.dist.is_main and not self.diverged:
+            return
         if self.diverged:
             raise MtkitError(
                 f"training diverged: {self.train_config.max_nonfinite} updates in a row had a non-finite loss or gradient "

@@ -1,0 +1,78 @@
+"""Multi-process training under `torchrun`: process group set-up and the few collectives training needs.
+
+Without torchrun (no WORLD_SIZE in the environment, or 1) every function here is a no-op, so the
+single-process path pays nothing. The address and port come from torchrun's environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place in the job."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
+    """Join the torchrun job if there is one: NCCL on CUDA (one GPU per local rank), gloo on CPU."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Distributed(), device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Distributed(rank, world_size, local_rank), device
+
+
+def sum_over_ranks(value: torch.Tensor, context: Distributed) -> torch.Tensor:
+    """The sum of `value` over all ranks (the value itself in a single process)."""
+    if context.enabled:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def any_rank(flag: bool, context: Distributed, device: torch.device) -> bool:
+    """True on every rank when it is True on any rank, so all ranks stop together."""
+    if not context.enabled:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def broadcast_from_main(values: list, context: Distributed) -> list:
+    """Rank 0's `values` (a list of plain objects) on every rank."""
+    if context.enabled:
+        dist.broadcast_object_list(values, src=0)
+    return values
+
+
+def barrier(context: Distributed) -> None:
+    if context.enabled:
+        dist.barrier()
+
+
+def shutdown(context: Distributed) -> None:
+    if context.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,98 @@
+"""Training with torchrun on CPU (gloo): two processes equal one process over the combined batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import prepared_reverse_task
+
+from mtkit.checkpoint import read_checkpoint
+from mtkit.config import config_to_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def torchrun(recipe: Path, processes: int, *arguments: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        "-m",
+        "mtkit",
+        "train",
+        str(recipe),
+        *arguments,
+    ]
+
+
+def write_recipe(config, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(config_to_dict(config)))
+    return path
+
+
+def first_loss(run: Path) -> float:
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    return next(r["train_loss"] for r in records if r.get("step") == 1 and "train_loss" in r)
+
+
+def test_two_processes_equal_one_process_over_the_combined_batch(tmp_path):
+    settings = {"max_steps": 1, "validate_every": 1, "log_every": 1, "batch_tokens": 300, "label_smoothing": 0.1}
+    single = prepared_reverse_task(tmp_path / "single", accumulate=2, **settings)
+    double = prepared_reverse_task(tmp_path / "double", accumulate=1, **settings)
+    for config in (single, double):
+        config.model.dropout = 0.0
+    subprocess.run(
+        [sys.executable, "-m", "mtkit", "train", str(write_recipe(single, tmp_path / "single.yaml"))],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    result = subprocess.run(torchrun(write_recipe(double, tmp_path / "double.yaml"), 2), cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    assert first_loss(double.run_path) == pytest.approx(first_loss(single.run_path), abs=1e-4)
+    one, two = (read_checkpoint(c.run_path / "last.pt")["model"] for c in (single, double))
+    for name, value in one.items():
+        torch.testing.assert_close(two[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    # One set of outputs: every log line once, one checkpoint set, status printed once.
+    lines = (double.run_path / "log.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines)) == 2
+    assert sorted(p.name for p in double.run_path.glob("*.pt")) == ["best.pt", "last.pt"]
+    assert result.stderr.count("training finished") == 1
+
+
+def test_killing_one_rank_ends_the_whole_job(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=1_000_000, validate_every=1_000_000, log_every=5)
+    recipe = write_recipe(config, tmp_path / "recipe.yaml")
+    job = subprocess.Popen(
+        torchrun(recipe, 2), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    log = config.run_path / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and log.read_text().count("train_loss") >= 2):
+        assert time.monotonic() < deadline and job.poll() is None, "the job did not start training"
+        time.sleep(0.1)
+    workers = subprocess.run(["pgrep", "-f", "-P", str(job.pid), "mtkit"], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2, workers
+    killed_at = time.monotonic()
+    os.kill(int(workers[1]), signal.SIGKILL)
+    try:
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode != 0
+    assert time.monotonic() - killed_at < 30
+    assert "Signal 9" in stderr or "SIGKILL" in stderr or "failed" in stderr.lower()
