@@ -96,3 +96,24 @@ def test_killing_one_rank_ends_the_whole_job(tmp_path):
     assert job.returncode != 0
     assert time.monotonic() - killed_at < 30
     assert "Signal 9" in stderr or "SIGKILL" in stderr or "failed" in stderr.lower()
+
+
+def test_resume_under_torchrun_matches_a_straight_run(tmp_path):
+    settings = {"validate_every": 2, "log_every": 1, "batch_tokens": 300}
+    straight = prepared_reverse_task(tmp_path / "straight", max_steps=6, **settings)
+    resumed = prepared_reverse_task(tmp_path / "resumed", max_steps=3, **settings)
+    run = subprocess.run(
+        torchrun(write_recipe(straight, tmp_path / "straight.yaml"), 2), cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    recipe = write_recipe(resumed, tmp_path / "resumed.yaml")
+    first = subprocess.run(torchrun(recipe, 2), cwd=REPO, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = subprocess.run(
+        torchrun(recipe, 2, "--resume", "--set", "train.max_steps=6"), cwd=REPO, capture_output=True, text=True
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    a, b = (read_checkpoint(c.run_path / "last.pt") for c in (straight, resumed))
+    assert a["step"] == b["step"] == 6
+    for name, value in a["model"].items():
+        torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
