@@ -110,9 +110,9 @@ def translate(
 
     if output is not None and not output.parent.is_dir():
         raise MtkitError(f"{output}: its directory does not exist; create it or choose another --output")
-    translator = Translator.load(model, device=device)
     if bad_bytes not in ("error", "replace"):
         raise MtkitError(f"--bad-bytes {bad_bytes!r}: choose error or replace")
+    translator = Translator.load(model, device=device)
     lines = read_text_lines(input, bad_bytes)
     results = translator.translate_nbest(
         lines, beam=beam, nbest=nbest, length_penalty=length_penalty, progress=output is not None

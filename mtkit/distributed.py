@@ -52,6 +52,13 @@ def sum_over_ranks(value: torch.Tensor, context: Distributed) -> torch.Tensor:
     return value
 
 
+def count_over_ranks(count: int, context: Distributed, device: torch.device) -> int:
+    """The sum of an integer count over all ranks; no tensor and no sync in a single process."""
+    if not context.enabled:
+        return count
+    return int(sum_over_ranks(torch.tensor(float(count), device=device), context).item())
+
+
 def any_rank(flag: bool, context: Distributed, device: torch.device) -> bool:
     """True on every rank when it is True on any rank, so all ranks stop together."""
     if not context.enabled:

@@ -24,7 +24,15 @@ from tqdm import tqdm
 from mtkit.batching import Batch, ParallelIds, token_batches
 from mtkit.checkpoint import atomic_save, checkpoint_payload, read_checkpoint
 from mtkit.config import Config, config_to_dict, parse_duration
-from mtkit.distributed import any_rank, barrier, broadcast_from_main, init_distributed, shutdown, sum_over_ranks
+from mtkit.distributed import (
+    any_rank,
+    barrier,
+    broadcast_from_main,
+    count_over_ranks,
+    init_distributed,
+    shutdown,
+    sum_over_ranks,
+)
 from mtkit.errors import MtkitError
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.prepare import load_prepared
@@ -214,8 +222,7 @@ class Trainer:
     def update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
         """One optimiser update over `accumulate` batches; the loss is per target token."""
         self.model.train()
-        local_tokens = torch.tensor(float(sum(b.num_tokens for b in batches)), device=self.device)
-        total_tokens = int(sum_over_ranks(local_tokens, self.dist).item())
+        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.dist, self.device)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
@@ -261,20 +268,18 @@ class Trainer:
         return bool(config.patience) and progress.bad_validations >= config.patience
 
     def _log_window(self, window: dict, bar: tqdm) -> None:
-        seconds = max(time.monotonic() - window["time"], 1e-9)
-        loss = window["loss"].item() / max(window["tokens"], 1)  # the only host sync per log interval
-        record = {
-            "step": self.progress.step,
-            "epoch": self.progress.epoch + 1,
-            "train_loss": round(loss, 4),
-            "lr": self.scheduler.get_last_lr()[0],
-            "tokens_per_s": round(window["tokens"] / seconds, 1),
-        }
-        if not self.dist.is_main:
-            window.update(loss=torch.zeros((), device=self.device), tokens=0, time=time.monotonic())
-            return
-        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
-        self._append_log(record)
+        if self.dist.is_main:
+            seconds = max(time.monotonic() - window["time"], 1e-9)
+            loss = window["loss"].item() / max(window["tokens"], 1)
+            record = {
+                "step": self.progress.step,
+                "epoch": self.progress.epoch + 1,
+                "train_loss": round(loss, 4),
+                "lr": self.scheduler.get_last_lr()[0],
+                "tokens_per_s": round(window["tokens"] / seconds, 1),
+            }
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+            self._append_log(record)
         window.update(loss=torch.zeros((), device=self.device), tokens=0, time=time.monotonic())
 
     def _validate_and_save(self) -> None:
