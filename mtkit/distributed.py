@@ -81,5 +81,7 @@ def barrier(context: Distributed) -> None:
 
 
 def shutdown(context: Distributed) -> None:
+    """Leave the job together: no rank tears down its connections while a peer still uses them."""
     if context.enabled and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
