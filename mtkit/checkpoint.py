@@ -44,12 +44,15 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
         os.close(directory)
 
 
-def checkpoint_payload(config: Config, tokenizers: TokenizerPair, model: EncoderDecoder, **extra: Any) -> dict[str, Any]:
+def checkpoint_payload(
+    config: Config, tokenizers: TokenizerPair, weights: dict[str, torch.Tensor], **extra: Any
+) -> dict[str, Any]:
+    """What every checkpoint holds: format marker, config, tokenizers and the model's state dict."""
     return {
         "format": FORMAT,
         "config": config_to_dict(config),
         "tokenizers": {"src": tokenizers.src.model_proto, "tgt": tokenizers.tgt.model_proto},
-        "model": model.state_dict(),
+        "model": weights,
         **extra,
     }
 

@@ -99,6 +99,7 @@ class TrainConfig:
     patience: int = 0  # stop after this many validations without a better BLEU; 0 = never
     log_every: int = 100
     keep: int = 0  # also keep the weights of the last N validations as step_*.pt; 0 = none
+    ema: float = 0.0  # decay of an exponential moving average of the weights, written as ema.pt; 0 = off
     max_nonfinite: int = 10  # stop after this many updates in a row with a NaN/inf loss or gradient
     seed: int = 1
     device: str = "auto"  # auto, cpu, cuda, cuda:N
@@ -163,6 +164,8 @@ def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
     """Build a checked `Config` from plain data (the YAML form)."""
     config = _build(Config, raw, prefix="", source=source)
     parse_duration(config.train.max_time)  # a bad duration fails now, not after loading data
+    if not 0.0 <= config.train.ema < 1.0:
+        raise MtkitError(f"{source}: 'train.ema' is {config.train.ema}; give a decay in [0, 1) such as 0.999, or 0 for none")
     return config
 
 

@@ -33,6 +33,7 @@ from mtkit.distributed import (
     shutdown,
     sum_over_ranks,
 )
+from mtkit.ema import WeightEMA
 from mtkit.errors import MtkitError
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.prepare import load_prepared
@@ -119,6 +120,7 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(self.train_config.warmup_steps))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.progress = Progress()
         self.max_time = parse_duration(self.train_config.max_time)
         self.stop_requested = False
@@ -138,7 +140,8 @@ class Trainer:
                     f"{self.run_dir} already holds a run; use --resume to continue it, "
                     "--overwrite to start again, or --set run_dir=NEW_DIR"
                 )
-            for path in [*self.run_dir.glob("step_*.pt"), *(self.run_dir / n for n in ("last.pt", "best.pt", "log.jsonl"))]:
+            names = ("last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl")
+            for path in [*self.run_dir.glob("step_*.pt"), *(self.run_dir / n for n in names)]:
                 path.unlink(missing_ok=True)
 
     def _restore(self) -> None:
@@ -148,6 +151,8 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress(**payload["progress"])
         torch.set_rng_state(payload["rng"])
+        if self.ema is not None and "ema" in payload:  # else the average starts from the current weights
+            self.ema.load_state_dict(payload["ema"])
 
     def run(self) -> Progress:
         """Train until a limit or early stopping; returns the final progress."""
@@ -247,6 +252,8 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
         return loss_sum, total_tokens
@@ -347,7 +354,7 @@ class Trainer:
 
     def _write_checkpoints(self, improved: bool) -> None:
         extra = {"progress": dataclasses.asdict(self.progress), "step": self.progress.step}
-        weights = checkpoint_payload(self.config, self.tokenizers, self.model, **extra)
+        weights = checkpoint_payload(self.config, self.tokenizers, self.model.state_dict(), **extra)
         if improved and not self.diverged:
             atomic_save(weights, self.run_dir / "best.pt")
         if self.train_config.keep > 0:
@@ -359,6 +366,9 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),
         }
+        if self.ema is not None:
+            atomic_save(checkpoint_payload(self.config, self.tokenizers, self.ema.weights(), **extra), self.run_dir / "ema.pt")
+            training_state["ema"] = self.ema.state_dict()
         atomic_save({**weights, **training_state}, self.run_dir / "last.pt")
 
     def _append_log(self, record: dict[str, Any]) -> None:

@@ -1,0 +1,83 @@
+"""Exponential moving average of the weights: the arithmetic, tied weights, ema.pt and exact resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import prepared_reverse_task
+from torch import nn
+
+from mtkit.checkpoint import read_checkpoint
+from mtkit.config import config_from_dict
+from mtkit.ema import WeightEMA
+from mtkit.errors import MtkitError
+from mtkit.train import train
+from mtkit.translate import Translator
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(4, 3)
+        self.output = nn.Linear(3, 4, bias=False)
+        self.output.weight = self.embed.weight
+
+
+def test_average_follows_the_warmed_up_decay():
+    model = nn.Linear(2, 1)
+    ema = WeightEMA(model, decay=0.9)
+    start = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    ema.update()  # decay min(0.9, 2/11)
+    expected = start * (2 / 11) + 1.0 * (9 / 11)
+    torch.testing.assert_close(ema.weights()["weight"], expected)
+    for _ in range(79):  # (1 + n) / (10 + n) reaches 0.9 at n = 80
+        ema.update()
+    assert ema.current_decay() == 0.9
+    # The weights stay at 1, so the average converges to them; the model itself is untouched.
+    assert (ema.weights()["weight"] - 1.0).abs().max() < (expected - 1.0).abs().max() * 1e-3
+    assert torch.equal(model.weight, torch.ones_like(model.weight))
+
+
+def test_tied_weights_share_one_average():
+    model = _Tied()
+    ema = WeightEMA(model, decay=0.5)
+    with torch.no_grad():
+        model.embed.weight.add_(1.0)
+    ema.update()
+    weights = ema.weights()
+    assert set(weights) == set(model.state_dict())
+    torch.testing.assert_close(weights["embed.weight"], weights["output.weight"], rtol=0, atol=0)
+
+    restored = WeightEMA(_Tied(), decay=0.5)
+    restored.load_state_dict(ema.state_dict())
+    assert restored.updates == 1
+    torch.testing.assert_close(restored.weights()["output.weight"], weights["output.weight"], rtol=0, atol=0)
+
+
+def test_decay_outside_zero_one_is_a_clear_error():
+    with pytest.raises(MtkitError, match="train.ema"):
+        config_from_dict({"train": {"ema": 1.5}})
+
+
+def test_training_writes_ema_pt_and_resume_continues_the_average_exactly(tmp_path):
+    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300, "ema": 0.9}
+    straight = prepared_reverse_task(tmp_path / "straight", **settings)
+    train(straight)
+    interrupted = prepared_reverse_task(tmp_path / "interrupted", **settings)
+    interrupted.train.max_steps = 20
+    train(interrupted)
+    interrupted.train.max_steps = 40
+    train(interrupted, resume=True)
+
+    straight_ema = read_checkpoint(straight.run_path / "ema.pt")
+    resumed_ema = read_checkpoint(interrupted.run_path / "ema.pt")
+    last = read_checkpoint(straight.run_path / "last.pt")
+    assert resumed_ema["step"] == straight_ema["step"] == 40
+    assert last["ema"]["updates"] == 40
+    for name, value in straight_ema["model"].items():
+        torch.testing.assert_close(resumed_ema["model"][name], value, rtol=0, atol=0, msg=name)
+    assert not torch.equal(straight_ema["model"]["output.weight"], last["model"]["output.weight"])
+    translator = Translator.load(straight.run_path / "ema.pt")
+    assert len(translator.translate(["a b c", ""], beam=2)) == 2
