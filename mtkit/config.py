@@ -66,10 +66,14 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    """Architecture and size. `arch` picks the model; the other keys size it."""
+    """Architecture and size. `arch` picks the model; the other keys size it.
 
-    arch: str = field(default="transformer", metadata=_choice("transformer"))
-    layers: int = 6
+    Shared: layers, dropout, tie_embeddings. Transformer: d_model .. max_positions.
+    RNN: cell .. input_feed.
+    """
+
+    arch: str = field(default="transformer", metadata=_choice("transformer", "rnn"))
+    layers: int = 6  # encoder and decoder layers each
     d_model: int = 512
     heads: int = 8
     ffn_dim: int = 2048
@@ -79,6 +83,12 @@ class ModelConfig:
     positions: str = field(default="sinusoidal", metadata=_choice("sinusoidal", "learned"))
     tie_embeddings: bool = True  # share source, target and output embeddings (joint vocab)
     max_positions: int = 1024
+    cell: str = field(default="lstm", metadata=_choice("lstm", "gru"))
+    hidden_size: int = 512  # RNN state size (a bidirectional encoder gives each direction half)
+    embed_dim: int = 256  # RNN embedding and readout size
+    bidirectional: bool = True  # RNN encoder reads the source both ways
+    attention: str = field(default="bahdanau", metadata=_choice("none", "bahdanau", "luong_dot", "luong_general"))
+    input_feed: bool = False  # Luong input feeding: the previous attentional vector is a decoder input
 
 
 @dataclass

@@ -99,6 +99,7 @@ def reverse_run(tmp_path_factory: pytest.TempPathFactory):
     """A tiny Transformer trained on the reverse task (shared by the train and translate tests)."""
     from mtkit.train import train
 
-    config = prepared_reverse_task(tmp_path_factory.mktemp("reverse"))
+    # At the template's lr 0.003 the model hovers at 46-48 of 50 exact; a lower peak lets it settle.
+    config = prepared_reverse_task(tmp_path_factory.mktemp("reverse"), max_steps=750, batch_tokens=1600, lr=0.001)
     train(config)
     return config

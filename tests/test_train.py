@@ -60,7 +60,7 @@ def test_run_directory_is_self_describing(reverse_run):
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert any("train_loss" in r and "tokens_per_s" in r and "lr" in r for r in records)
     validations = [r for r in records if "valid_bleu" in r]
-    assert [r["step"] for r in validations] == [250, 500]
+    assert [r["step"] for r in validations] == [250, 500, 750]
     payload = read_checkpoint(run / "best.pt")
     assert payload["config"]["model"]["d_model"] == 64
     assert payload["tokenizers"]["src"] == (reverse_run.data_path / "spm.model").read_bytes()
@@ -164,4 +164,4 @@ def test_learning_rate_follows_the_schedule_during_training(reverse_run):
     lr_at = {r["step"]: r["lr"] for r in records if "lr" in r}
     peak, warmup = reverse_run.train.lr, reverse_run.train.warmup_steps
     assert lr_at[50] == pytest.approx(peak * min(51 / warmup, math.sqrt(warmup / 51)), rel=1e-6)
-    assert lr_at[500] == pytest.approx(peak * math.sqrt(warmup / 501), rel=1e-6)
+    assert lr_at[750] == pytest.approx(peak * math.sqrt(warmup / 751), rel=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
+from mtkit.models.rnn import RNNSeq2Seq
 from mtkit.models.transformer import Transformer
 from mtkit.tokenizer import PAD_ID
 
@@ -28,7 +29,23 @@ def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, s
             max_positions=config.max_positions,
             pad_id=PAD_ID,
         )
-    raise MtkitError(f"model.arch={config.arch!r} is not known; choose transformer")
+    if config.arch == "rnn":
+        return RNNSeq2Seq(
+            src_vocab_size,
+            tgt_vocab_size,
+            cell=config.cell,
+            layers=config.layers,
+            hidden_size=config.hidden_size,
+            embed_dim=config.embed_dim,
+            bidirectional=config.bidirectional,
+            attention=config.attention,
+            input_feed=config.input_feed,
+            dropout=config.dropout,
+            tie_embeddings=config.tie_embeddings,
+            share_vocab=share_vocab,
+            pad_id=PAD_ID,
+        )
+    raise MtkitError(f"model.arch={config.arch!r} is not known; choose transformer or rnn")
 
 
-__all__ = ["EncoderDecoder", "Transformer", "build_model"]
+__all__ = ["EncoderDecoder", "RNNSeq2Seq", "Transformer", "build_model"]

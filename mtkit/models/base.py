@@ -5,6 +5,8 @@ Every architecture implements it, so nothing outside `mtkit.models` asks which m
 - `encode(src, src_mask) -> memory`
 - `decode(tgt, memory, src_mask, state) -> (logits, state)`
 - `reorder_state(state, order) -> state`
+- `cross_attention(tgt, memory, src_mask) -> weights` (B, H, T, S): where each target position of
+  teacher-forced `tgt` looks in the source, per head (for heatmaps and tests)
 
 Shapes: `src` (B, S) token ids, `src_mask` (B, S) bool, True on real tokens (False on padding);
 `memory` (B, S, D); `tgt` (B, T) decoder input ids; `logits` (B, T, V).
@@ -33,6 +35,9 @@ class EncoderDecoder(nn.Module):
     def decode(
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
     ) -> tuple[Tensor, DecoderState | None]:
+        raise NotImplementedError
+
+    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         raise NotImplementedError
 
     def reorder_state(self, state: DecoderState, order: Tensor) -> DecoderState:

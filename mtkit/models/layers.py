@@ -113,6 +113,11 @@ class MultiHeadAttention(nn.Module):
         query, key, value = self.qkv(x).chunk(3, dim=-1)
         return self.split_heads(query), self.split_heads(key), self.split_heads(value)
 
+    def weights(self, query: Tensor, key: Tensor, mask: Tensor) -> Tensor:
+        """Explicit attention weights (B, H, T, S) (for inspection; `attend` never builds them)."""
+        scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
+
     def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """1. attention over heads; 2. merge heads; 3. output projection. mask: True = may attend."""
         dropout = self.dropout if self.training else 0.0

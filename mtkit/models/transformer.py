@@ -48,6 +48,14 @@ class DecoderLayer(nn.Module):
         x = self.cross_block(x, lambda h: self._cross_attend(h, memory, memory_mask, state, prefix))
         return self.ffn_block(x, self.feed_forward)
 
+    def cross_weights(self, x: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
+        """Cross-attention weights (B, H, T, S) of this layer for teacher-forced inputs x (B, T, D)."""
+        x = self.self_block(x, lambda h: self._self_attend(h, None, ""))
+        h = self.cross_block.norm(x) if self.cross_block.pre_norm else x
+        query = self.cross_attention.split_heads(self.cross_attention.query(h))  # (B, H, T, Dh)
+        key, _ = self.cross_attention.project_memory(memory)  # (B, H, S, Dh)
+        return self.cross_attention.weights(query, key, memory_mask)
+
     def _self_attend(self, h: Tensor, state: DecoderState | None, prefix: str) -> Tensor:
         query, key, value = self.self_attention.project_self(h)  # (B, H, T, Dh)
         if state is None:
@@ -137,3 +145,11 @@ class Transformer(EncoderDecoder):
         for index, layer in enumerate(self.decoder_layers):
             x = layer(x, memory, memory_mask, state, f"{index}.")
         return self.output(self.decoder_norm(x)), state
+
+    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """The last decoder layer's cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
+        x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1)))
+        memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        for index, layer in enumerate(self.decoder_layers[:-1]):
+            x = layer(x, memory, memory_mask, None, f"{index}.")
+        return self.decoder_layers[-1].cross_weights(x, memory, memory_mask)
