@@ -102,6 +102,11 @@ def translate(
     bad_bytes: Annotated[
         str, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
     ] = "error",
+    plot_attention: Annotated[
+        Optional[Path], typer.Option(help="Write an attention heatmap PNG per sentence into this directory.")
+    ] = None,
+    plot_count: Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")] = 10,
+    plot_heads: Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")] = False,
     device: Device = "auto",
 ) -> None:
     """Translate text: one output line per input line, in order."""
@@ -113,6 +118,10 @@ def translate(
     if bad_bytes not in ("error", "replace"):
         raise MtkitError(f"--bad-bytes {bad_bytes!r}: choose error or replace")
     translator = Translator.load(model, device=device)
+    if plot_attention is not None:
+        from mtkit.attention_plot import check_can_plot
+
+        check_can_plot(translator)
     lines = read_text_lines(input, bad_bytes)
     results = translator.translate_nbest(
         lines, beam=beam, nbest=nbest, length_penalty=length_penalty, progress=output is not None
@@ -122,6 +131,11 @@ def translate(
     else:
         rendered = ["\t".join(f"{t.text}\t{t.score:.4f}" for t in best) for best in results]
     write_lines(rendered, output)
+    if plot_attention is not None:
+        from mtkit.attention_plot import plot_attention as plot
+
+        written = plot(translator, lines, [best[0] for best in results], plot_attention, plot_count, plot_heads)
+        typer.echo(f"mtkit: wrote {len(written)} attention heatmaps to {plot_attention}", err=True)
     if translator.split_lines:
         typer.echo(
             f"mtkit: warning: {translator.split_lines} input lines were longer than decode.max_input_tokens "

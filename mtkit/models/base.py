@@ -51,6 +51,11 @@ class EncoderDecoder(nn.Module):
         return logits
 
     @property
+    def has_cross_attention(self) -> bool:
+        """Whether `cross_attention` has weights to give (an RNN without attention has none)."""
+        return True
+
+    @property
     def max_positions(self) -> int:
         """Longest sequence the model accepts (source or target)."""
         return 1_000_000

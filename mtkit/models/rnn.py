@@ -215,6 +215,10 @@ class RNNSeq2Seq(EncoderDecoder):
         if tie_embeddings:
             self.output.weight = tgt_embed.weight
 
+    @property
+    def has_cross_attention(self) -> bool:
+        return self.decoder.attention is not None
+
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, H)."""
         return self.encoder(src, src_mask)
