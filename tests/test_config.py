@@ -348,3 +348,13 @@ def test_config_dict_round_trip(recipe):
 
 def test_default_config_round_trips():
     assert config_from_dict(config_to_dict(Config())) == Config()
+
+
+@pytest.mark.parametrize("recipe", sorted(REPO.glob("recipes/*/*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
+    from mtkit.models import build_model
+
+    config = load_config(recipe)
+    assert config.name == f"{recipe.parent.name}_{recipe.stem}"  # the Makefile's RUN=runs/multi30k_FILE
+    model = build_model(config.model, config.tokenizer.vocab_size, config.tokenizer.vocab_size, config.tokenizer.joint)
+    assert model.num_parameters() > 1_000_000
