@@ -30,7 +30,14 @@ def set_threads(threads: int) -> None:
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there)."""
+    """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there).
+
+    On CUDA, fp32 matrix multiplies (those autocast leaves in fp32, or all with `fp32`) use TF32
+    tensor cores on Ampere and newer GPUs.
+    """
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     if device.type != "cuda" or precision == "fp32":
         return None
     if precision == "fp16":
