@@ -2,11 +2,13 @@
 
     python benchmarks/speed.py recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
 
-Training: target tokens/s over a steady window of updates (the first updates are warm-up and not
-counted), padding fraction of the batches, peak RSS. Decoding: sentences/s and target pieces/s at
-beam 5 and greedy on the recipe's test split (model loading excluded), with BLEU, using a trained
-run (default: the recipe's run_dir). Run it on an otherwise idle machine; compare figures as
-ratios taken in one run.
+Training: target tokens/s over a steady window of updates (by default updates 51-250, as in the
+peer measurements of issue 4; the first updates are warm-up), padding fraction of the batches,
+peak RSS, and model FLOPs utilisation (MFU): model FLOPs per target token x tokens/s / the fp32
+matrix-multiply FLOP/s measured by this script on this machine in the same run. Decoding:
+sentences/s and target pieces/s at beam 5 and greedy on the recipe's test split (model loading
+excluded), with BLEU, using a trained run (default: the recipe's run_dir). Run it on an otherwise
+idle machine; compare figures as ratios taken in one run.
 """
 
 from __future__ import annotations
@@ -35,6 +37,38 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def matmul_flops_per_s(size: int = 1024, repeats: int = 20) -> float:
+    """Best-of-3 fp32 FLOP/s of a square matrix multiply with torch's current thread setting."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b  # warm-up
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 * repeats / best
+
+
+def training_flops_per_target_token(config, vocab_size: int, src_per_tgt: float, src_len: float, tgt_len: float) -> float | None:
+    """Model FLOPs of one training target token (forward + backward = 3 x forward, 2 FLOPs a MAC).
+
+    Transformer: per layer 4d^2 + 2d.ffn MACs per source token (encoder) and 6d^2 + 2d.ffn per
+    target token (decoder), cross-attention keys/values 2d^2 per source token, attention scores and
+    sums 2.L.d per query, and the output layer d.V per target token. None for other architectures.
+    """
+    model = config.model
+    if model.arch != "transformer":
+        return None
+    d, ffn, layers = model.d_model, model.ffn_dim, model.layers
+    encoder_token = layers * (4 * d * d + 2 * d * ffn + 2 * src_len * d)
+    decoder_token = layers * (6 * d * d + 2 * d * ffn + 2 * (tgt_len / 2) * d + 2 * src_len * d) + d * vocab_size
+    cross_keys_values = layers * 2 * d * d  # per source token
+    macs = decoder_token + src_per_tgt * (encoder_token + cross_keys_values)
+    return 3 * 2 * macs
+
+
 def benchmark_training(config, warmup_updates: int, measured_updates: int) -> dict:
     """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step."""
     with tempfile.TemporaryDirectory() as run_dir:
@@ -43,7 +77,8 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
         batches = trainer.epoch_batches()
         needed = warmup_updates + measured_updates
         batches = (batches * (needed // len(batches) + 1))[:needed]
-        real = padded = 0
+        real = padded = source_tokens = 0
+        sentences = 0
         for index, indices in enumerate(batches):
             if index == warmup_updates:
                 start = time.perf_counter()
@@ -54,7 +89,14 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
                 tokens += batch_tokens
                 real += batch_tokens
                 padded += batch.tgt_out.numel()
+                source_tokens += int(batch.src_mask.sum())
+                sentences += batch.src.size(0)
         seconds = time.perf_counter() - start
+        tokens = int(tokens)
+        flops = training_flops_per_target_token(
+            config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
+        )
+        peak = matmul_flops_per_s()
         return {
             "updates": measured_updates,
             "target_tokens_per_update": round(tokens / measured_updates, 1),
@@ -62,6 +104,9 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
             "padding_fraction": round(1 - real / padded, 4),
             "parameters": trainer.model.num_parameters(),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
+            "matmul_gflop_per_s": round(peak / 1e9, 1),
+            "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
         }
 
 
@@ -94,8 +139,8 @@ def main() -> None:
     parser.add_argument("recipe", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
     parser.add_argument("--model", type=Path, help="trained run for decoding (default: the recipe's run_dir)")
-    parser.add_argument("--warmup-updates", type=int, default=20)
-    parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--warmup-updates", type=int, default=50)
+    parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
     args = parser.parse_args()
     try:
@@ -123,6 +168,9 @@ def print_table(report: dict) -> None:
     print(f"training: {train['target_tokens_per_s']:.0f} target tokens/s "
           f"({train['target_tokens_per_update']:.0f} per update, padding {100 * train['padding_fraction']:.1f}%, "
           f"{train['parameters'] / 1e6:.1f}M parameters), peak RSS {train['peak_rss_mb']:.0f} MB")
+    if train["mfu"] is not None:
+        print(f"          {train['model_mflop_per_target_token']:.1f} MFLOP per target token, fp32 matmul peak "
+              f"{train['matmul_gflop_per_s']:.0f} GFLOP/s, MFU {100 * train['mfu']:.1f}%")
     decode = report.get("decode")
     if decode:
         for name in ("beam5", "greedy"):
