@@ -43,6 +43,9 @@ Overrides = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set train.max_steps=100 (repeatable).")
 ]
 ModelPath = Annotated[Path, typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")]
+TranslateModel = Annotated[
+    Path, typer.Option("--model", "-m", help="Run directory (best.pt, else last.pt), checkpoint or `mtkit export` directory.")
+]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 
 
@@ -93,7 +96,7 @@ def train(
 
 @app.command()
 def translate(
-    model: ModelPath,
+    model: TranslateModel,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
@@ -107,18 +110,25 @@ def translate(
     ] = None,
     plot_count: Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")] = 10,
     plot_heads: Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")] = False,
+    engine: Annotated[
+        str, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch; or ctranslate2, pytorch.")
+    ] = "auto",
     device: Device = "auto",
 ) -> None:
     """Translate text: one output line per input line, in order."""
+    from mtkit.ct2_engine import CT2Translator, load_translator
     from mtkit.textio import read_text_lines, write_lines
-    from mtkit.translate import Translator
 
     if output is not None and not output.parent.is_dir():
         raise MtkitError(f"{output}: its directory does not exist; create it or choose another --output")
     if bad_bytes not in ("error", "replace"):
         raise MtkitError(f"--bad-bytes {bad_bytes!r}: choose error or replace")
-    translator = Translator.load(model, device=device)
+    translator = load_translator(model, engine, device)
     if plot_attention is not None:
+        if isinstance(translator, CT2Translator):
+            raise MtkitError(
+                f"{model}: --plot-attention needs the PyTorch engine; plot with the run directory (mtkit translate -m RUN)"
+            )
         from mtkit.attention_plot import check_can_plot
 
         check_can_plot(translator)
@@ -148,7 +158,9 @@ def translate(
 def evaluate(
     hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file to score.")] = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Translate with this run, then score.")] = None,
+    model: Annotated[
+        Optional[Path], typer.Option("--model", "-m", help="Translate with this run (or `mtkit export` directory), then score.")
+    ] = None,
     split: Annotated[Optional[str], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
     src: Annotated[Optional[Path], typer.Option(help="With -m: source file to translate (needs --ref).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
@@ -166,6 +178,25 @@ def evaluate(
     else:
         raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else result.format())
+
+
+@app.command()
+def export(
+    model: ModelPath,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the exported model to.")],
+    export_format: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[
+        Optional[str], typer.Option(help="Weight type: int8, int8_float32, int16, float16, bfloat16 (default: float32).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an earlier export in --output.")] = False,
+) -> None:
+    """Export a trained Transformer for CTranslate2; `mtkit translate -m DIR` then uses it."""
+    from mtkit.export import export_ctranslate2
+
+    if export_format != "ctranslate2":
+        raise MtkitError(f"--format {export_format}: the only export format is ctranslate2")
+    written = export_ctranslate2(model, output, quantization, force=force)
+    typer.echo(f"exported {model} ({quantization or 'float32'}) to {written}; translate with: mtkit translate -m {written}")
 
 
 @app.command()

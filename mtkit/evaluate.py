@@ -111,11 +111,11 @@ def evaluate_model(
     output: Path | None = None,
     device: str = "auto",
 ) -> EvalResult:
-    """Translate the recipe's `split` (valid/test) or `src` with a trained run, then score it."""
+    """Translate the recipe's `split` (valid/test) or `src` with a trained run or export, then score it."""
+    from mtkit.ct2_engine import load_translator
     from mtkit.textio import write_lines
-    from mtkit.translate import Translator
 
-    translator = Translator.load(model, device=device)
+    translator = load_translator(model, "auto", device)  # a CTranslate2 export carries its recipe too
     sources, references = _sources_and_references(translator.config, model, split, src, refs or [])
     hypotheses = translator.translate(sources, beam=beam, progress=True)
     if output is not None:

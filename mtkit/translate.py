@@ -13,6 +13,7 @@ import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -88,18 +89,11 @@ class Translator:
             bar.update(len(indices))
         bar.close()
         # 3. Put the segments of each line back together, in input order.
-        results, position = [], 0
-        for segments in segments_of_line:
-            results.append(_join(found[position : position + len(segments)], nbest))
-            position += len(segments)
-        return results
+        return regroup(segments_of_line, found, nbest)
 
     def _segments(self, line: str) -> list[list[int]]:
         """Source ids (+ EOS) of a line: none for an empty line, several for an over-long one."""
-        # Lone surrogates (possible in Python strings, never in UTF-8 input) become "?".
-        text = line.strip().encode("utf-8", errors="replace").decode("utf-8")
-        if self.normalize != "none":
-            text = unicodedata.normalize(self.normalize, text)
+        text = clean_line(line, self.normalize)
         if not text:
             return []
         ids = self.tokenizers.src.encode(text)
@@ -107,20 +101,8 @@ class Translator:
         if len(ids) <= limit:
             return [ids + [EOS_ID]]
         self.split_lines += 1
-        return [chunk + [EOS_ID] for chunk in self._split(ids, limit)]
-
-    def _split(self, ids: list[int], limit: int) -> list[list[int]]:
-        """Cut at the last sentence end (else word start) within each window of `limit` pieces."""
-        pieces = self.tokenizers.src.id_to_piece(ids)
-        chunks, start = [], 0
-        while len(ids) - start > limit:
-            window = range(start + limit, start + limit // 2, -1)
-            cut = next((i for i in window if pieces[i - 1].rstrip().endswith((".", "!", "?", ";"))), None)
-            cut = cut or next((i for i in window if pieces[i].startswith("\u2581")), start + limit)
-            chunks.append(ids[start:cut])
-            start = cut
-        chunks.append(ids[start:])
-        return chunks
+        cuts = split_points(self.tokenizers.src.id_to_piece(ids), limit)
+        return [ids[start:end] + [EOS_ID] for start, end in pairwise(cuts)]
 
     def _batches(self, pending: list[int], sources: list[list[int]], beam: int) -> Iterator[list[int]]:
         """Length-sorted batches of at most decode.batch_tokens source tokens x beam."""
@@ -149,6 +131,37 @@ class Translator:
         if beam == 1:
             return [[hypothesis] for hypothesis in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
         return beam_search(self.model, src, src_mask, max_len, beam, alpha, nbest, BOS_ID, EOS_ID)
+
+
+def clean_line(line: str, normalize: str) -> str:
+    """A line as the model reads it: stripped, Unicode-normalised as in training."""
+    # Lone surrogates (possible in Python strings, never in UTF-8 input) become "?".
+    text = line.strip().encode("utf-8", errors="replace").decode("utf-8")
+    return unicodedata.normalize(normalize, text) if normalize != "none" else text
+
+
+def split_points(pieces: Sequence[str], limit: int) -> list[int]:
+    """Cut positions [0, ..., len(pieces)] of segments of at most `limit` pieces.
+
+    Each cut falls after the last sentence end (else before the last word start) in the second
+    half of its window, else at the window's end.
+    """
+    cuts = [0]
+    while len(pieces) - cuts[-1] > limit:
+        start = cuts[-1]
+        window = range(start + limit, start + limit // 2, -1)
+        cut = next((i for i in window if pieces[i - 1].rstrip().endswith((".", "!", "?", ";"))), None)
+        cuts.append(cut or next((i for i in window if pieces[i].startswith("\u2581")), start + limit))
+    return [*cuts, len(pieces)]
+
+
+def regroup(segments_of_line: Sequence[Sequence[object]], found: list[list[Translation]], nbest: int) -> list[list[Translation]]:
+    """The translations of each line, in input order, from those of its segments (`found`, flat)."""
+    results, position = [], 0
+    for segments in segments_of_line:
+        results.append(_join(found[position : position + len(segments)], nbest))
+        position += len(segments)
+    return results
 
 
 def _join(parts: list[list[Translation]], nbest: int) -> list[Translation]:
