@@ -110,9 +110,29 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
         }
 
 
-def benchmark_decoding(config, model_dir: Path) -> dict:
-    """Decode the test split at beam 5 and greedy; model loading is not timed."""
-    translator = Translator.load(model_dir, device=config.train.device)
+def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
+    """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
+    if engine == "pytorch":
+        return Translator.load(model_dir, device=device)
+    from mtkit.ct2_engine import CT2Translator
+    from mtkit.export import export_ctranslate2
+
+    quantization = "int8" if engine.endswith("int8") else None
+    exported = export_ctranslate2(model_dir, workdir / engine, quantization)
+    return CT2Translator.load(exported, device="cpu")
+
+
+def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
+    """Decode the test split at beam 5 and greedy with each engine; model loading is not timed."""
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for engine in engines:
+            translator = load_engine(engine, model_dir, config.train.device, Path(workdir))
+            results[engine] = decode_split(config, translator)
+    return results
+
+
+def decode_split(config, translator) -> dict:
     split = config.data.test or config.data.valid
     pairs = read_split(split, config.src_lang, config.tgt_lang, config.data.normalize)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
@@ -139,6 +159,9 @@ def main() -> None:
     parser.add_argument("recipe", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
     parser.add_argument("--model", type=Path, help="trained run for decoding (default: the recipe's run_dir)")
+    parser.add_argument(
+        "--engines", default="pytorch", help="comma-separated decoding engines: pytorch, ctranslate2, ctranslate2-int8"
+    )
     parser.add_argument("--warmup-updates", type=int, default=50)
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
@@ -151,7 +174,7 @@ def main() -> None:
         }
         model_dir = args.model or config.run_path
         if model_dir.exists():  # decode first: its peak RSS is not masked by training's
-            report["decode"] = benchmark_decoding(config, model_dir)
+            report["decode"] = benchmark_decoding(config, model_dir, args.engines.split(","))
         else:
             print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
         report["train"] = benchmark_training(config, args.warmup_updates, args.updates)
@@ -165,19 +188,24 @@ def main() -> None:
 
 def print_table(report: dict) -> None:
     train = report["train"]
-    print(f"training: {train['target_tokens_per_s']:.0f} target tokens/s "
-          f"({train['target_tokens_per_update']:.0f} per update, padding {100 * train['padding_fraction']:.1f}%, "
-          f"{train['parameters'] / 1e6:.1f}M parameters), peak RSS {train['peak_rss_mb']:.0f} MB")
+    print(
+        f"training: {train['target_tokens_per_s']:.0f} target tokens/s "
+        f"({train['target_tokens_per_update']:.0f} per update, padding {100 * train['padding_fraction']:.1f}%, "
+        f"{train['parameters'] / 1e6:.1f}M parameters), peak RSS {train['peak_rss_mb']:.0f} MB"
+    )
     if train["mfu"] is not None:
-        print(f"          {train['model_mflop_per_target_token']:.1f} MFLOP per target token, fp32 matmul peak "
-              f"{train['matmul_gflop_per_s']:.0f} GFLOP/s, MFU {100 * train['mfu']:.1f}%")
-    decode = report.get("decode")
-    if decode:
+        print(
+            f"          {train['model_mflop_per_target_token']:.1f} MFLOP per target token, fp32 matmul peak "
+            f"{train['matmul_gflop_per_s']:.0f} GFLOP/s, MFU {100 * train['mfu']:.1f}%"
+        )
+    for engine, decode in report.get("decode", {}).items():
         for name in ("beam5", "greedy"):
             row = decode[name]
-            print(f"decode {name:6}: {row['sentences_per_s']:.1f} sentences/s, {row['target_pieces_per_s']:.0f} pieces/s, "
-                  f"BLEU {row['bleu']:.2f} ({decode['sentences']} sentences)")
-        print(f"decode peak RSS {decode['peak_rss_mb']:.0f} MB")
+            print(
+                f"decode {engine} {name:6}: {row['sentences_per_s']:.1f} sent/s, {row['target_pieces_per_s']:.0f} pieces/s, "
+                f"BLEU {row['bleu']:.2f} ({decode['sentences']} sentences)"
+            )
+        print(f"decode {engine} peak RSS {decode['peak_rss_mb']:.0f} MB (process so far)")
 
 
 if __name__ == "__main__":
