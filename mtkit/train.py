@@ -119,7 +119,7 @@ class Trainer:
             fused=self.device.type == "cuda",
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt_schedule(self.train_config.warmup_steps))
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.progress = Progress()
         self.max_time = parse_duration(self.train_config.max_time)
@@ -151,6 +151,8 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress(**payload["progress"])
         torch.set_rng_state(payload["rng"])
+        if payload.get("scaler"):
+            self.scaler.load_state_dict(payload["scaler"])
         if self.ema is not None and "ema" in payload:  # else the average starts from the current weights
             self.ema.load_state_dict(payload["ema"])
 
@@ -240,14 +242,8 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         clip = self.train_config.clip_norm if self.train_config.clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        # One host sync per update. The fp16 scaler skips overflowing steps itself (and lowers its
-        # scale), so only fp32/bf16 updates are checked here.
-        if not self.scaler.is_enabled() and not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.progress.skipped_updates += 1
-            self.progress.nonfinite_in_a_row += 1
-            self.diverged = self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
-            return torch.zeros((), device=self.device), 0
+        if not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):  # the one host sync per update
+            return self._skip_update(bool(torch.isfinite(loss_sum)))
         self.progress.nonfinite_in_a_row = 0
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -257,6 +253,25 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
         return loss_sum, total_tokens
+
+    def _skip_update(self, loss_finite: bool) -> tuple[torch.Tensor, int]:
+        """Drop an update whose loss or gradient is not finite; the step and schedule do not advance.
+
+        Under fp16 a gradient overflow with a finite loss is expected now and then: the scaler halves
+        its loss scale and training goes on. Either way `max_nonfinite` skips in a row end the run.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.skipped_updates += 1
+        self.progress.nonfinite_in_a_row += 1
+        self.diverged = self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
+        if self.scaler.is_enabled():
+            self.scaler.update()  # unscale_ recorded the overflow: the scale is lowered
+            if loss_finite and self.dist.is_main:
+                scale = self.scaler.get_scale()
+                update = self.progress.step + 1
+                _say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
+                self._append_log({"step": self.progress.step, "overflow": True, "loss_scale": scale})
+        return torch.zeros((), device=self.device), 0
 
     def _should_stop(self, start_time: float) -> bool:
         """Whether to stop; decided together, so every rank stops at the same update."""
@@ -365,6 +380,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),
+            "scaler": self.scaler.state_dict(),  # empty unless fp16
         }
         if self.ema is not None:
             atomic_save(checkpoint_payload(self.config, self.tokenizers, self.ema.weights(), **extra), self.run_dir / "ema.pt")

@@ -86,6 +86,30 @@ def test_repeated_non_finite_losses_stop_training_and_keep_best(tmp_path, monkey
     assert read_checkpoint(config.run_path / "last.pt")["progress"]["skipped_updates"] == config.train.max_nonfinite
 
 
+def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_scale(tmp_path, monkeypatch, capsys):
+    # The fp16 path, run on CPU: fp16 autocast and a gradient scaler whose first scale is far too high.
+    real_scaler = torch.amp.GradScaler
+    monkeypatch.setattr(mtkit.train, "autocast_dtype", lambda device, precision: torch.float16)
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: real_scaler(device, 2.0**30, enabled=enabled))
+    config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
+    config.train.max_nonfinite = 40
+    trainer = Trainer(config)
+    assert trainer.scaler.is_enabled()
+    progress = trainer.run()
+
+    assert progress.step == 20 and trainer.scheduler.last_epoch == 20  # skipped updates do not count
+    records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
+    overflows = [r for r in records if r.get("overflow")]
+    assert len(overflows) == progress.skipped_updates >= 1
+    scales = [r["loss_scale"] for r in overflows]
+    assert scales[0] == 2.0**29 and all(later == earlier / 2 for earlier, later in zip(scales, scales[1:], strict=False))
+    assert f"fp16: gradient overflow at update 1; update skipped, loss scale lowered to {2.0**29:g}" in capsys.readouterr().err
+    last = read_checkpoint(config.run_path / "last.pt")
+    assert last["scaler"]["scale"] == trainer.scaler.get_scale() <= scales[-1]
+    for value in last["model"].values():
+        assert torch.isfinite(value.float()).all()
+
+
 def test_keep_rotates_step_checkpoints(tmp_path):
     config = prepared_reverse_task(tmp_path, max_steps=25, validate_every=5, keep=2)
     train(config)
