@@ -52,7 +52,7 @@ lint: install
 	$(BIN)/ruff check mtkit tests benchmarks
 
 # Issue 4's configuration: ~3,600 target tokens per update; decoding with each engine.
-BENCH_ARGS ?= --set train.batch_tokens=4096 --engines pytorch,ctranslate2,ctranslate2-int8
+BENCH_ARGS ?= --set train.batch_tokens=4096 --set decode.max_len_a=0 --set decode.max_len_b=100 --engines pytorch,ctranslate2,ctranslate2-int8
 bench: install
 	$(BIN)/python benchmarks/speed.py $(RECIPE) $(LOCAL_DATA) $(BENCH_ARGS)
 

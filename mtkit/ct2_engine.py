@@ -5,8 +5,9 @@
 
 Inputs are normalised, split and capped exactly as the PyTorch engine does: one output per input
 line, in order, empty lines give empty outputs. CTranslate2's `max_decoding_length` holds for a
-whole call, so each call holds sources of one length, which makes the cap `max_len_a * |src| +
-max_len_b` exact per sentence. `load_translator` picks the engine for a `-m` path.
+whole call, so each call holds the sources that share one cap `max_len_a * |src| + max_len_b`,
+which keeps the cap exact per sentence (with `max_len_a: 0`, one call holds them all).
+`load_translator` picks the engine for a `-m` path.
 
 Where the engines can differ (besides float rounding): at the cap CTranslate2 does not force EOS,
 so beam search may keep fewer (or other) capped hypotheses than mtkit (greedy is unaffected); and
@@ -118,15 +119,16 @@ class CT2Translator:
         # 1. Pieces of each line; a line longer than the model should take becomes several segments.
         segments_of_line = [self._segments(line) for line in lines]
         sources = [segment for segments in segments_of_line for segment in segments]
-        # 2. Decode the segments of each source length in one call (one exact length cap per call).
-        by_length: dict[int, list[int]] = {}
+        # 2. Decode the segments that share a length cap in one call (the cap is per call), longest first.
+        by_cap: dict[int, list[int]] = {}
         for index, source in enumerate(sources):
-            by_length.setdefault(len(source), []).append(index)
+            by_cap.setdefault(self._max_len(len(source) + 1), []).append(index)
         found: list[list[Translation]] = [[] for _ in sources]
         bar = tqdm(total=len(sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
-        for length, indices in sorted(by_length.items(), reverse=True):
+        for max_len, indices in sorted(by_cap.items(), reverse=True):
+            indices.sort(key=lambda index: len(sources[index]), reverse=True)
             batch = [sources[index] for index in indices]
-            for index, hypotheses in zip(indices, self._search(batch, length + 1, beam, nbest, alpha), strict=True):
+            for index, hypotheses in zip(indices, self._search(batch, max_len, beam, nbest, alpha), strict=True):
                 found[index] = hypotheses
             bar.update(len(indices))
         bar.close()
@@ -146,9 +148,12 @@ class CT2Translator:
         cuts = split_points(pieces, limit)
         return [pieces[start:end] for start, end in pairwise(cuts)]
 
-    def _search(self, batch: list[list[str]], source_length: int, beam: int, nbest: int, alpha: float) -> list[list[Translation]]:
-        """Translate sources that all hold `source_length` tokens (EOS included)."""
-        max_len = min(max(max_output_tokens(source_length, self.decode), 1), self.max_positions - 1)
+    def _max_len(self, source_length: int) -> int:
+        """mtkit's output cap, in tokens without EOS, for a source of `source_length` tokens (EOS included)."""
+        return min(max(max_output_tokens(source_length, self.decode), 1), self.max_positions - 1)
+
+    def _search(self, batch: list[list[str]], max_len: int, beam: int, nbest: int, alpha: float) -> list[list[Translation]]:
+        """Translate sources that share the output cap `max_len` (tokens, EOS not counted)."""
         alpha = alpha if beam > 1 else 0.0  # greedy scores are total log-probabilities, as in mtkit
         results = self.model.translate_batch(
             batch,

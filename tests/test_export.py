@@ -106,6 +106,26 @@ def test_greedy_output_at_the_length_cap_matches_pytorch(pytorch, exported):
         assert len(hypothesis.tokens) <= 2
 
 
+def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, exported, sources, monkeypatch):
+    fixed_pytorch, fixed_exported = (
+        with_decode(pytorch, max_len_a=0.0, max_len_b=100),
+        with_decode(exported, max_len_a=0.0, max_len_b=100),
+    )
+    calls = []
+    search = CT2Translator._search
+
+    def counted(self, batch, *rest):
+        calls.append(len(batch))
+        return search(self, batch, *rest)
+
+    monkeypatch.setattr(CT2Translator, "_search", counted)
+    found = fixed_exported.translate_nbest(sources, beam=4)
+    expected = fixed_pytorch.translate_nbest(sources, beam=4)
+    assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
+    assert calls == [sum(1 for line in sources if line.strip())]  # every non-empty line in one call
+    assert len({len(line.split()) for line in sources}) > 3
+
+
 def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, float32_dir, exported, sources, tmp_path):
     int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", "int8")
     assert (int8_dir / "model.bin").stat().st_size < 0.7 * (float32_dir / "model.bin").stat().st_size
