@@ -111,6 +111,10 @@ class Trainer:
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
+        self.compiled_loss = None
+        if self.train_config.compile:  # compiled on the first update; validation and decoding stay eager
+            self.forward_model = torch.compile(self.forward_model, dynamic=True)
+            self.compiled_loss = torch.compile(sequence_loss, dynamic=True)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=self.train_config.lr,
@@ -235,7 +239,7 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.amp_dtype):
                 logits = self.forward_model(batch.src, batch.src_mask, batch.tgt_in)
-            loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
+            loss = (self.compiled_loss or sequence_loss)(logits, batch.tgt_out, self.train_config.label_smoothing)
             self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
             loss_sum += loss.detach()
         loss_sum = sum_over_ranks(loss_sum, self.dist)

@@ -165,3 +165,25 @@ def test_learning_rate_follows_the_schedule_during_training(reverse_run):
     peak, warmup = reverse_run.train.lr, reverse_run.train.warmup_steps
     assert lr_at[50] == pytest.approx(peak * min(51 / warmup, math.sqrt(warmup / 51)), rel=1e-6)
     assert lr_at[750] == pytest.approx(peak * math.sqrt(warmup / 751), rel=1e-6)
+
+
+def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=3, validate_every=3)
+    config.model.dropout = 0.0  # compiled dropout draws other random numbers
+    found = {}
+    for compiled in (False, True):
+        config.train.compile = compiled
+        config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
+        trainer = Trainer(config)
+        batch = trainer.train_ids.collate(trainer.epoch_batches()[0])
+        logits = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in)
+        loss = (trainer.compiled_loss or sequence_loss)(logits, batch.tgt_out, 0.1)
+        loss.backward()
+        found[compiled] = loss.item(), {name: p.grad.clone() for name, p in trainer.model.named_parameters()}
+        trainer.optimizer.zero_grad(set_to_none=True)
+        progress = trainer.run()
+        assert progress.step == 3 and (trainer.run_dir / "best.pt").is_file()
+    assert isinstance(trainer.forward_model, torch._dynamo.eval_frame.OptimizedModule)
+    assert found[True][0] == pytest.approx(found[False][0], rel=1e-5)
+    for name, grad in found[False][1].items():  # summation order differs: compare to the tensor's scale
+        assert (found[True][1][name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
