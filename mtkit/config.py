@@ -115,7 +115,7 @@ class TrainConfig:
     device: str = "auto"  # auto, cpu, cuda, cuda:N
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))
     threads: int = 0  # CPU threads for torch; 0 = all cores
-    compile: bool = False  # torch.compile the training forward pass and loss (see README "Performance")
+    compile: bool = False  # torch.compile the training forward pass (see README "Performance")
 
 
 @dataclass

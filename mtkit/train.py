@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
-import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
 
@@ -35,10 +34,11 @@ from mtkit.distributed import (
 )
 from mtkit.ema import WeightEMA
 from mtkit.errors import MtkitError
+from mtkit.loss import sequence_loss
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.prepare import load_prepared
 from mtkit.runtime import autocast, autocast_dtype, resolve_device, seed_everything, set_threads
-from mtkit.tokenizer import PAD_ID, load_tokenizers
+from mtkit.tokenizer import load_tokenizers
 from mtkit.translate import Translator
 
 
@@ -72,17 +72,6 @@ def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
     return factor
 
 
-def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad target tokens (no one-hot matrix)."""
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        target.reshape(-1),
-        ignore_index=PAD_ID,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
-
-
 class Trainer:
     """Owns one training run: model, optimiser, data order and the run directory."""
 
@@ -111,10 +100,8 @@ class Trainer:
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
-        self.compiled_loss = None
-        if self.train_config.compile:  # compiled on the first update; validation and decoding stay eager
+        if self.train_config.compile:  # compiled on the first update; validation, decoding and the fused loss stay eager
             self.forward_model = torch.compile(self.forward_model, dynamic=True)
-            self.compiled_loss = torch.compile(sequence_loss, dynamic=True)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=self.train_config.lr,
@@ -239,7 +226,7 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.amp_dtype):
                 logits = self.forward_model(batch.src, batch.src_mask, batch.tgt_in)
-            loss = (self.compiled_loss or sequence_loss)(logits, batch.tgt_out, self.train_config.label_smoothing)
+            loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
             self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
             loss_sum += loss.detach()
         loss_sum = sum_over_ranks(loss_sum, self.dist)

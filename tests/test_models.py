@@ -9,7 +9,7 @@ from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.models import Transformer, build_model
 from mtkit.models.base import causal_mask, padding_mask
-from mtkit.models.layers import LearnedPositions, SinusoidalPositions
+from mtkit.models.layers import Dropout, LearnedPositions, SinusoidalPositions
 
 VOCAB = 40
 
@@ -172,3 +172,28 @@ def test_dropout_is_active_only_in_training():
     assert not torch.allclose(model(src, src_mask, tgt), model(src, src_mask, tgt))
     model.eval()
     torch.testing.assert_close(model(src, src_mask, tgt), model(src, src_mask, tgt))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_zeroes_a_share_p_and_keeps_the_expectation(p):
+    torch.manual_seed(0)
+    x = torch.full((400, 500), 2.0, requires_grad=True)
+    out = Dropout(p).train()(x)
+    dropped = out.eq(0).float().mean().item()
+    assert dropped == pytest.approx(p, abs=0.005)
+    kept = out[out.ne(0)]
+    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - p)))
+    out.sum().backward()  # the gradient is the same mask and scale
+    torch.testing.assert_close(x.grad, out.detach() / 2.0)
+
+
+def test_dropout_is_the_identity_in_eval_and_at_zero():
+    x = torch.randn(4, 5)
+    assert Dropout(0.3).eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_dropout_rate_outside_zero_one_is_a_clear_error(p):
+    with pytest.raises(MtkitError, match=r"model.dropout"):
+        Dropout(p)

@@ -1,4 +1,4 @@
-"""Transformer building blocks: scaled embeddings, positions, multi-head attention, feed-forward."""
+"""Model building blocks: dropout, scaled embeddings, positions, multi-head attention, feed-forward."""
 
 from __future__ import annotations
 
@@ -10,6 +10,33 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
+
+
+class Dropout(nn.Module):
+    """Inverted dropout: zero each value with probability p, scale the rest by 1 / (1 - p).
+
+    On CPU the mask is drawn as uniform floats (`rand_like(x) >= p`), which is about 3x faster
+    (forward + backward) than the `bernoulli_` that `nn.Dropout` draws; a model with dropout 0.3
+    spends about a tenth of a CPU training step drawing masks that way. Elsewhere it is
+    `F.dropout`, fused on the GPU.
+    """
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise MtkitError(f"dropout {p} is not in [0, 1); set model.dropout to a rate such as 0.1")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        keep = torch.rand_like(x).ge_(self.p).div_(1.0 - self.p)  # 0 or 1 / (1 - p), like x
+        return x * keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 class ScaledEmbedding(nn.Module):
@@ -134,7 +161,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.inner = nn.Linear(d_model, ffn_dim)
         self.outer = nn.Linear(ffn_dim, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.outer(self.dropout(F.relu(self.inner(x))))
@@ -146,7 +173,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -18,6 +18,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.layers import Dropout
 
 RNN_CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 ATTENTION_KINDS = ("none", "bahdanau", "luong_dot", "luong_general")
@@ -72,7 +73,7 @@ class RNNEncoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if layers > 1 else 0.0,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) -> memory (B, S, H), zeros on padding."""
@@ -126,7 +127,7 @@ class RNNDecoder(nn.Module):
         self.bridge = nn.Linear(hidden_size, hidden_size)
         readout_input = hidden_size + {"none": 0, "bahdanau": hidden_size + embed_dim}.get(attention, hidden_size)
         self.readout = nn.Linear(readout_input, embed_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @property
     def stepwise(self) -> bool:

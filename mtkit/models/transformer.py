@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.models.base import DecoderState, EncoderDecoder
-from mtkit.models.layers import FeedForward, MultiHeadAttention, Residual, ScaledEmbedding, make_positions
+from mtkit.models.layers import Dropout, FeedForward, MultiHeadAttention, Residual, ScaledEmbedding, make_positions
 
 
 class EncoderLayer(nn.Module):
@@ -110,7 +110,7 @@ class Transformer(EncoderDecoder):
         self.tgt_embed = self.src_embed if share else ScaledEmbedding(tgt_vocab_size, d_model, pad_id)
         self.src_positions = make_positions(positions, d_model, max_positions)
         self.tgt_positions = make_positions(positions, d_model, max_positions)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         block = (d_model, heads, ffn_dim, dropout, attention_dropout, pre_norm)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*block) for _ in range(layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*block) for _ in range(layers))
