@@ -152,6 +152,7 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, self._request_stop)
         previous_term = signal.signal(signal.SIGTERM, self._request_stop)
         try:
+            self._start_message()
             self._loop()
         finally:
             shutdown(self.dist)
@@ -381,6 +382,17 @@ class Trainer:
     def _append_log(self, record: dict[str, Any]) -> None:
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as log:
             log.write(json.dumps(record) + "\n")
+
+    def _start_message(self) -> None:
+        if not self.dist.is_main:
+            return
+        precision = "fp32" if self.amp_dtype is None else str(self.amp_dtype).removeprefix("torch.")
+        processes = f", {self.dist.world_size} processes" if self.dist.enabled else ""
+        start = f"resuming at step {self.progress.step}" if self.progress.step else "starting"
+        _say(
+            f"training {self.config.model.arch}: {self.model.num_parameters() / 1e6:.1f}M parameters on "
+            f"{self.device.type} ({precision}{processes}), {start}; run directory {self.run_dir}"
+        )
 
     def _final_message(self, start_step: int) -> None:
         progress = self.progress

@@ -361,6 +361,7 @@ def test_resume_continues_from_the_last_step(workspace, run_copy):
         invoke("train", workspace["recipe"], "--resume", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=40")
     )
     assert "step 40" in result.stderr
+    assert f"M parameters on cpu (fp32), resuming at step {MAX_STEPS};" in result.stderr
     assert read_checkpoint(run_copy / "last.pt")["step"] == 40
     records = [json.loads(line) for line in (run_copy / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["step"] for r in records if "train_loss" in r] == [5, 10, 15, 20, 25, 30, 35, 40]
@@ -371,6 +372,7 @@ def test_resume_continues_from_the_last_step(workspace, run_copy):
 def test_overwrite_starts_the_run_again(workspace, run_copy):
     result = invoke("train", workspace["recipe"], "--overwrite", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=5")
     succeeded(result)
+    assert "training transformer: " in result.stderr and "M parameters on cpu (fp32), starting;" in result.stderr
     assert read_checkpoint(run_copy / "last.pt")["step"] == 5
     records = [json.loads(line) for line in (run_copy / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["step"] for r in records] == [5, 5]  # one training record and one validation, nothing older
