@@ -1,6 +1,7 @@
 """Speed and memory benchmark for a recipe: training throughput and decoding speed, printed and as JSON.
 
     python benchmarks/speed.py recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
+        [--engines pytorch,ctranslate2,ctranslate2-int8] [--compare-compile]
 
 Training: target tokens/s over a steady window of updates (by default updates 51-250, as in the
 peer measurements of issue 4; the first updates are warm-up), padding fraction of the batches,
@@ -164,6 +165,11 @@ def main() -> None:
     )
     parser.add_argument("--warmup-updates", type=int, default=50)
     parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument(
+        "--compare-compile",
+        action="store_true",
+        help="also time training with train.compile=true (same batches, same run) and print the ratio",
+    )
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
     args = parser.parse_args()
     try:
@@ -178,6 +184,9 @@ def main() -> None:
         else:
             print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
         report["train"] = benchmark_training(config, args.warmup_updates, args.updates)
+        if args.compare_compile:  # compilation happens in the warm-up updates, which are not timed
+            compiled = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=True))
+            report["train_compiled"] = benchmark_training(compiled, args.warmup_updates, args.updates)
     except MtkitError as err:
         sys.exit(f"benchmark: error: {err}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +206,13 @@ def print_table(report: dict) -> None:
         print(
             f"          {train['model_mflop_per_target_token']:.1f} MFLOP per target token, fp32 matmul peak "
             f"{train['matmul_gflop_per_s']:.0f} GFLOP/s, MFU {100 * train['mfu']:.1f}%"
+        )
+    if "train_compiled" in report:
+        compiled = report["train_compiled"]
+        ratio = compiled["target_tokens_per_s"] / train["target_tokens_per_s"]
+        print(
+            f"training, train.compile=true: {compiled['target_tokens_per_s']:.0f} target tokens/s, "
+            f"{ratio:.2f}x eager"
         )
     for engine, decode in report.get("decode", {}).items():
         for name in ("beam5", "greedy"):

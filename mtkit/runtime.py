@@ -24,9 +24,14 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise MtkitError(f"device {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, which `taskset` and containers narrow)."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def set_threads(threads: int) -> None:
     """Use `threads` CPU threads for torch (0 = one per core)."""
-    torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0))))
+    torch.set_num_threads(threads or cpu_cores())
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
