@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translation, Translator
@@ -74,12 +75,22 @@ def plot_attention(
             break
         if not line.strip():
             continue
-        figure = _figure(plt, attention_map(translator, line, translation.tokens), per_head, f"line {number}")
+        title = f"{model_label(translator.config.model if translator.config else None)}, line {number}"
+        figure = _figure(plt, attention_map(translator, line, translation.tokens), per_head, title)
         path = directory / f"attention_{number:04d}.png"
         figure.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(figure)
         written.append(path)
     return written
+
+
+def model_label(model: ModelConfig | None) -> str:
+    """The heatmap's title: which model and which of its attentions (plain "attention" if unknown)."""
+    if model is None:
+        return "attention"
+    if model.arch == "transformer":
+        return "Transformer, last decoder layer"
+    return f"RNN {model.cell.upper()}, {model.attention.replace('_', ' ')} attention"
 
 
 def check_can_plot(translator: Translator) -> None:

@@ -11,7 +11,7 @@ from conftest import prepared_reverse_task
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
-from mtkit.attention_plot import attention_map
+from mtkit.attention_plot import attention_map, model_label
 from mtkit.checkpoint import atomic_save, checkpoint_payload
 from mtkit.cli import app
 from mtkit.config import ModelConfig
@@ -42,6 +42,13 @@ def test_transformer_map_rows_are_distributions_over_labelled_pieces(reverse_run
     assert attention.source_pieces[-1] == attention.target_pieces[-1] == "</s>"
     assert "".join(attention.source_pieces[:-1]).replace("\u2581", " ").split() == ["a", "b", "c", "d"]
     assert "".join(attention.target_pieces[:-1]).replace("\u2581", " ").split() == best.text.split()
+
+
+def test_heatmap_titles_name_the_model_and_its_attention():
+    assert model_label(ModelConfig(arch="transformer")) == "Transformer, last decoder layer"
+    assert model_label(ModelConfig(arch="rnn", cell="gru", attention="bahdanau")) == "RNN GRU, bahdanau attention"
+    assert model_label(ModelConfig(arch="rnn", cell="lstm", attention="luong_general")) == "RNN LSTM, luong general attention"
+    assert model_label(None) == "attention"  # a translator built in code, without its recipe
 
 
 def test_translate_writes_a_heatmap_per_sentence_for_the_transformer(reverse_run, tmp_path):
