@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -32,6 +34,26 @@ def cpu_cores() -> int:
 def set_threads(threads: int) -> None:
     """Use `threads` CPU threads for torch (0 = one per core)."""
     torch.set_num_threads(threads or cpu_cores())
+
+
+def retain_freed_memory() -> bool:
+    """Keep freed heap memory in the process for reuse instead of handing it back to the kernel.
+
+    Every training update frees and re-allocates the same large tensors (activations, logits and
+    their gradients). glibc serves such blocks with mmap and unmaps them on free, so the next update
+    page-faults all of that memory in again: on the Multi30k Transformer about 70,000 page faults an
+    update and a tenth of the CPU time in the kernel. With mmap off and a 1 GiB trim threshold,
+    freed blocks are reused. Only glibc on Linux has `mallopt`; elsewhere this does nothing.
+    Returns whether it took effect.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # from glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:

@@ -37,7 +37,7 @@ from mtkit.errors import MtkitError
 from mtkit.loss import sequence_loss
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.prepare import load_prepared
-from mtkit.runtime import autocast, autocast_dtype, resolve_device, seed_everything, set_threads
+from mtkit.runtime import autocast, autocast_dtype, resolve_device, retain_freed_memory, seed_everything, set_threads
 from mtkit.tokenizer import load_tokenizers
 from mtkit.translate import Translator
 
@@ -86,6 +86,8 @@ class Trainer:
             self._check_run_dir(resume, overwrite)
         barrier(self.dist)
         set_threads(self.train_config.threads)
+        if self.device.type == "cpu":
+            retain_freed_memory()  # no page faults for each update's re-allocated tensors
         seed_everything(self.train_config.seed)
         self.amp_dtype = autocast_dtype(self.device, self.train_config.precision)
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
