@@ -9,7 +9,6 @@ RNN its single attention. matplotlib draws them off-screen (Agg), so no display 
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BOS_ID, EOS_ID
-from mtkit.translate import Translation, Translator
+from mtkit.translate import Capability, Translation, Translator
 
 
 @dataclass
@@ -36,16 +35,14 @@ def attention_map(translator: Translator, line: str, target: list[int]) -> Atten
     """Cross-attention of the model decoding `target` (ids, no BOS/EOS) for the source `line`.
 
     Rows are the target pieces and a final </s>; columns the source pieces and </s>. A line
-    longer than decode.max_input_tokens is shown by its first segment.
+    longer than decode.max_input_tokens is shown by its first segment. Needs the PyTorch engine.
     """
-    text = line.strip()
-    if translator.normalize != "none":
-        text = unicodedata.normalize(translator.normalize, text)
-    source = translator.tokenizers.src.encode(text)[: translator.decode.max_input_tokens] + [EOS_ID]
-    src = torch.tensor([source], device=translator.device)
+    translator.require(Capability.ATTENTION, "--plot-attention")
+    model, device = translator.engine.model, translator.engine.device
+    source = translator.segments(line)[0] + [EOS_ID]
+    src = torch.tensor([source], device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
-    tgt = torch.tensor([[BOS_ID, *target]], device=translator.device)
-    model = translator.model
+    tgt = torch.tensor([[BOS_ID, *target]], device=device)
     weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask)[0].float().cpu()  # (H, T, S)
     return AttentionMap(
         weights,
@@ -94,8 +91,9 @@ def model_label(model: ModelConfig | None) -> str:
 
 
 def check_can_plot(translator: Translator) -> None:
-    """A clear error before translating when the model has no attention to show."""
-    if not translator.model.has_cross_attention:
+    """A clear error before translating when the engine or the model has no attention to show."""
+    translator.require(Capability.ATTENTION, "--plot-attention")
+    if not translator.engine.model.has_cross_attention:
         raise MtkitError("--plot-attention: this model has no attention (model.attention: none); drop --plot-attention")
 
 

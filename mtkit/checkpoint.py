@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from mtkit.config import Config, config_from_dict, config_to_dict
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 from mtkit.models import EncoderDecoder, build_model
 from mtkit.tokenizer import Tokenizer, TokenizerPair
 
@@ -77,10 +77,10 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     except pickle.UnpicklingError as err:
         raise MtkitError(
             f"{path}: refused to load: the file contains objects other than weights and plain data "
-            f"(possibly code); only load checkpoints written by mtkit ({' '.join(str(err).split())[:160]})"
+            f"(possibly code); only load checkpoints written by mtkit ({one_line(err)})"
         ) from None
     except (RuntimeError, EOFError, OSError) as err:
-        raise MtkitError(f"{path}: not a readable checkpoint ({' '.join(str(err).split())[:160]})") from None
+        raise MtkitError(f"{path}: not a readable checkpoint ({one_line(err)})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise MtkitError(f"{path}: not an mtkit checkpoint (missing format marker {FORMAT!r})")
     return payload
@@ -90,9 +90,7 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
     payload = read_checkpoint(path)
     config = config_from_dict(payload["config"], source=str(path))
-    src = Tokenizer(payload["tokenizers"]["src"])
-    tgt_proto = payload["tokenizers"]["tgt"]
-    tokenizers = TokenizerPair(src, src if tgt_proto == src.model_proto else Tokenizer(tgt_proto))
+    tokenizers = TokenizerPair.of(Tokenizer(payload["tokenizers"]["src"]), Tokenizer(payload["tokenizers"]["tgt"]))
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     model.load_state_dict(payload["model"])
     return model, config, tokenizers, payload

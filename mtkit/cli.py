@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from mtkit.choices import BadBytes, EngineName, ExportFormat, Quantization, Split
 from mtkit.errors import MtkitError
 
 
@@ -103,55 +104,24 @@ def translate(
     nbest: Annotated[int, typer.Option(min=1, help="Print the N best translations per line, tab-separated with scores.")] = 1,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
     bad_bytes: Annotated[
-        str, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
-    ] = "error",
+        BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
+    ] = BadBytes.ERROR,
     plot_attention: Annotated[
         Optional[Path], typer.Option(help="Write an attention heatmap PNG per sentence into this directory.")
     ] = None,
     plot_count: Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")] = 10,
     plot_heads: Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")] = False,
     engine: Annotated[
-        str, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch; or ctranslate2, pytorch.")
-    ] = "auto",
+        EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
+    ] = EngineName.AUTO,
     device: Device = "auto",
 ) -> None:
     """Translate text: one output line per input line, in order."""
-    from mtkit.ct2_engine import CT2Translator, load_translator
-    from mtkit.textio import read_text_lines, write_lines
+    from mtkit.translate import Translator
+    from mtkit.translate_file import FileOptions, translate_file
 
-    if output is not None and not output.parent.is_dir():
-        raise MtkitError(f"{output}: its directory does not exist; create it or choose another --output")
-    if bad_bytes not in ("error", "replace"):
-        raise MtkitError(f"--bad-bytes {bad_bytes!r}: choose error or replace")
-    translator = load_translator(model, engine, device)
-    if plot_attention is not None:
-        if isinstance(translator, CT2Translator):
-            raise MtkitError(
-                f"{model}: --plot-attention needs the PyTorch engine; plot with the run directory (mtkit translate -m RUN)"
-            )
-        from mtkit.attention_plot import check_can_plot
-
-        check_can_plot(translator)
-    lines = read_text_lines(input, bad_bytes)
-    results = translator.translate_nbest(
-        lines, beam=beam, nbest=nbest, length_penalty=length_penalty, progress=output is not None
-    )
-    if nbest == 1:
-        rendered = [best[0].text for best in results]
-    else:
-        rendered = ["\t".join(f"{t.text}\t{t.score:.4f}" for t in best) for best in results]
-    write_lines(rendered, output)
-    if plot_attention is not None:
-        from mtkit.attention_plot import plot_attention as plot
-
-        written = plot(translator, lines, [best[0] for best in results], plot_attention, plot_count, plot_heads)
-        typer.echo(f"mtkit: wrote {len(written)} attention heatmaps to {plot_attention}", err=True)
-    if translator.split_lines:
-        typer.echo(
-            f"mtkit: warning: {translator.split_lines} input lines were longer than decode.max_input_tokens "
-            "and were translated in segments",
-            err=True,
-        )
+    options = FileOptions(input, output, beam, nbest, length_penalty, bad_bytes, plot_attention, plot_count, plot_heads)
+    translate_file(Translator.load(model, engine, device), options)
 
 
 @app.command()
@@ -161,7 +131,7 @@ def evaluate(
     model: Annotated[
         Optional[Path], typer.Option("--model", "-m", help="Translate with this run (or `mtkit export` directory), then score.")
     ] = None,
-    split: Annotated[Optional[str], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
+    split: Annotated[Optional[Split], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
     src: Annotated[Optional[Path], typer.Option(help="With -m: source file to translate (needs --ref).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
@@ -172,7 +142,8 @@ def evaluate(
     from mtkit.evaluate import evaluate_files, evaluate_model
 
     if model is not None:
-        result = evaluate_model(model, split=split, src=src, refs=ref or [], beam=beam, output=output, device=device)
+        chosen = split.value if split else None
+        result = evaluate_model(model, split=chosen, src=src, refs=ref or [], beam=beam, output=output, device=device)
     elif hyp is not None and ref:
         result = evaluate_files(hyp, ref)
     else:
@@ -184,19 +155,16 @@ def evaluate(
 def export(
     model: ModelPath,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the exported model to.")],
-    export_format: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
-    quantization: Annotated[
-        Optional[str], typer.Option(help="Weight type: int8, int8_float32, int16, float16, bfloat16 (default: float32).")
-    ] = None,
+    export_format: Annotated[ExportFormat, typer.Option("--format", help="Export format.")] = ExportFormat.CTRANSLATE2,
+    quantization: Annotated[Optional[Quantization], typer.Option(help="Weight type (default: float32).")] = None,
     force: Annotated[bool, typer.Option(help="Replace an earlier export in --output.")] = False,
 ) -> None:
     """Export a trained Transformer for CTranslate2; `mtkit translate -m DIR` then uses it."""
     from mtkit.export import export_ctranslate2
 
-    if export_format != "ctranslate2":
-        raise MtkitError(f"--format {export_format}: the only export format is ctranslate2")
-    written = export_ctranslate2(model, output, quantization, force=force)
-    typer.echo(f"exported {model} ({quantization or 'float32'}) to {written}; translate with: mtkit translate -m {written}")
+    weights = quantization.value if quantization else None
+    written = export_ctranslate2(model, output, weights, force=force)
+    typer.echo(f"exported {model} ({weights or 'float32'}) to {written}; translate with: mtkit translate -m {written}")
 
 
 @app.command()

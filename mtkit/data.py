@@ -8,26 +8,22 @@ counts what each rule removed in a `CleanReport`.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import itertools
 import json
 import sys
-import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
-
-from tqdm import tqdm
+from typing import Any
 
 from mtkit.config import DataConfig, SplitConfig
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
+from mtkit.textio import file_lines, model_text
 
 Pair = tuple[str, str]
 
 NORMALIZE_FORMS = ("NFC", "NFKC", "none")
 PROGRESS_MIN_BYTES = 4_000_000  # roughly 100k lines: smaller files are read without a progress bar
-BYTE_ORDER_MARK = "\ufeff"
 
 
 def read_split(
@@ -57,7 +53,7 @@ def read_split(
         raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
-    return [(_normalize(src, normalize), _normalize(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit)]
+    return [(model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit)]
 
 
 def _source_kind(split: SplitConfig, recipe_key: str) -> str:
@@ -75,48 +71,12 @@ def _source_kind(split: SplitConfig, recipe_key: str) -> str:
     return kinds[0]
 
 
-def _normalize(text: str, form: str) -> str:
-    if form != "none":
-        text = unicodedata.normalize(form, text)
-    return text.strip()
-
-
 def _read_lines(path: Path, recipe_key: str, bad_bytes: str = "error") -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text) without the line ending and the file's byte-order mark."""
     if not path.is_file():
         raise MtkitError(f"{path}: file not found; check {recipe_key} in the recipe")
-    with _open_binary(path) as handle:
-        quiet = not sys.stderr.isatty() or path.stat().st_size < PROGRESS_MIN_BYTES
-        lines = tqdm(handle, desc=f"reading {path.name}", unit=" lines", disable=quiet, leave=False)
-        replaced = 0
-        try:
-            for number, raw in enumerate(lines, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    if bad_bytes != "replace":
-                        raise _bad_bytes_error(raw, err, path, number) from None
-                    text, replaced = raw.decode("utf-8", errors="replace"), replaced + 1
-                text = text.rstrip("\r\n")
-                if number == 1:
-                    text = text.removeprefix(BYTE_ORDER_MARK)
-                yield number, text
-        except (gzip.BadGzipFile, EOFError) as err:
-            raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
-        if replaced:
-            print(f"mtkit: warning: {path}: replaced bytes that are not UTF-8 on {replaced} lines", file=sys.stderr)
-
-
-def _open_binary(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
-
-
-def _bad_bytes_error(raw: bytes, err: UnicodeDecodeError, path: Path, number: int) -> MtkitError:
-    column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
-    return MtkitError(
-        f"{path}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); convert the file to UTF-8 "
-        "or set data.bad_bytes=replace"
-    )
+    progress = sys.stderr.isatty() and path.stat().st_size >= PROGRESS_MIN_BYTES
+    return file_lines(path, bad_bytes, " or set data.bad_bytes=replace", progress)
 
 
 def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
@@ -221,7 +181,7 @@ def _load_hub(split: SplitConfig, recipe_key: str) -> Any:
     try:
         return datasets.load_dataset(split.hf, split=split.split)
     except Exception as err:  # noqa: BLE001 - the hub fails in many ways; all mean "use local files"
-        reason = " ".join(str(err).split())[:200]
+        reason = one_line(err, limit=200)
         raise MtkitError(
             f"{split.hf}: the Hugging Face dataset could not be loaded ({type(err).__name__}: {reason}); "
             f"the hub may be unreachable; point {recipe_key}.src/tgt at local files instead"

@@ -6,3 +6,8 @@ class MtkitError(Exception):
 
     The message is one line that names the file, line or key and says what to do.
     """
+
+
+def one_line(err: BaseException, limit: int = 160) -> str:
+    """A library's error message flattened to one line of at most `limit` characters, to quote in ours."""
+    return " ".join(str(err).split())[:limit]

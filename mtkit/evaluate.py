@@ -85,6 +85,11 @@ def _check_lengths(hyps: list[str], refs: list[list[str]]) -> None:
             )
 
 
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    """Corpus BLEU of one reference stream, as `score_corpus` reports it (validation's score)."""
+    return float(_metrics()[0][1].corpus_score(hypotheses, [references]).score)
+
+
 def _metrics() -> list[tuple[str, Metric]]:
     """The reported metrics, in report order; sacrebleu defaults unless stated."""
     from sacrebleu.metrics import BLEU, CHRF, TER
@@ -112,10 +117,10 @@ def evaluate_model(
     device: str = "auto",
 ) -> EvalResult:
     """Translate the recipe's `split` (valid/test) or `src` with a trained run or export, then score it."""
-    from mtkit.ct2_engine import load_translator
     from mtkit.textio import write_lines
+    from mtkit.translate import Translator
 
-    translator = load_translator(model, "auto", device)  # a CTranslate2 export carries its recipe too
+    translator = Translator.load(model, device=device)  # a CTranslate2 export carries its recipe too
     sources, references = _sources_and_references(translator.config, model, split, src, refs or [])
     hypotheses = translator.translate(sources, beam=beam, progress=True)
     if output is not None:

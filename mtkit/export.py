@@ -21,16 +21,18 @@ import torch
 from torch import nn
 
 from mtkit.checkpoint import load_model, resolve_checkpoint
-from mtkit.config import Config, DecodeConfig, config_to_dict
+from mtkit.choices import Quantization
+from mtkit.config import Config, config_to_dict
 from mtkit.errors import MtkitError
 from mtkit.models import Transformer
 from mtkit.models.transformer import DecoderLayer, EncoderLayer
 from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
+from mtkit.translate import output_cap
 
 MANIFEST = "mtkit.json"
 FORMAT = "mtkit-ctranslate2-1"
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+UNLIMITED = 1 << 30  # no position limit: sinusoidal tables have none in mtkit
 
 
 def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
@@ -41,8 +43,8 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
     holds an earlier export.
     """
     ctranslate2 = import_ctranslate2()
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+    if quantization is not None and quantization not in {q.value for q in Quantization}:
+        raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     _check_output_dir(output_dir, force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
@@ -91,13 +93,7 @@ def position_rows(config: Config) -> int:
     if config.model.positions == "learned":
         return config.model.max_positions
     longest_source = config.decode.max_input_tokens + 1
-    return max(config.model.max_positions, longest_source, max_output_tokens(longest_source, config.decode) + 1)
-
-
-def max_output_tokens(source_length: int, decode: DecodeConfig) -> int:
-    """mtkit's cap `max_len_a * |src| + max_len_b` (|src| counts the EOS), computed in float32 like search."""
-    length = np.float32(source_length) * np.float32(decode.max_len_a) + np.float32(decode.max_len_b)
-    return int(length)
+    return max(config.model.max_positions, longest_source, output_cap(longest_source, config.decode, UNLIMITED) + 1)
 
 
 def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: TokenizerPair, positions: int) -> Any:

@@ -1,52 +1,97 @@
-"""Plain-text lines in and out (files or stdin/stdout), with one-line errors for bad bytes."""
+"""Plain-text lines in and out (files, gzip files or stdin/stdout): UTF-8 decoding with one-line
+errors for bad bytes, and the line as the model reads it. Corpora, hypotheses, references and
+`translate` input are all read through `text_lines`.
+"""
 
 from __future__ import annotations
 
+import gzip
+import io
 import sys
+import unicodedata
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
+
+from tqdm import tqdm
 
 from mtkit.errors import MtkitError
 
+BYTE_ORDER_MARK = "\ufeff"
 
-def decode_lines(data: bytes, name: str, bad_bytes: str = "error") -> list[str]:
-    """UTF-8 bytes -> lines without "\\n"/"\\r"; splits on "\\n" only so parallel files stay aligned.
 
-    `bad_bytes="replace"` turns bytes that are not UTF-8 into U+FFFD and warns how many lines had them.
+def model_text(line: str, normalize: str) -> str:
+    """A line as the model reads it, in training and in translation: stripped, Unicode-normalised.
+
+    Lone surrogates (possible in Python strings, never in UTF-8 input) become "?".
     """
+    text = line.strip().encode("utf-8", errors="replace").decode("utf-8")
+    return unicodedata.normalize(normalize, text).strip() if normalize != "none" else text
+
+
+def text_lines(raw_lines: Iterable[bytes], name: str, bad_bytes: str = "error", fix: str = "") -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of UTF-8 byte lines, without line ending or byte-order mark.
+
+    Lines are split on "\\n" only (a "\\r" before it is dropped), so parallel files stay aligned.
+    Bytes that are not UTF-8 stop with an error naming `name`, the line and column (`fix` adds
+    another remedy), or with `bad_bytes="replace"` become U+FFFD, and the damaged lines are counted
+    in one warning at the end.
+    """
+    replaced = 0
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if bad_bytes != "replace":
+                column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
+                raise MtkitError(
+                    f"{name}:{number}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); "
+                    f"convert the file to UTF-8{fix}"
+                ) from None
+            text, replaced = raw.decode("utf-8", errors="replace"), replaced + 1
+        text = text.removesuffix("\n").removesuffix("\r")
+        yield number, text.removeprefix(BYTE_ORDER_MARK) if number == 1 else text
+    if replaced:
+        print(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {replaced} lines", file=sys.stderr)
+
+
+def decode_lines(data: bytes, name: str, bad_bytes: str = "error", fix: str = "") -> list[str]:
+    """UTF-8 bytes -> lines (see `text_lines`)."""
+    return [text for _, text in text_lines(io.BytesIO(data), name, bad_bytes, fix)]
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """A file (gzip-compressed if its name ends in .gz) opened for reading bytes, or a one-line error."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        if bad_bytes == "replace":
-            return _replace_bad_bytes(data, name)
-        line_number = data.count(b"\n", 0, err.start) + 1
-        raise MtkitError(f"{name}:{line_number}: not valid UTF-8; convert the file to UTF-8") from None
-    # A byte-order mark would otherwise become part of the first sentence.
-    text = text.removeprefix("\ufeff")
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.removesuffix("\r") for line in lines]
+        return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    except FileNotFoundError:
+        raise MtkitError(f"{path}: file not found; check the path") from None
+    except IsADirectoryError:
+        raise MtkitError(f"{path}: is a directory; pass a text file with one sentence per line") from None
+    except OSError as err:
+        raise MtkitError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
 
 
-def _replace_bad_bytes(data: bytes, name: str) -> list[str]:
-    lines = decode_lines(data.decode("utf-8", errors="replace").encode("utf-8"), name)
-    damaged = sum(1 for raw in data.split(b"\n") if raw.decode("utf-8", errors="replace").encode("utf-8") != raw)
-    print(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {damaged} lines", file=sys.stderr)
-    return lines
+def file_lines(path: Path, bad_bytes: str = "error", fix: str = "", progress: bool = False) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of a UTF-8 text file (.gz fine), read lazily; see `text_lines`."""
+    with open_binary(path) as handle:
+        raw_lines = tqdm(handle, desc=f"reading {path.name}", unit=" lines", leave=False) if progress else handle
+        try:
+            yield from text_lines(raw_lines, str(path), bad_bytes, fix)
+        except (gzip.BadGzipFile, EOFError) as err:
+            raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
 
-def read_lines(path: Path, bad_bytes: str = "error") -> list[str]:
-    """Read a UTF-8 text file as one string per line."""
-    return decode_lines(_read_bytes(Path(path)), str(path), bad_bytes)
+def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]:
+    """Read a UTF-8 text file (.gz fine) as one string per line."""
+    return [text for _, text in file_lines(Path(path), bad_bytes, fix)]
 
 
-def read_text_lines(path: Path | None, bad_bytes: str = "error") -> list[str]:
+def read_text_lines(path: Path | None, bad_bytes: str = "error", fix: str = "") -> list[str]:
     """Lines of `path`, or of standard input when `path` is None."""
     if path is None:
-        return decode_lines(sys.stdin.buffer.read(), "<stdin>", bad_bytes)
-    return read_lines(path, bad_bytes)
+        return decode_lines(sys.stdin.buffer.read(), "<stdin>", bad_bytes, fix)
+    return read_lines(path, bad_bytes, fix)
 
 
 def write_lines(lines: list[str], path: Path | None) -> None:
@@ -60,14 +105,3 @@ def write_lines(lines: list[str], path: Path | None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as err:
         raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory exists and is writable") from None
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: file not found; check the path") from None
-    except IsADirectoryError:
-        raise MtkitError(f"{path}: is a directory; pass a text file with one sentence per line") from None
-    except OSError as err:
-        raise MtkitError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 
 PAD_ID = 0
 UNK_ID = 1
@@ -66,6 +66,11 @@ class TokenizerPair:
     def joint(self) -> bool:
         return self.src is self.tgt or self.src.model_proto == self.tgt.model_proto
 
+    @classmethod
+    def of(cls, src: Tokenizer, tgt: Tokenizer) -> TokenizerPair:
+        """The pair of two loaded tokenizers; the same object twice when they are one model (joint)."""
+        return cls(src, src if tgt.model_proto == src.model_proto else tgt)
+
 
 def train_sentencepiece(
     sentences: Iterable[str],
@@ -101,7 +106,7 @@ def train_sentencepiece(
         )
     except RuntimeError as err:
         raise MtkitError(
-            f"tokenizer: SentencePiece failed ({' '.join(str(err).split())}); try a smaller tokenizer.vocab_size"
+            f"tokenizer: SentencePiece failed ({one_line(err, limit=400)}); try a smaller tokenizer.vocab_size"
         ) from None
     return Tokenizer(model.getvalue())
 

@@ -1,30 +1,45 @@
-"""Text in, text out: the engine behind `translate`, `evaluate`, validation and the Python API.
+"""Text in, text out: one pipeline over any translation engine, for `translate`, `evaluate`,
+validation and the Python API.
 
     from mtkit import Translator
     Translator.load("runs/multi30k_transformer").translate(["Ein Hund läuft."])
 
-Inputs are normalised as in training, sorted by length into token-budget batches, decoded with
-beam search (greedy for beam 1), detokenised and returned in input order, one output per input.
+The pipeline is written once (`Translator`): clean each line as the model reads it, cut over-long
+lines into segments, sort the segments into length batches of a token budget, let the engine
+search each batch, detokenise, and put segments and lines back in input order. An `Engine` only
+searches a batch of source ids and declares what else it can do (`Capability`); `Translator.load`
+picks the engine for a path. A feature an engine lacks is one clear error (`Translator.require`).
 """
 
 from __future__ import annotations
 
 import sys
-import unicodedata
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from itertools import pairwise
 from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtkit.checkpoint import load_model
+from mtkit.choices import EngineName
 from mtkit.config import Config, DecodeConfig
+from mtkit.errors import MtkitError
 from mtkit.models import EncoderDecoder
-from mtkit.runtime import resolve_device
-from mtkit.search import beam_search, greedy_search
+from mtkit.search import Hypothesis, beam_search, greedy_search
+from mtkit.textio import model_text
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+
+
+class Capability(str, Enum):
+    """What an engine can do beyond searching for the best translation."""
+
+    NBEST = "n-best lists"
+    ATTENTION = "attention weights"
 
 
 @dataclass
@@ -34,32 +49,87 @@ class Translation:
     tokens: list[int]
 
 
+class Engine(ABC):
+    """Searches batches of source ids; the `Translator` pipeline does everything else."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[Capability]]
+    alternative: ClassVar[str]  # how to get a capability this engine lacks
+    max_positions: int  # longest source or target sequence, EOS/BOS included
+
+    @abstractmethod
+    def search(self, sources: list[list[int]], max_len: list[int], beam: int, nbest: int, alpha: float) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses (best first) of each source, in batch order.
+
+        sources: ids without EOS, longest first; max_len: most output tokens of each (EOS excluded);
+        beam 1 is greedy; alpha is the length penalty's exponent.
+        """
+
+
+class PyTorchEngine(Engine):
+    """A model of the encode / decode contract, searched by `mtkit.search` on a torch device.
+
+    The model is used in whatever mode it is in (validation switches a training model to eval
+    itself); `Translator.load` puts a loaded model in eval mode.
+    """
+
+    name = "pytorch"
+    capabilities = frozenset({Capability.NBEST, Capability.ATTENTION})
+    alternative = "every feature is available in the PyTorch engine"
+
+    def __init__(self, model: EncoderDecoder, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
+        self.model = model.to(self.device)
+        self.max_positions = model.max_positions
+
+    def search(self, sources: list[list[int]], max_len: list[int], beam: int, nbest: int, alpha: float) -> list[list[Hypothesis]]:
+        src = torch.full((len(sources), max(len(s) for s in sources) + 1), PAD_ID, dtype=torch.long)  # (B, S)
+        for row, source in enumerate(sources):
+            src[row, : len(source) + 1] = torch.tensor([*source, EOS_ID])
+        src = src.to(self.device)
+        src_mask = src.ne(PAD_ID)
+        caps = torch.tensor(max_len, device=self.device)  # (B,)
+        if beam == 1:
+            return [[found] for found in greedy_search(self.model, src, src_mask, caps, BOS_ID, EOS_ID, alpha=0.0)]
+        return beam_search(self.model, src, src_mask, caps, beam, alpha, nbest, BOS_ID, EOS_ID)
+
+
 class Translator:
-    """A trained model with its tokenizers and decoding defaults."""
+    """An engine with its tokenizers, text normalisation and decoding defaults: lines in, lines out."""
 
     def __init__(
         self,
-        model: EncoderDecoder,
+        engine: Engine,
         tokenizers: TokenizerPair,
         decode: DecodeConfig,
         normalize: str = "NFC",
-        device: torch.device | None = None,
+        config: Config | None = None,
     ) -> None:
-        self.device = device or torch.device("cpu")
-        self.model = model.to(self.device).eval()
+        self.engine = engine
         self.tokenizers = tokenizers
         self.decode = decode
         self.normalize = normalize
+        self.config = config  # the training recipe, when loaded from a run or an export
         self.split_lines = 0  # lines longer than decode.max_input_tokens, translated in segments
-        self.config: Config | None = None  # the training recipe, when loaded from a run
 
     @classmethod
-    def load(cls, path: Path | str, device: str = "auto") -> Translator:
-        """Load a run directory (its best.pt, else last.pt) or a checkpoint file."""
-        model, config, tokenizers, _ = load_model(Path(path))
-        translator = cls(model, tokenizers, config.decode, config.data.normalize, resolve_device(device))
-        translator.config = config
-        return translator
+    def load(cls, path: Path | str, engine: EngineName | str = EngineName.AUTO, device: str = "auto") -> Translator:
+        """A run directory (its best.pt, else last.pt), a checkpoint file, or an `mtkit export` directory."""
+        from mtkit.ct2_engine import is_ctranslate2_export, load_export
+
+        path, engine = Path(path), EngineName(engine)
+        exported = is_ctranslate2_export(path)
+        if engine is EngineName.CTRANSLATE2 or (engine is EngineName.AUTO and exported):
+            return load_export(path, device=device)
+        if exported:
+            raise MtkitError(f"{path}: a CTranslate2 export has no PyTorch checkpoint; use --engine ctranslate2, or -m RUN_DIR")
+        return _load_checkpoint(path, device)
+
+    def require(self, capability: Capability, option: str) -> None:
+        """One clear error when `option` needs a capability this engine lacks."""
+        if capability not in self.engine.capabilities:
+            engine = self.engine
+            raise MtkitError(f"{option} needs {capability.value}, which the {engine.name} engine lacks; {engine.alternative}")
 
     def translate(self, lines: Sequence[str], beam: int | None = None, progress: bool = False) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs."""
@@ -73,71 +143,73 @@ class Translator:
         length_penalty: float | None = None,
         progress: bool = False,
     ) -> list[list[Translation]]:
-        """The `nbest` best translations of each line (best first)."""
+        """The `nbest` best translations of each line (best first), in input order."""
         beam = beam or self.decode.beam
         alpha = self.decode.length_penalty if length_penalty is None else length_penalty
         nbest = min(nbest, beam)
-        # 1. Encode; a line longer than the model should take becomes several segments.
-        segments_of_line = [self._segments(line) for line in lines]
+        if nbest > 1:
+            self.require(Capability.NBEST, "--nbest")
+        # 1. Source ids of each line; a line longer than the model should take becomes several segments.
+        segments_of_line = [self.segments(line) for line in lines]
         sources = [segment for segments in segments_of_line for segment in segments]
-        # 2. Decode every segment in length-sorted batches.
+        self.split_lines += sum(len(segments) > 1 for segments in segments_of_line)
+        # 2. Search every segment in length-sorted batches.
         found: list[list[Translation]] = [[] for _ in sources]
         bar = tqdm(total=len(sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
-        for indices in self._batches(list(range(len(sources))), sources, beam):
-            for index, hypotheses in zip(indices, self._search(indices, sources, beam, nbest, alpha), strict=True):
+        for indices in length_batches([len(s) for s in sources], beam, self.decode.batch_tokens):
+            batch = [sources[i] for i in indices]
+            caps = [output_cap(len(source) + 1, self.decode, self.engine.max_positions) for source in batch]
+            for index, hypotheses in zip(indices, self.engine.search(batch, caps, beam, nbest, alpha), strict=True):
                 found[index] = [Translation(self.tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses]
             bar.update(len(indices))
         bar.close()
         # 3. Put the segments of each line back together, in input order.
         return regroup(segments_of_line, found, nbest)
 
-    def _segments(self, line: str) -> list[list[int]]:
-        """Source ids (+ EOS) of a line: none for an empty line, several for an over-long one."""
-        text = clean_line(line, self.normalize)
+    def segments(self, line: str) -> list[list[int]]:
+        """Source ids (EOS not included) of a line: none if empty, several if over-long."""
+        text = model_text(line, self.normalize)
         if not text:
             return []
         ids = self.tokenizers.src.encode(text)
-        limit = min(self.decode.max_input_tokens, self.model.max_positions - 1)  # room for EOS
+        limit = min(self.decode.max_input_tokens, self.engine.max_positions - 1)  # room for EOS
         if len(ids) <= limit:
-            return [ids + [EOS_ID]]
-        self.split_lines += 1
+            return [ids]
         cuts = split_points(self.tokenizers.src.id_to_piece(ids), limit)
-        return [ids[start:end] + [EOS_ID] for start, end in pairwise(cuts)]
+        return [ids[start:end] for start, end in pairwise(cuts)]
 
-    def _batches(self, pending: list[int], sources: list[list[int]], beam: int) -> Iterator[list[int]]:
-        """Length-sorted batches of at most decode.batch_tokens source tokens x beam."""
-        ordered = sorted(pending, key=lambda i: len(sources[i]), reverse=True)
-        batch: list[int] = []
-        for index in ordered:
-            width = len(sources[batch[0]]) if batch else len(sources[index])
-            if batch and (len(batch) + 1) * width * beam > self.decode.batch_tokens:
-                yield batch
-                batch = []
-            batch.append(index)
-        if batch:
+
+
+def _load_checkpoint(path: Path, device: str) -> Translator:
+    from mtkit.checkpoint import load_model
+    from mtkit.runtime import resolve_device
+
+    model, config, tokenizers, _ = load_model(path)
+    engine = PyTorchEngine(model.eval(), resolve_device(device))
+    return Translator(engine, tokenizers, config.decode, config.data.normalize, config)
+
+
+def output_cap(source_length: int, decode: DecodeConfig, max_positions: int) -> int:
+    """The one output-length rule: at most `max_len_a * |src| + max_len_b` tokens (EOS excluded).
+
+    |src| counts the source's EOS; the product is taken in float32, at least 1, and the output
+    (with BOS) must fit the model's positions.
+    """
+    length = int(np.float32(source_length) * np.float32(decode.max_len_a) + np.float32(decode.max_len_b))
+    return min(max(length, 1), max_positions - 1)
+
+
+def length_batches(lengths: Sequence[int], beam: int, batch_tokens: int) -> Iterator[list[int]]:
+    """Indices sorted by length (longest first) in batches of at most `batch_tokens` source tokens x beam."""
+    batch: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True):
+        width = lengths[batch[0]] + 1 if batch else lengths[index] + 1  # + EOS
+        if batch and (len(batch) + 1) * width * beam > batch_tokens:
             yield batch
-
-    @torch.inference_mode()
-    def _search(self, indices: list[int], sources: list[list[int]], beam: int, nbest: int, alpha: float) -> list:
-        width = max(len(sources[i]) for i in indices)
-        src = torch.full((len(indices), width), PAD_ID, dtype=torch.long)
-        for row, index in enumerate(indices):
-            src[row, : len(sources[index])] = torch.tensor(sources[index])
-        src = src.to(self.device)
-        src_mask = src.ne(PAD_ID)
-        lengths = src_mask.sum(dim=1)
-        max_len = (lengths.float() * self.decode.max_len_a + self.decode.max_len_b).long()
-        max_len = max_len.clamp(min=1, max=self.model.max_positions - 1)
-        if beam == 1:
-            return [[hypothesis] for hypothesis in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
-        return beam_search(self.model, src, src_mask, max_len, beam, alpha, nbest, BOS_ID, EOS_ID)
-
-
-def clean_line(line: str, normalize: str) -> str:
-    """A line as the model reads it: stripped, Unicode-normalised as in training."""
-    # Lone surrogates (possible in Python strings, never in UTF-8 input) become "?".
-    text = line.strip().encode("utf-8", errors="replace").decode("utf-8")
-    return unicodedata.normalize(normalize, text) if normalize != "none" else text
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
 
 
 def split_points(pieces: Sequence[str], limit: int) -> list[int]:

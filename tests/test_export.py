@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 from mtkit.checkpoint import atomic_save, checkpoint_payload
 from mtkit.cli import app
 from mtkit.config import ModelConfig
-from mtkit.ct2_engine import CT2Translator, load_translator
+from mtkit.ct2_engine import CT2Engine, load_export
 from mtkit.errors import MtkitError
 from mtkit.export import MANIFEST, export_ctranslate2, import_ctranslate2
 from mtkit.models import build_model
 from mtkit.tokenizer import BOS_ID, EOS_ID, load_tokenizers
-from mtkit.translate import Translator
+from mtkit.translate import Capability, PyTorchEngine, Translator, length_batches
 
 EXTRA_LINES = ["", "a b c", "   ", "l k j i h g f e d c b a", "a\u0301 b", "g"]
 
@@ -38,8 +38,8 @@ def float32_dir(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(float32_dir) -> CT2Translator:
-    return CT2Translator.load(float32_dir, threads=1)
+def exported(float32_dir) -> Translator:
+    return load_export(float32_dir, threads=1)
 
 
 @pytest.fixture
@@ -112,17 +112,19 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, expo
         with_decode(exported, max_len_a=0.0, max_len_b=100),
     )
     calls = []
-    search = CT2Translator._search
+    search = CT2Engine._translate
 
     def counted(self, batch, *rest):
         calls.append(len(batch))
         return search(self, batch, *rest)
 
-    monkeypatch.setattr(CT2Translator, "_search", counted)
+    monkeypatch.setattr(CT2Engine, "_translate", counted)
     found = fixed_exported.translate_nbest(sources, beam=4)
     expected = fixed_pytorch.translate_nbest(sources, beam=4)
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
-    assert calls == [sum(1 for line in sources if line.strip())]  # every non-empty line in one call
+    # One call per batch of the pipeline: every length shares the cap.
+    lengths = [len(segments[0]) for segments in map(fixed_exported.segments, sources) if segments]
+    assert calls == [len(batch) for batch in length_batches(lengths, 4, fixed_exported.decode.batch_tokens)]
     assert len({len(line.split()) for line in sources}) > 3
 
 
@@ -130,7 +132,7 @@ def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, float32_dir
     int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", "int8")
     assert (int8_dir / "model.bin").stat().st_size < 0.7 * (float32_dir / "model.bin").stat().st_size
     assert json.loads((int8_dir / MANIFEST).read_text())["quantization"] == "int8"
-    int8 = CT2Translator.load(int8_dir, threads=1)
+    int8 = load_export(int8_dir, threads=1)
     quantized, reference = int8.translate(sources, beam=1), exported.translate(sources, beam=1)
     assert len(quantized) == len(sources)
     assert sum(q == r for q, r in zip(quantized, reference, strict=True)) >= 0.9 * len(sources)
@@ -151,7 +153,7 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
             parameter.add_(0.3 * torch.randn_like(parameter))  # no weight keeps its (often zero or one) initial value
     checkpoint = tmp_path / "model.pt"
     atomic_save(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
-    translator = CT2Translator.load(export_ctranslate2(checkpoint, tmp_path / "exported", None), threads=1)
+    translator = load_export(export_ctranslate2(checkpoint, tmp_path / "exported", None), threads=1)
     for source, target in [("a b c d", "d c b a"), ("l k j i h g f", "f g h i j k l l"), ("e", "")]:
         source_ids, target_ids = tokenizers.src.encode(source) + [EOS_ID], tokenizers.tgt.encode(target)
         with torch.no_grad():
@@ -159,7 +161,7 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
             memory = model.encode(src, src.ne(0))
             logits, _ = model.decode(torch.tensor([[BOS_ID, *target_ids]]), memory, src.ne(0))
         expected = torch.log_softmax(logits[0], dim=-1)[torch.arange(len(target_ids) + 1), target_ids + [EOS_ID]]
-        scored = translator.model.score_batch(
+        scored = translator.engine.model.score_batch(
             [tokenizers.src.id_to_piece(source_ids[:-1])], [tokenizers.tgt.id_to_piece(target_ids)]
         )
         torch.testing.assert_close(torch.tensor(scored[0].log_probs), expected, atol=2e-4, rtol=0)
@@ -201,32 +203,21 @@ def test_a_missing_ctranslate2_package_says_how_to_install_it(monkeypatch):
 
 
 def test_engines_are_chosen_by_what_the_path_holds(reverse_run, float32_dir):
-    assert isinstance(load_translator(float32_dir), CT2Translator)
-    assert isinstance(load_translator(reverse_run.run_path, device="cpu"), Translator)
+    assert isinstance(Translator.load(float32_dir).engine, CT2Engine)
+    assert isinstance(Translator.load(reverse_run.run_path, device="cpu").engine, PyTorchEngine)
     with pytest.raises(MtkitError, match="--engine ctranslate2"):
-        load_translator(float32_dir, engine="pytorch")
+        Translator.load(float32_dir, engine="pytorch")
     with pytest.raises(MtkitError, match="not a CTranslate2 export"):
-        load_translator(reverse_run.run_path, engine="ctranslate2")
+        Translator.load(reverse_run.run_path, engine="ctranslate2")
 
 
-def test_cli_export_then_translate_and_evaluate(reverse_run, tmp_path):
-    runner, run = CliRunner(), str(reverse_run.run_path)
-    target = tmp_path / "exported"
-    exported = runner.invoke(app, ["export", "-m", run, "--format", "ctranslate2", "-o", str(target)])
-    assert exported.exit_code == 0, exported.output
-    text = "a b c\n\nd e f g h\nh i\n"
-    for options in (["--beam", "1"], ["--beam", "3", "--nbest", "2", "--length-penalty", "0.5"]):
-        from_export = runner.invoke(app, ["translate", "-m", str(target), *options], input=text)
-        from_run = runner.invoke(app, ["translate", "-m", run, *options], input=text)
-        assert from_export.exit_code == 0, from_export.output
-        texts = [line.split("\t")[::2] for line in from_export.stdout.splitlines()]  # scores may differ in the 4th decimal
-        assert len(texts) == 4 and set(texts[1]) == {""}  # one line per input line; the empty one stays empty
-        assert texts == [line.split("\t")[::2] for line in from_run.stdout.splitlines()]
-    plotted = runner.invoke(app, ["translate", "-m", str(target), "--plot-attention", str(tmp_path / "plots")], input=text)
-    assert plotted.exit_code == 2 and "--plot-attention needs the PyTorch engine" in plotted.stderr
-    again = runner.invoke(app, ["export", "-m", run, "-o", str(target)])
-    assert again.exit_code == 2 and "--force" in again.stderr
-    evaluate = ["evaluate", "--split", "valid", "--beam", "1", "--json"]
-    from_export, from_run = runner.invoke(app, [*evaluate, "-m", str(target)]), runner.invoke(app, [*evaluate, "-m", run])
-    assert from_export.exit_code == 0, from_export.output
-    assert json.loads(from_export.stdout) == json.loads(from_run.stdout)
+def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alternative(exported, float32_dir, tmp_path):
+    with pytest.raises(MtkitError, match=r"^--plot-attention needs attention weights, which the ctranslate2 engine lacks; use"):
+        exported.require(Capability.ATTENTION, "--plot-attention")
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    arguments = ["translate", "-m", str(float32_dir), "-i", str(source), "--plot-attention", str(tmp_path / "plots")]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "ctranslate2 engine lacks" in result.stderr and "mtkit translate -m" in result.stderr
+    assert not (tmp_path / "plots").exists()

@@ -185,13 +185,13 @@ def test_rnn_trains_saves_and_translates_through_the_pipeline(tmp_path):
     sources = (tmp_path / "raw/valid.src").read_text().splitlines()
     targets = (tmp_path / "raw/valid.tgt").read_text().splitlines()
     translator = Translator.load(config.run_path)
-    assert isinstance(translator.model, RNNSeq2Seq)
+    assert isinstance(translator.engine.model, RNNSeq2Seq)
     hypotheses = translator.translate(sources, beam=4)
     assert sum(h == t for h, t in zip(hypotheses, targets, strict=True)) >= 0.9 * len(targets)
     # Checkpoint round trip: a copy of best.pt gives identical logits.
     copy = tmp_path / "copy.pt"
     atomic_save(read_checkpoint(config.run_path / "best.pt"), copy)
-    reloaded = Translator.load(copy).model
+    reloaded = Translator.load(copy).engine.model
     src = torch.tensor([[5, 6, 7, 3]])
     with torch.inference_mode():
-        torch.testing.assert_close(reloaded(src, src.ne(0), src), translator.model(src, src.ne(0), src), rtol=0, atol=0)
+        torch.testing.assert_close(reloaded(src, src.ne(0), src), translator.engine.model(src, src.ne(0), src), rtol=0, atol=0)

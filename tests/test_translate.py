@@ -18,7 +18,7 @@ def test_outputs_keep_input_order_across_many_small_batches(translator):
     lines = ["a b c", "", "d e f g h i j", "k l", "   ", "a", "b c d e f"]
     one_by_one = [translator.translate([line])[0] for line in lines]
     tiny_batches = Translator(
-        translator.model, translator.tokenizers, dataclasses.replace(translator.decode, batch_tokens=10), translator.normalize
+        translator.engine, translator.tokenizers, dataclasses.replace(translator.decode, batch_tokens=10), translator.normalize
     )
     assert tiny_batches.translate(lines) == one_by_one
     assert translator.translate(lines) == one_by_one
@@ -47,7 +47,7 @@ def test_input_is_normalised_like_training_data(translator):
 
 def test_output_length_is_capped_by_max_len(translator):
     capped = Translator(
-        translator.model,
+        translator.engine,
         translator.tokenizers,
         dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=2),
         translator.normalize,
@@ -63,7 +63,7 @@ def test_very_long_input_is_translated_to_one_line(translator):
 
 def test_over_long_lines_are_translated_in_segments(translator):
     short = Translator(
-        translator.model, translator.tokenizers, dataclasses.replace(translator.decode, max_input_tokens=6), translator.normalize
+        translator.engine, translator.tokenizers, dataclasses.replace(translator.decode, max_input_tokens=6), translator.normalize
     )
     letters = "a b c d e f g h i j k l a b c d".split()
     output = short.translate([" ".join(letters), "a b c"])

@@ -1,0 +1,47 @@
+"""The fixed choices of command-line options, as `Enum`s so that `--help` lists them.
+
+Kept free of heavy imports: the CLI reads them before it loads torch.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class BadBytes(str, Enum):
+    """What to do with input bytes that are not UTF-8."""
+
+    ERROR = "error"
+    REPLACE = "replace"
+
+
+class EngineName(str, Enum):
+    """Which engine translates (auto: CTranslate2 for an `mtkit export` directory, else PyTorch)."""
+
+    AUTO = "auto"
+    PYTORCH = "pytorch"
+    CTRANSLATE2 = "ctranslate2"
+
+
+class ExportFormat(str, Enum):
+    CTRANSLATE2 = "ctranslate2"
+
+
+class Quantization(str, Enum):
+    """Weight types of a CTranslate2 export (float32 keeps the trained weights)."""
+
+    INT8 = "int8"
+    INT8_FLOAT32 = "int8_float32"
+    INT8_FLOAT16 = "int8_float16"
+    INT8_BFLOAT16 = "int8_bfloat16"
+    INT16 = "int16"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+class Split(str, Enum):
+    """A recipe split that has references to score against."""
+
+    VALID = "valid"
+    TEST = "test"
