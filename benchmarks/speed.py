@@ -30,7 +30,7 @@ from mtkit.config import load_config
 from mtkit.data import read_split
 from mtkit.errors import MtkitError
 from mtkit.evaluate import score_corpus
-from mtkit.train import Trainer
+from mtkit.train import Trainer, setup_process
 from mtkit.translate import Translator
 
 
@@ -71,44 +71,46 @@ def training_flops_per_target_token(config, vocab_size: int, src_per_tgt: float,
 
 
 def benchmark_training(config, warmup_updates: int, measured_updates: int) -> dict:
-    """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step."""
-    with tempfile.TemporaryDirectory() as run_dir:
-        config = dataclasses.replace(config, run_dir=run_dir)
-        trainer = Trainer(config, overwrite=True)
-        batches = trainer.epoch_batches()
-        needed = warmup_updates + measured_updates
-        batches = (batches * (needed // len(batches) + 1))[:needed]
-        real = padded = source_tokens = 0
-        sentences = 0
-        for index, indices in enumerate(batches):
-            if index == warmup_updates:
-                start = time.perf_counter()
-                tokens = 0
-            batch = trainer.train_ids.collate(indices)
-            _, batch_tokens = trainer.update([batch])
-            if index >= warmup_updates:
-                tokens += batch_tokens
-                real += batch_tokens
-                padded += batch.tgt_out.numel()
-                source_tokens += int(batch.src_mask.sum())
-                sentences += batch.src.size(0)
-        seconds = time.perf_counter() - start
-        tokens = int(tokens)
-        flops = training_flops_per_target_token(
-            config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
-        )
-        peak = matmul_flops_per_s()
-        return {
-            "updates": measured_updates,
-            "target_tokens_per_update": round(tokens / measured_updates, 1),
-            "target_tokens_per_s": round(tokens / seconds, 1),
-            "padding_fraction": round(1 - real / padded, 4),
-            "parameters": trainer.model.num_parameters(),
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-            "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
-            "matmul_gflop_per_s": round(peak / 1e9, 1),
-            "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
-        }
+    """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step.
+
+    The trainer is set up as `mtkit train` sets it up, without a run directory: nothing is written.
+    """
+    dist, device = setup_process(config.train)
+    trainer = Trainer(config, device, dist)
+    batches = trainer.epoch_batches()
+    needed = warmup_updates + measured_updates
+    batches = (batches * (needed // len(batches) + 1))[:needed]
+    real = padded = source_tokens = 0
+    sentences = 0
+    for index, indices in enumerate(batches):
+        if index == warmup_updates:
+            start = time.perf_counter()
+            tokens = 0
+        batch = trainer.train_ids.collate(indices)
+        _, batch_tokens = trainer.update([batch])
+        if index >= warmup_updates:
+            tokens += batch_tokens
+            real += batch_tokens
+            padded += batch.tgt_out.numel()
+            source_tokens += int(batch.src_mask.sum())
+            sentences += batch.src.size(0)
+    seconds = time.perf_counter() - start
+    tokens = int(tokens)
+    flops = training_flops_per_target_token(
+        config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
+    )
+    peak = matmul_flops_per_s()
+    return {
+        "updates": measured_updates,
+        "target_tokens_per_update": round(tokens / measured_updates, 1),
+        "target_tokens_per_s": round(tokens / seconds, 1),
+        "padding_fraction": round(1 - real / padded, 4),
+        "parameters": trainer.model.num_parameters(),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
+        "matmul_gflop_per_s": round(peak / 1e9, 1),
+        "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
+    }
 
 
 def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):

@@ -58,8 +58,12 @@ def plot_attention(
     directory: Path,
     count: int,
     per_head: bool = False,
+    offset: int = 0,
 ) -> list[Path]:
-    """Write attention_NNNN.png (NNNN = input line number) for the first `count` non-empty lines."""
+    """Write attention_NNNN.png (NNNN = input line number) for the first `count` non-empty lines.
+
+    `lines` start at input line `offset + 1` (a later window of a long input).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +71,7 @@ def plot_attention(
 
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for number, (line, translation) in enumerate(zip(lines, translations, strict=True), start=1):
+    for number, (line, translation) in enumerate(zip(lines, translations, strict=True), start=offset + 1):
         if len(written) >= count:
             break
         if not line.strip():

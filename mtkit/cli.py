@@ -115,12 +115,17 @@ def translate(
         EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
     ] = EngineName.AUTO,
     device: Device = "auto",
+    buffer_lines: Annotated[
+        int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")
+    ] = 10_000,
 ) -> None:
-    """Translate text: one output line per input line, in order."""
+    """Translate text: one output line per input line, in order, written as soon as each window is done."""
     from mtkit.translate import Translator
     from mtkit.translate_file import FileOptions, translate_file
 
-    options = FileOptions(input, output, beam, nbest, length_penalty, bad_bytes, plot_attention, plot_count, plot_heads)
+    options = FileOptions(
+        input, output, beam, nbest, length_penalty, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines
+    )
     translate_file(Translator.load(model, engine, device), options)
 
 

@@ -56,15 +56,19 @@ def retain_freed_memory() -> bool:
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
 
 
-def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there).
+def enable_tf32(device: torch.device) -> None:
+    """On CUDA, let fp32 matrix multiplies and convolutions use TF32 tensor cores (Ampere and newer).
 
-    On CUDA, fp32 matrix multiplies (those autocast leaves in fp32, or all with `fp32`) use TF32
-    tensor cores on Ampere and newer GPUs.
+    These are process-wide flags: they also hold for the matrix multiplies autocast leaves in fp32,
+    and for all of them with `precision: fp32`. On CPU this does nothing.
     """
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there). No side effects."""
     if device.type != "cuda" or precision == "fp32":
         return None
     if precision == "fp16":
@@ -75,12 +79,14 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast to `dtype` on `device`; no autocast when `dtype` is None (fp32)."""
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's random number generators."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import select
+import stat
 import sys
 import unicodedata
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -87,11 +91,73 @@ def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]
     return [text for _, text in file_lines(Path(path), bad_bytes, fix)]
 
 
-def read_text_lines(path: Path | None, bad_bytes: str = "error", fix: str = "") -> list[str]:
-    """Lines of `path`, or of standard input when `path` is None."""
-    if path is None:
-        return decode_lines(sys.stdin.buffer.read(), "<stdin>", bad_bytes, fix)
-    return read_lines(path, bad_bytes, fix)
+def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: str = "") -> Iterator[list[str]]:
+    """Lines of `path` (standard input when None) in windows of at most `size`, read as they come.
+
+    A window is also given out early when no more input is waiting (a pipe or a terminal with a
+    partial or no next line), so a line written into a pipe is answered without waiting for the
+    end of input. Memory holds one window, whatever the input's size.
+    """
+    with _LineSource.open(path) as source:
+        window: list[str] = []
+        for _, text in text_lines(source.lines(), source.name, bad_bytes, fix):
+            window.append(text)
+            if len(window) >= size or not source.ready():
+                yield window
+                window = []
+        if window:
+            yield window
+
+
+class _LineSource:
+    """Byte lines of a file or stream as they arrive, and whether another is ready without waiting."""
+
+    def __init__(self, handle: IO[bytes], name: str, fd: int | None) -> None:
+        self.handle, self.name, self.fd = handle, name, fd  # fd: a pipe or terminal to poll; None: never waits
+        self.pending: deque[bytes] = deque()
+        self.partial = b""
+        self.ended = False
+
+    @classmethod
+    def open(cls, path: Path | None) -> _LineSource:
+        if path is not None:
+            return cls(open_binary(Path(path)), str(path), None)
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # a stand-in stdin (tests) is never waiting
+            return cls(sys.stdin.buffer, "<stdin>", None)
+        return cls(sys.stdin.buffer, "<stdin>", None if stat.S_ISREG(os.fstat(fd).st_mode) else fd)
+
+    def __enter__(self) -> _LineSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not sys.stdin.buffer:
+            self.handle.close()
+
+    def lines(self) -> Iterator[bytes]:
+        if self.fd is None:
+            yield from self.handle
+            return
+        while not self.ended or self.pending:
+            if not self.pending:
+                self._read()
+            if self.pending:
+                yield self.pending.popleft()
+
+    def ready(self) -> bool:
+        """Whether the next line can be had without waiting for more input."""
+        return self.fd is None or bool(self.pending) or self.ended or bool(select.select([self.fd], [], [], 0)[0])
+
+    def _read(self) -> None:
+        chunk = os.read(self.fd, 1 << 16)  # what has arrived (waits only when nothing has)
+        if not chunk:
+            self.ended = True
+            if self.partial:
+                self.pending.append(self.partial)
+            return
+        *complete, self.partial = (self.partial + chunk).split(b"\n")
+        self.pending.extend(line + b"\n" for line in complete)
 
 
 def write_lines(lines: list[str], path: Path | None) -> None:

@@ -1,20 +1,32 @@
 """`mtkit translate` as one library call: a file or stream in, a file or stream out.
 
-`translate_file` checks the options before any work, reads the input, translates it with a
-`Translator`, renders plain or n-best output, writes attention heatmaps when asked, and says on
-stderr what the user should know (lines translated in segments, heatmaps written).
+`translate_file` checks the options before any work, reads the input in windows (so memory stays
+flat and a line piped in is answered at once), translates each window with a `Translator`, writes
+plain or n-best lines in input order as soon as a window is done, draws attention heatmaps when
+asked, and says on stderr what the user should know (lines translated in segments, heatmaps
+written). An output file is written under a temporary name and renamed when complete, so an
+interrupted run never leaves a half-written file in its place.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from tqdm import tqdm
 
 from mtkit.choices import BadBytes
 from mtkit.errors import MtkitError
-from mtkit.textio import read_text_lines, write_lines
+from mtkit.textio import line_windows
 from mtkit.translate import Translation, Translator
+
+BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 
 
 @dataclass
@@ -30,45 +42,85 @@ class FileOptions:
     plot_attention: Path | None = None  # directory for heatmap PNGs
     plot_count: int = 10
     plot_heads: bool = False
+    buffer_lines: int = BUFFER_LINES
 
 
-def translate_file(translator: Translator, options: FileOptions) -> list[list[Translation]]:
-    """Translate `options.input` into `options.output`, one output line per input line, in order."""
+def translate_file(translator: Translator, options: FileOptions) -> int:
+    """Translate `options.input` into `options.output`, one output line per input line, in order.
+
+    Returns the number of lines translated.
+    """
     _check(translator, options)
-    lines = read_text_lines(options.input, BadBytes(options.bad_bytes).value, fix=" or pass --bad-bytes replace")
-    results = translator.translate_nbest(
-        lines, beam=options.beam, nbest=options.nbest, length_penalty=options.length_penalty, progress=options.output is not None
-    )
-    write_lines([render(best, options.nbest) for best in results], options.output)
+    windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
+    done = plotted = 0
+    bar = tqdm(unit=" lines", disable=None if options.output is not None else True, file=sys.stderr)
+    with _output(options.output) as out:
+        for window in windows:
+            results = translator.translate_nbest(window, options.beam, options.nbest, options.length_penalty)
+            out.write("".join(render(best, options.nbest) + "\n" for best in results))
+            out.flush()
+            if options.plot_attention is not None and plotted < options.plot_count:
+                plotted += _plot(translator, window, results, done, options.plot_count - plotted, options)
+            done += len(window)
+            bar.update(len(window))
+    bar.close()
     if options.plot_attention is not None:
-        from mtkit.attention_plot import plot_attention
-
-        best = [found[0] for found in results]
-        written = plot_attention(translator, lines, best, options.plot_attention, options.plot_count, options.plot_heads)
-        _say(f"mtkit: wrote {len(written)} attention heatmaps to {options.plot_attention}")
+        _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
     if translator.split_lines:
         _say(
             f"mtkit: warning: {translator.split_lines} input lines were longer than decode.max_input_tokens "
             "and were translated in segments"
         )
-    return results
+    return done
 
 
 def render(translations: list[Translation], nbest: int) -> str:
     """One output line: the best translation, or with nbest > 1 each translation and its score, tab-separated."""
     if nbest == 1:
-        return translations[0].text
-    return "\t".join(f"{t.text}\t{t.score:.4f}" for t in translations)
+        text = translations[0].text
+    else:
+        text = "\t".join(f"{t.text}\t{t.score:.4f}" for t in translations)
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def _check(translator: Translator, options: FileOptions) -> None:
     """Refuse impossible options before reading or translating anything."""
     if options.output is not None and not options.output.parent.is_dir():
         raise MtkitError(f"{options.output}: its directory does not exist; create it or choose another --output")
+    if options.buffer_lines < 1:
+        raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         from mtkit.attention_plot import check_can_plot
 
         check_can_plot(translator)
+
+
+@contextlib.contextmanager
+def _output(path: Path | None) -> Iterator[IO[str]]:
+    """Standard output, or a temporary file next to `path` that replaces it once complete."""
+    if path is None:
+        yield sys.stdout
+        return
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            yield file
+        os.replace(temporary, path)
+    except OSError as err:
+        raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory is writable") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _plot(
+    translator: Translator, lines: list[str], results: list[list[Translation]], offset: int, count: int, options: FileOptions
+) -> int:
+    """Heatmaps for up to `count` non-empty lines of a window whose first line is input line offset + 1."""
+    from mtkit.attention_plot import plot_attention
+
+    best = [found[0] for found in results]
+    assert options.plot_attention is not None
+    return len(plot_attention(translator, lines, best, options.plot_attention, count, options.plot_heads, offset))
 
 
 def _say(message: str) -> None:

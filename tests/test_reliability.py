@@ -16,11 +16,13 @@ import torch
 import yaml
 from conftest import prepared_reverse_task
 
+import mtkit.rundir
 import mtkit.train
 from mtkit.checkpoint import read_checkpoint
 from mtkit.config import config_to_dict
 from mtkit.errors import MtkitError
-from mtkit.train import Trainer, lock_run_dir, train
+from mtkit.rundir import RunDir, lock_run_dir
+from mtkit.train import Trainer, setup_process, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,16 +47,6 @@ def wait_for(condition, timeout: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the training process"
         time.sleep(0.05)
-
-
-def test_a_second_training_cannot_write_the_same_run_directory(tmp_path):
-    held = lock_run_dir(tmp_path)
-    try:
-        with pytest.raises(MtkitError, match="another training"):
-            lock_run_dir(tmp_path)
-    finally:
-        held.close()
-    lock_run_dir(tmp_path).close()  # free again once the first one is gone
 
 
 def test_non_finite_losses_are_skipped_and_counted(tmp_path, monkeypatch):
@@ -93,7 +85,8 @@ def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_sca
     monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: real_scaler(device, 2.0**30, enabled=enabled))
     config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
     config.train.max_nonfinite = 40
-    trainer = Trainer(config)
+    dist, device = setup_process(config.train)
+    trainer = Trainer(config, device, dist, RunDir(config.run_path))
     assert trainer.scaler.is_enabled()
     progress = trainer.run()
 
@@ -183,7 +176,7 @@ def test_resume_refuses_when_another_training_holds_the_run(tmp_path):
     held = lock_run_dir(config.run_path)
     try:
         with pytest.raises(MtkitError, match="another training"):
-            Trainer(config, resume=True)
+            train(config, resume=True)
     finally:
         held.close()
 
@@ -196,7 +189,7 @@ def test_a_full_disk_during_training_is_reported_and_keeps_the_last_checkpoint(t
     def disk_full(payload, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mtkit.train, "atomic_save", disk_full)
+    monkeypatch.setattr(mtkit.rundir, "atomic_save", disk_full)
     config.train.max_steps = 20
     with pytest.raises(MtkitError, match="No space left on device.*previous checkpoints are intact"):
         train(config, resume=True)

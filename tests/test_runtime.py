@@ -1,5 +1,6 @@
 """Runtime settings: freed memory stays in the process, so re-allocating a large tensor does not
-page-fault it in again (run in child processes, as the setting holds for a whole process)."""
+page-fault it in again (run in child processes, as the setting holds for a whole process); choosing
+the autocast dtype is pure, TF32 is switched on explicitly."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+from mtkit.runtime import autocast_dtype, enable_tf32
 
 CHURN = """
 import resource, sys
@@ -34,3 +38,26 @@ def test_retained_memory_is_reused_without_page_faults():
     assert took == "True"
     assert default_faults > 20 * 64 * 2**20 // 4096 // 2  # glibc maps and unmaps the 64 MiB every time
     assert retained_faults < default_faults / 10
+
+
+@pytest.fixture
+def tf32_off():
+    """TF32 flags off for the test, restored after (they hold for the whole process)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_choosing_the_autocast_dtype_changes_no_global_setting(tf32_off):
+    assert autocast_dtype(torch.device("cuda"), "fp32") is None  # needs no GPU: fp32 asks nothing of CUDA
+    assert autocast_dtype(torch.device("cuda"), "fp16") is torch.float16
+    assert autocast_dtype(torch.device("cpu"), "bf16") is None  # CPU always computes in fp32
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+
+
+def test_tf32_is_enabled_explicitly_and_only_for_cuda(tf32_off):
+    enable_tf32(torch.device("cpu"))
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    enable_tf32(torch.device("cuda"))
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32

@@ -14,8 +14,9 @@ from conftest import prepared_reverse_task
 
 from mtkit.checkpoint import atomic_save, read_checkpoint
 from mtkit.errors import MtkitError
+from mtkit.rundir import RunDir
 from mtkit.tokenizer import PAD_ID
-from mtkit.train import Trainer, inverse_sqrt_schedule, sequence_loss, train
+from mtkit.train import Trainer, inverse_sqrt_schedule, sequence_loss, setup_process, train
 from mtkit.translate import Translator
 
 
@@ -76,12 +77,12 @@ def test_checkpoint_round_trip_gives_identical_outputs(reverse_run, tmp_path):
     src = torch.tensor([[5, 6, 7, 3]])
     mask = src.ne(PAD_ID)
     with torch.inference_mode():
-        torch.testing.assert_close(reloaded.model(src, mask, src), translator.model(src, mask, src), rtol=0, atol=0)
+        torch.testing.assert_close(reloaded.engine.model(src, mask, src), translator.engine.model(src, mask, src), rtol=0, atol=0)
 
 
 def test_existing_run_is_not_overwritten_without_resume(reverse_run):
     with pytest.raises(MtkitError, match="--resume"):
-        Trainer(reverse_run)
+        train(reverse_run)
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path):
@@ -113,7 +114,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path):
 def test_resume_without_a_run_is_a_clear_error(tmp_path):
     config = prepared_reverse_task(tmp_path, max_steps=1)
     with pytest.raises(MtkitError, match="nothing to resume"):
-        Trainer(config, resume=True)
+        train(config, resume=True)
 
 
 def test_max_epochs_stops_training(tmp_path):
@@ -174,7 +175,8 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
     for compiled in (False, True):
         config.train.compile = compiled
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
-        trainer = Trainer(config)
+        dist, device = setup_process(config.train)
+        trainer = Trainer(config, device, dist, RunDir(config.run_path))
         batch = trainer.train_ids.collate(trainer.epoch_batches()[0])
         logits = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in)
         loss = sequence_loss(logits, batch.tgt_out, 0.1)
@@ -182,7 +184,7 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
         found[compiled] = loss.item(), {name: p.grad.clone() for name, p in trainer.model.named_parameters()}
         trainer.optimizer.zero_grad(set_to_none=True)
         progress = trainer.run()
-        assert progress.step == 3 and (trainer.run_dir / "best.pt").is_file()
+        assert progress.step == 3 and (config.run_path / "best.pt").is_file()
     assert isinstance(trainer.forward_model, torch._dynamo.eval_frame.OptimizedModule)
     assert found[True][0] == pytest.approx(found[False][0], rel=1e-5)
     for name, grad in found[False][1].items():  # summation order differs: compare to the tensor's scale

@@ -84,3 +84,63 @@ def test_bad_bytes_in_translate_input_can_be_replaced(reverse_run):
     assert replaced.exit_code == 0
     assert replaced.stdout.splitlines()[0] == "c b a" and len(replaced.stdout.splitlines()) == 2
     assert "replaced bytes that are not UTF-8 on 1 lines" in replaced.stderr
+
+
+def test_a_line_piped_in_is_answered_before_the_input_ends(reverse_run):
+    """`(echo ...; sleep) | mtkit translate` must print while its input is still open."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mtkit", "translate", "-m", str(reverse_run.run_path), "--beam", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        process.stdin.write(b"a b c\n")
+        process.stdin.flush()
+        # stdin stays open: a translator that waited for the end of input would never answer.
+        assert process.stdout.readline() == b"c b a\n"
+        process.stdin.write(b"d e\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"e d\n"
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+    assert process.returncode == 0
+
+
+def test_small_windows_give_the_same_output_as_one_window(reverse_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    lines = ["a b c", "", "d e f g h i j", "k l", "a", "b c d e f", "g h"] * 3
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = {}
+    for window in (1, 4, 10_000):
+        target = tmp_path / f"out{window}.txt"
+        arguments = ["translate", "-m", str(reverse_run.run_path), "-i", str(source), "-o", str(target), "--nbest", "2"]
+        result = CliRunner().invoke(app, [*arguments, "--buffer-lines", str(window)])
+        assert result.exit_code == 0, result.output
+        outputs[window] = target.read_text(encoding="utf-8")
+    assert outputs[1] == outputs[4] == outputs[10_000]
+    assert len(outputs[1].splitlines()) == len(lines)
+
+
+def test_a_failed_translation_leaves_the_previous_output_file_intact(reverse_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    target = tmp_path / "out.txt"
+    target.write_text("earlier output\n", encoding="utf-8")
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"a b c\nd e\nf \xff g\n")
+    arguments = ["translate", "-m", str(reverse_run.run_path), "-i", str(source), "-o", str(target), "--buffer-lines", "1"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2 and f"{source}:3: not valid UTF-8" in result.stderr
+    assert target.read_text(encoding="utf-8") == "earlier output\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no temporary file left
