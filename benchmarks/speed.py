@@ -117,12 +117,11 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
     """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
     if engine == "pytorch":
         return Translator.load(model_dir, device=device)
-    from mtkit.ct2_engine import CT2Translator
     from mtkit.export import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None
     exported = export_ctranslate2(model_dir, workdir / engine, quantization)
-    return CT2Translator.load(exported, device="cpu")
+    return Translator.load(exported, engine="ctranslate2", device="cpu")
 
 
 def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:

@@ -89,7 +89,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:
     """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
     payload = read_checkpoint(path)
-    config = config_from_dict(payload["config"], source=str(path))
+    config = config_from_dict(payload["config"], source=str(path), saved=True)
     tokenizers = TokenizerPair.of(Tokenizer(payload["tokenizers"]["src"]), Tokenizer(payload["tokenizers"]["tgt"]))
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     model.load_state_dict(payload["model"])

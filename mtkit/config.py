@@ -1,28 +1,132 @@
-"""Typed configuration for every stage: the dataclasses hold every default once.
+"""Typed configuration for every stage: the dataclasses hold every default, and every rule, once.
 
 `load_config(path, overrides)` reads a YAML recipe, applies `section.key=value` overrides and
-checks every key and type against the dataclasses; an unknown key is an error naming the closest
-valid key. Relative paths in a recipe are taken from the current directory.
+checks every key against the dataclasses before anything else runs: an unknown key names the
+closest valid key, and each value must have its field's type and pass the rule declared in the
+field's metadata (choices, a numeric range, a text pattern, a relation to another key, or the
+model architecture it belongs to). Relative paths in a recipe are taken from the current directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mtkit.choices import BadBytes
 from mtkit.errors import MtkitError
+
+# Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
+RETIRED_KEYS = frozenset({"decode.nbest"})
+_ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
+DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers a key accepts. A bound of None is no bound; NaN, infinities and numbers beyond 64 bits never pass."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False  # the bound itself is excluded
+    open_high: bool = False
+    example: float | None = None  # shown in the error; the field's default when None
+
+    def admits(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if isinstance(value, int) and abs(value) >= 2**63:  # beyond the 64 bits of torch, numpy and islice
+            return False
+        above = self.low is None or value > self.low or (value == self.low and not self.open_low)
+        below = self.high is None or value < self.high or (value == self.high and not self.open_high)
+        return above and below
+
+    def describe(self, whole: bool) -> str:
+        """'a whole number >= 1', 'a number in [0, 1)', ..."""
+        kind = "a whole number" if whole else "a number"
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            return f"{kind} in {left}{_number(self.low)}, {_number(self.high)}{right}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.open_low else '>='} {_number(self.low)}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.open_high else '<='} {_number(self.high)}"
+        return f"a finite {kind.removeprefix('a ')}"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """The texts a key accepts: a regular expression that must match the whole value."""
+
+    regex: str
+    description: str
+    example: str
 
 
 def _choice(*values: str) -> dict[str, tuple[str, ...]]:
     return {"choices": values}
+
+
+def _range(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    example: float | None = None,
+) -> dict[str, Range]:
+    return {"range": Range(low, high, open_low, open_high, example)}
+
+
+def _at_least(low: int, example: int | None = None) -> dict[str, Range]:
+    return _range(low, example=example)
+
+
+def _pattern(regex: str, description: str, example: str) -> dict[str, Pattern]:
+    return {"pattern": Pattern(regex, description, example)}
+
+
+def _relation(check: Callable[[Any], str | None]) -> dict[str, Callable[[Any], str | None]]:
+    """A rule between keys of one section: `check(section)` gives the advice when it is broken."""
+    return {"relation": check}
+
+
+_TRANSFORMER = {"arch": "transformer"}
+_RNN = {"arch": "rnn"}
+
+
+def _heads_divide_d_model(model: ModelConfig) -> str | None:
+    """Each head gets d_model / heads dimensions, so heads must divide d_model."""
+    if model.d_model % model.heads == 0:
+        return None
+    near = sorted(range(max(1, model.heads - 64), model.heads + 65), key=lambda h: abs(h - model.heads))
+    example = next((h for h in near if model.d_model % h == 0), 1)
+    return f"give a whole number that divides model.d_model ({model.d_model}), such as {example}"
+
+
+def _even_when_bidirectional(model: ModelConfig) -> str | None:
+    """A bidirectional encoder gives each direction half of hidden_size."""
+    if not model.bidirectional or model.hidden_size % 2 == 0:
+        return None
+    return f"give an even number with model.bidirectional (half per direction), such as {model.hidden_size + 1}"
+
+
+def _input_feed_needs_luong(model: ModelConfig) -> str | None:
+    if not model.input_feed or model.attention.startswith("luong"):
+        return None
+    return (
+        f"input feeding needs Luong attention but model.attention is {model.attention}; "
+        "set model.attention=luong_dot or luong_general, or model.input_feed=false"
+    )
 
 
 @dataclass
@@ -35,7 +139,7 @@ class SplitConfig:
     jsonl: str | None = None  # {"<src_lang>": .., "<tgt_lang>": ..} or {"translation": {..}} a line
     hf: str | None = None  # Hugging Face dataset name (online) or a save_to_disk directory
     split: str | None = None  # the split of `hf` (train, validation, test, ...)
-    limit: int | None = None  # keep only the first N pairs
+    limit: int | None = field(default=None, metadata=_at_least(1, 10000))  # keep only the first N pairs
 
 
 @dataclass
@@ -46,9 +150,11 @@ class DataConfig:
     valid: SplitConfig = field(default_factory=SplitConfig)
     test: SplitConfig | None = None
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
-    bad_bytes: str = field(default="error", metadata=_choice("error", "replace"))  # bytes that are not UTF-8
-    max_len: int = 250  # drop training pairs with more whitespace tokens than this on a side
-    max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
+    bad_bytes: str = field(default="error", metadata=_choice(*(choice.value for choice in BadBytes)))  # bytes that are not UTF-8
+    # drop training pairs with more whitespace tokens than this on a side
+    max_len: int = field(default=250, metadata=_at_least(1))
+    # drop training pairs whose token-length ratio (longer / shorter, so >= 1) exceeds this
+    max_ratio: float = field(default=3.0, metadata=_range(1.0))
     dedup: bool = True  # drop repeated (source, target) pairs
     drop_copies: bool = True  # drop pairs whose target equals the source
 
@@ -58,63 +164,76 @@ class TokenizerConfig:
     """SentencePiece settings."""
 
     type: str = field(default="bpe", metadata=_choice("bpe", "unigram"))
-    vocab_size: int = 8000
+    # 4 special pieces (pad, unk, bos, eos) and a few characters; SentencePiece reads it as a 32-bit int
+    vocab_size: int = field(default=8000, metadata=_range(8, 1_000_000))
     joint: bool = True  # one model for both languages (needed for tied embeddings)
-    character_coverage: float = 1.0
-    max_sentences: int = 2_000_000  # sentences sampled for SentencePiece training
+    character_coverage: float = field(default=1.0, metadata=_range(0.0, 1.0, open_low=True))
+    max_sentences: int = field(default=2_000_000, metadata=_at_least(1))  # sentences sampled for SentencePiece training
 
 
 @dataclass
 class ModelConfig:
     """Architecture and size. `arch` picks the model; the other keys size it.
 
-    Shared: layers, dropout, tie_embeddings. Transformer: d_model .. max_positions.
-    RNN: cell .. input_feed.
+    Shared: layers, dropout, tie_embeddings. Transformer only: d_model, heads, ffn_dim,
+    attention_dropout, norm, positions, max_positions. RNN only: cell .. input_feed. A recipe that
+    sets a key of the other architecture is an error; saved configs hold only the chosen one's keys.
     """
 
-    arch: str = field(default="transformer", metadata=_choice("transformer", "rnn"))
-    layers: int = 6  # encoder and decoder layers each
-    d_model: int = 512
-    heads: int = 8
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    norm: str = field(default="pre", metadata=_choice("pre", "post"))
-    positions: str = field(default="sinusoidal", metadata=_choice("sinusoidal", "learned"))
+    arch: str = field(default="transformer", metadata=_choice(*_ARCH_NAMES))
+    layers: int = field(default=6, metadata=_at_least(1))  # encoder and decoder layers each
+    d_model: int = field(default=512, metadata=_TRANSFORMER | _at_least(1))
+    heads: int = field(default=8, metadata=_TRANSFORMER | _at_least(1) | _relation(_heads_divide_d_model))
+    ffn_dim: int = field(default=2048, metadata=_TRANSFORMER | _at_least(1))
+    dropout: float = field(default=0.1, metadata=_range(0.0, 1.0, open_high=True))
+    attention_dropout: float = field(default=0.0, metadata=_TRANSFORMER | _range(0.0, 1.0, open_high=True, example=0.1))
+    norm: str = field(default="pre", metadata=_TRANSFORMER | _choice("pre", "post"))
+    positions: str = field(default="sinusoidal", metadata=_TRANSFORMER | _choice("sinusoidal", "learned"))
     tie_embeddings: bool = True  # share source, target and output embeddings (joint vocab)
-    max_positions: int = 1024
-    cell: str = field(default="lstm", metadata=_choice("lstm", "gru"))
-    hidden_size: int = 512  # RNN state size (a bidirectional encoder gives each direction half)
-    embed_dim: int = 256  # RNN embedding and readout size
-    bidirectional: bool = True  # RNN encoder reads the source both ways
-    attention: str = field(default="bahdanau", metadata=_choice("none", "bahdanau", "luong_dot", "luong_general"))
-    input_feed: bool = False  # Luong input feeding: the previous attentional vector is a decoder input
+    # longest sequence (tokens + EOS) with learned positions; at least one token and its EOS
+    max_positions: int = field(default=1024, metadata=_TRANSFORMER | _at_least(2))
+    cell: str = field(default="lstm", metadata=_RNN | _choice("lstm", "gru"))
+    # RNN state size (a bidirectional encoder gives each direction half)
+    hidden_size: int = field(default=512, metadata=_RNN | _at_least(1) | _relation(_even_when_bidirectional))
+    embed_dim: int = field(default=256, metadata=_RNN | _at_least(1))  # RNN embedding and readout size
+    bidirectional: bool = field(default=True, metadata=_RNN)  # RNN encoder reads the source both ways
+    attention: str = field(default="bahdanau", metadata=_RNN | _choice("none", "bahdanau", "luong_dot", "luong_general"))
+    # Luong input feeding: the previous attentional vector is a decoder input
+    input_feed: bool = field(default=False, metadata=_RNN | _relation(_input_feed_needs_luong))
 
 
 @dataclass
 class TrainConfig:
     """The training loop: batching, optimiser, schedule, stopping."""
 
-    batch_tokens: int = 4096  # padded tokens per batch (sentences x longest side)
-    lr: float = 7e-4  # peak learning rate, reached after warmup
-    warmup_steps: int = 4000
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0  # 0 disables clipping
-    accumulate: int = 1  # batches per update
-    max_steps: int = 0  # updates; 0 = no limit
-    max_epochs: int = 0  # 0 = no limit
-    max_time: str | None = None  # wall-clock limit such as "90m", "2h", "600s"
-    validate_every: int = 1000  # updates between validations (and checkpoints)
-    valid_beam: int = 1  # beam used to decode the valid set for BLEU
-    patience: int = 0  # stop after this many validations without a better BLEU; 0 = never
-    log_every: int = 100
-    keep: int = 0  # also keep the weights of the last N validations as step_*.pt; 0 = none
-    ema: float = 0.0  # decay of an exponential moving average of the weights, written as ema.pt; 0 = off
-    max_nonfinite: int = 10  # stop after this many updates in a row with a NaN/inf loss or gradient
-    seed: int = 1
-    device: str = "auto"  # auto, cpu, cuda, cuda:N
+    batch_tokens: int = field(default=4096, metadata=_at_least(1))  # padded tokens per batch (sentences x longest side)
+    lr: float = field(default=7e-4, metadata=_range(0.0, 10.0, open_low=True))  # peak learning rate, reached after warmup
+    # the schedule's scale: warmup 0 would make every learning rate 0
+    warmup_steps: int = field(default=4000, metadata=_at_least(1))
+    label_smoothing: float = field(default=0.1, metadata=_range(0.0, 1.0, open_high=True))
+    clip_norm: float = field(default=1.0, metadata=_range(0.0))  # 0 disables clipping
+    accumulate: int = field(default=1, metadata=_at_least(1))  # batches per update
+    max_steps: int = field(default=0, metadata=_at_least(0, 10000))  # updates; 0 = no limit
+    max_epochs: int = field(default=0, metadata=_at_least(0, 20))  # 0 = no limit
+    # wall-clock limit such as "90m", "2h", "600s"
+    max_time: str | None = field(
+        default=None, metadata=_pattern(rf"\s*|{DURATION}", "a duration (a number of seconds, or with s, m, h or d)", "90m")
+    )
+    validate_every: int = field(default=1000, metadata=_at_least(1))  # updates between validations (and checkpoints)
+    valid_beam: int = field(default=1, metadata=_at_least(1))  # beam used to decode the valid set for BLEU
+    # stop after this many validations without a better BLEU; 0 = never
+    patience: int = field(default=0, metadata=_at_least(0, 10))
+    log_every: int = field(default=100, metadata=_at_least(1))
+    # also keep the weights of the last N validations as step_*.pt; 0 = none
+    keep: int = field(default=0, metadata=_at_least(0, 5))
+    # decay of an exponential moving average of the weights, written as ema.pt; 0 = off
+    ema: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.999))
+    # stop after this many updates in a row with a NaN/inf loss or gradient
+    max_nonfinite: int = field(default=10, metadata=_at_least(1))
+    seed: int = field(default=1, metadata=_range(0, 2**32 - 1))
+    device: str = field(default="auto", metadata=_pattern(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N", "cpu"))
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))
-    threads: int = 0  # CPU threads for torch; 0 = all cores
+    threads: int = field(default=0, metadata=_range(0, 1024, example=4))  # CPU threads for torch; 0 = all cores
     compile: bool = False  # torch.compile the training forward pass (see README "Performance")
 
 
@@ -122,20 +241,22 @@ class TrainConfig:
 class DecodeConfig:
     """Search settings used by translate, evaluate and validation."""
 
-    beam: int = 5
-    length_penalty: float = 1.0  # score / length**length_penalty
-    max_len_a: float = 1.2  # maximum output length = a * source length + b
-    max_len_b: int = 10
-    batch_tokens: int = 6000  # source tokens x beam per decoding batch
-    max_input_tokens: int = 250  # longer input lines are split into segments translated one by one
-    nbest: int = 1
+    beam: int = field(default=5, metadata=_at_least(1))
+    # score / length**length_penalty; above 10, long hypotheses' divisors overflow float32
+    length_penalty: float = field(default=1.0, metadata=_range(0.0, 10.0))
+    # maximum output length = a * source length + b
+    max_len_a: float = field(default=1.2, metadata=_range(0.0, 10.0))
+    max_len_b: int = field(default=10, metadata=_range(0, 10_000))
+    batch_tokens: int = field(default=6000, metadata=_at_least(1))  # source tokens x beam per decoding batch
+    # longer input lines are split into segments translated one by one (attention is quadratic in it)
+    max_input_tokens: int = field(default=250, metadata=_range(1, 10_000))
 
 
 @dataclass
 class Config:
     """A whole recipe."""
 
-    name: str = "run"
+    name: str = field(default="run", metadata=_pattern(r"(?s).*\S.*", "a name that is not blank", "multi30k_transformer"))
     src_lang: str = "src"
     tgt_lang: str = "tgt"
     data_dir: str | None = None  # default data/<name>
@@ -155,6 +276,22 @@ class Config:
         return Path(self.run_dir or f"runs/{self.name}")
 
 
+def choices(section: type, key: str) -> tuple[str, ...]:
+    """The values a text key accepts, e.g. `choices(DataConfig, "normalize")` -> ("NFC", "NFKC", "none")."""
+    for spec in dataclasses.fields(section):
+        if spec.name == key and "choices" in spec.metadata:
+            return spec.metadata["choices"]
+    raise KeyError(f"{section.__name__}.{key} has no fixed choices")
+
+
+def arch_keys(arch: str) -> tuple[str, ...]:
+    """The `model` keys that architecture `arch` reads (shared and its own), `arch` itself left out.
+
+    They are also the keyword arguments of its constructor.
+    """
+    return tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "arch" and f.metadata.get("arch", arch) == arch)
+
+
 def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
     """Read a YAML recipe, apply `key.path=value` overrides, and check it against `Config`."""
     path = Path(path)
@@ -162,7 +299,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
         raise MtkitError(f"{path}: recipe not found; give the path of a YAML recipe such as recipes/multi30k/transformer.yaml")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
         raise MtkitError(f"{path}: not valid YAML ({_one_line(err)}); fix the recipe file") from None
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: a recipe must be a mapping of keys to values")
@@ -171,18 +308,18 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
     return config_from_dict(raw, source=str(path))
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
-    """Build a checked `Config` from plain data (the YAML form)."""
-    config = _build(Config, raw, prefix="", source=source)
-    parse_duration(config.train.max_time)  # a bad duration fails now, not after loading data
-    if not 0.0 <= config.train.ema < 1.0:
-        raise MtkitError(f"{source}: 'train.ema' is {config.train.ema}; give a decay in [0, 1) such as 0.999, or 0 for none")
-    return config
+def config_from_dict(raw: dict[str, Any], source: str = "config", saved: bool = False) -> Config:
+    """Build a checked `Config` from plain data (the YAML form).
+
+    `saved=True` reads a config written with a model by any mtkit version: keys of the other
+    architecture and retired keys (such as `decode.nbest`) are dropped instead of refused.
+    """
+    return _build(Config, raw, prefix="", source=source, saved=saved)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
-    """The plain-data form of a config, as saved with each run."""
-    return dataclasses.asdict(config)
+    """The plain-data form of a config, as saved with each run: the `model` keys of its architecture only."""
+    return _to_dict(config)
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
@@ -192,7 +329,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         raise MtkitError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.max_steps=100")
     try:
         value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         value = text
     parts = key.strip().split(".")
     node = raw
@@ -209,14 +346,15 @@ def parse_duration(text: str | None) -> float | None:
     """'90m' -> 5400.0 seconds; '2h', '30s' and bare numbers (seconds) also work."""
     if text is None or str(text).strip() == "":
         return None
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", str(text))
+    match = re.fullmatch(DURATION, str(text))
     if not match:
         raise MtkitError(f"train.max_time={text!r}: expected a duration such as 90m, 2h or 600s")
     scale = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
     return float(match.group(1)) * scale
 
 
-def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
+def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
+    """Convert and check one section (recursively): unknown keys, types, architecture, rules."""
     if not isinstance(raw, dict):
         raise MtkitError(f"{source}: '{prefix.rstrip('.') or 'recipe'}' must be a mapping, got {raw!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -224,14 +362,27 @@ def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
     values = {}
     for key, value in raw.items():
         if key not in fields:
+            if saved and f"{prefix}{key}" in RETIRED_KEYS:
+                continue
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
             hint = f"did you mean '{prefix}{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
             raise MtkitError(f"{source}: unknown key '{prefix}{key}'; {hint}")
-        values[key] = _convert(hints[key], value, fields[key], f"{prefix}{key}", source)
-    return cls(**values)
+        values[key] = _convert(hints[key], value, fields[key], f"{prefix}{key}", source, saved)
+    section = cls(**values)
+    foreign = [key for key in values if not _applies(fields[key], section)]
+    if foreign and not saved:
+        arch = fields[foreign[0]].metadata["arch"]
+        raise MtkitError(
+            f"{source}: '{prefix}{foreign[0]}' is {_ARCH_NAMES[arch]} key but {prefix}arch is {section.arch}; "
+            f"remove it, or set {prefix}arch={arch}"
+        )
+    if foreign:  # an older saved config: every key of every architecture
+        section = cls(**{key: value for key, value in values.items() if key not in foreign})
+    _check_rules(section, prefix, source)
+    return section
 
 
-def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: str) -> Any:
+def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: str, saved: bool) -> Any:
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None:
         if type(None) in options:
@@ -239,13 +390,15 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
         raise MtkitError(f"{source}: '{key}' cannot be empty")
     for option in options:
         if dataclasses.is_dataclass(option):
-            return _build(option, value, f"{key}.", source)
+            return _build(option, value, f"{key}.", source, saved)
     expected = next(o for o in options if o is not type(None))
     if expected is bool and isinstance(value, bool):
         return value
     if expected is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > 1e308:  # a 400-digit int is no float
+            return math.inf if value > 0 else -math.inf
         return float(value)
     if expected is float and isinstance(value, str):
         try:
@@ -259,6 +412,58 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
             raise MtkitError(f"{source}: '{key}' is {value!r}; choose one of {', '.join(choices)}")
         return value
     raise MtkitError(f"{source}: '{key}' must be {expected.__name__}, got {value!r}")
+
+
+def _check_rules(section: Any, prefix: str, source: str) -> None:
+    """Apply each field's declared range, pattern and relation, in field order, to a built section."""
+    for spec in dataclasses.fields(section):
+        value = getattr(section, spec.name)
+        if value is None or dataclasses.is_dataclass(value) or not _applies(spec, section):
+            continue
+        advice = _advice(spec, value, section)
+        if advice:
+            raise MtkitError(f"{source}: '{prefix}{spec.name}' is {_show(value)}; {advice}")
+
+
+def _advice(spec: dataclasses.Field, value: Any, section: Any) -> str | None:
+    """What to give instead of `value`, or None when it passes the field's rules."""
+    rule: Range | None = spec.metadata.get("range")
+    if isinstance(value, float) and rule is None:
+        rule = Range()  # no NaN or infinity anywhere
+    if rule is not None and not rule.admits(value):
+        example = spec.default if rule.example is None else rule.example
+        return f"give {rule.describe(isinstance(value, int))}, such as {example}"
+    pattern: Pattern | None = spec.metadata.get("pattern")
+    if pattern is not None and not re.fullmatch(pattern.regex, value):
+        return f"give {pattern.description}, such as {pattern.example}"
+    relation = spec.metadata.get("relation")
+    return relation(section) if relation else None
+
+
+def _applies(spec: dataclasses.Field, section: Any) -> bool:
+    """Whether a key is read by this section: architecture-specific keys only by their `arch`."""
+    arch = spec.metadata.get("arch")
+    return arch is None or arch == section.arch
+
+
+def _to_dict(section: Any) -> dict[str, Any]:
+    data = {}
+    for spec in dataclasses.fields(section):
+        if _applies(spec, section):
+            value = getattr(section, spec.name)
+            data[spec.name] = _to_dict(value) if dataclasses.is_dataclass(value) else value
+    return data
+
+
+def _show(value: Any) -> str:
+    """A value as the error shows it: YAML's true/false, quoted text, plain numbers."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
 def _one_line(err: Exception) -> str:

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import DataConfig, SplitConfig
+from mtkit.config import DataConfig, SplitConfig, choices
 from mtkit.errors import MtkitError, one_line
 from mtkit.textio import file_lines, model_text
 
 Pair = tuple[str, str]
 
-NORMALIZE_FORMS = ("NFC", "NFKC", "none")
 PROGRESS_MIN_BYTES = 4_000_000  # roughly 100k lines: smaller files are read without a progress bar
 
 
@@ -40,8 +39,8 @@ def read_split(
     `recipe_key` (such as "data.train") names the split in error messages. `bad_bytes="replace"`
     replaces bytes that are not UTF-8 (and warns with the count of lines) instead of stopping.
     """
-    if normalize not in NORMALIZE_FORMS:
-        raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(NORMALIZE_FORMS)}")
+    if normalize not in choices(DataConfig, "normalize"):
+        raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(choices(DataConfig, 'normalize'))}")
     if split.limit is not None and split.limit < 1:
         raise MtkitError(f"{recipe_key}.limit is {split.limit}; give a positive number of pairs or leave it unset")
     kind = _source_kind(split, recipe_key)

@@ -201,6 +201,11 @@ class Trainer:
         config, lengths = self.train_config, (self.train_ids.src.lengths, self.train_ids.tgt.lengths)
         max_length = min(self.model.max_positions, 1_000_000)
         batches, skipped = token_batches(*lengths, config.batch_tokens, config.seed, self.progress.epoch, max_length)
+        if not batches:
+            raise MtkitError(
+                f"no training pair fits the model: all {skipped} need more than model.max_positions={max_length} "
+                "positions (pieces + EOS); raise model.max_positions, or lower data.max_len and prepare again"
+            )
         if skipped and self.progress.batches_done == 0 and self.dist.is_main:
             _say(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
         if self.dist.enabled:  # a disjoint, equally long share of the epoch for each rank

@@ -456,6 +456,29 @@ def test_bad_duration_via_set(workspace, tmp_path):
     assert_one_line_error(result, "train.max_time", "'soon'")
 
 
+@pytest.mark.parametrize(
+    ("recipe", "override"),
+    [
+        ("transformer.yaml", "model.layers=-3"),
+        ("transformer.yaml", "train.lr=-1"),
+        ("transformer.yaml", "tokenizer.vocab_size=0"),
+        ("transformer.yaml", "model.heads=7"),
+        ("transformer.yaml", "train.batch_tokens=0"),
+        ("transformer.yaml", "train.warmup_steps=-1"),
+        ("transformer.yaml", "train.max_time=soon"),
+        ("transformer.yaml", "decode.beam=0"),
+        ("rnn.yaml", "model.hidden_size=-1"),
+        ("rnn.yaml", "model.heads=4"),
+    ],
+)
+def test_train_refuses_a_bad_recipe_value_before_creating_anything(tmp_path, recipe, override):
+    data, run = tmp_path / "data", tmp_path / "run"
+    path = REPO / "recipes" / "multi30k" / recipe
+    result = invoke("train", path, "--set", override, "--set", f"data_dir={data}", "--set", f"run_dir={run}")
+    assert_one_line_error(result, f"'{override.partition('=')[0]}'")
+    assert not data.exists() and not run.exists()
+
+
 def test_translate_non_utf8_file(run, tmp_path):
     source = tmp_path / "bad.de"
     source.write_bytes(b"Ein Hund.\n\nGr\xffn.\n")

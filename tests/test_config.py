@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -10,11 +12,14 @@ import yaml
 
 from mtkit.config import (
     Config,
+    DataConfig,
     DecodeConfig,
     ModelConfig,
     SplitConfig,
     TokenizerConfig,
     TrainConfig,
+    arch_keys,
+    choices,
     config_from_dict,
     config_to_dict,
     load_config,
@@ -24,6 +29,7 @@ from mtkit.errors import MtkitError
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K_RECIPE = REPO / "recipes" / "multi30k" / "transformer.yaml"
+RNN_RECIPE = REPO / "recipes" / "multi30k" / "rnn.yaml"
 
 # The recipe keys the product documents, section by section.
 PROMISED_KEYS = {
@@ -358,3 +364,185 @@ def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
     assert config.name == f"{recipe.parent.name}_{recipe.stem}"  # the Makefile's RUN=runs/multi30k_FILE
     model = build_model(config.model, config.tokenizer.vocab_size, config.tokenizer.vocab_size, config.tokenizer.joint)
     assert model.num_parameters() > 1_000_000
+
+
+# Ranges, relations and architectures: the whole recipe is checked at load
+
+
+@pytest.mark.parametrize(
+    ("recipe", "override", "message"),
+    [
+        (MULTI30K_RECIPE, "model.layers=-3", "'model.layers' is -3; give a whole number >= 1, such as 6"),
+        (MULTI30K_RECIPE, "train.lr=-1", "'train.lr' is -1.0; give a number in (0, 10], such as 0.0007"),
+        (
+            MULTI30K_RECIPE,
+            "tokenizer.vocab_size=0",
+            "'tokenizer.vocab_size' is 0; give a whole number in [8, 1000000], such as 8000",
+        ),
+        (MULTI30K_RECIPE, "model.heads=7", "'model.heads' is 7; give a whole number that divides model.d_model (256), such as 8"),
+        (MULTI30K_RECIPE, "train.batch_tokens=0", "'train.batch_tokens' is 0; give a whole number >= 1, such as 4096"),
+        (MULTI30K_RECIPE, "train.warmup_steps=-1", "'train.warmup_steps' is -1; give a whole number >= 1, such as 4000"),
+        (MULTI30K_RECIPE, "train.max_time=soon", "'train.max_time' is 'soon'; give a duration"),
+        (MULTI30K_RECIPE, "decode.beam=0", "'decode.beam' is 0; give a whole number >= 1, such as 5"),
+        (RNN_RECIPE, "model.hidden_size=-1", "'model.hidden_size' is -1; give a whole number >= 1, such as 512"),
+        (
+            RNN_RECIPE,
+            "model.heads=4",
+            "'model.heads' is a Transformer key but model.arch is rnn; remove it, or set model.arch=transformer",
+        ),
+    ],
+    ids=lambda value: value.name if isinstance(value, Path) else None,
+)
+def test_a_bad_value_fails_at_load_in_one_line_naming_the_key(recipe, override, message):
+    assert load_error(recipe, override).startswith(f"{recipe}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.dropout=1", "'model.dropout' is 1.0; give a number in [0, 1), such as 0.1"),
+        ("model.attention_dropout=-0.1", "'model.attention_dropout' is -0.1; give a number in [0, 1), such as 0.1"),
+        ("train.label_smoothing=1.0", "'train.label_smoothing' is 1.0; give a number in [0, 1)"),
+        ("tokenizer.character_coverage=0", "'tokenizer.character_coverage' is 0.0; give a number in (0, 1], such as 1.0"),
+        ("train.ema=1", "'train.ema' is 1.0; give a number in [0, 1), such as 0.999"),
+        ("train.clip_norm=-1", "'train.clip_norm' is -1.0; give a number >= 0"),
+        ("train.max_nonfinite=0", "'train.max_nonfinite' is 0; give a whole number >= 1, such as 10"),
+        ("train.max_steps=-5", "'train.max_steps' is -5; give a whole number >= 0, such as 10000"),
+        ("train.seed=-1", "'train.seed' is -1; give a whole number in [0, 4294967295], such as 1"),
+        ("train.lr=.nan", "'train.lr' is nan; give a number in (0, 10]"),
+        ("train.lr=1e39", "'train.lr' is 1e+39; give a number in (0, 10]"),
+        (f"train.lr={10**400}", "'train.lr' is inf; give a number in (0, 10]"),
+        ("train.threads=100000", "'train.threads' is 100000; give a whole number in [0, 1024], such as 4"),
+        (f"data.train.limit={2**63}", f"'data.train.limit' is {2**63}; give a whole number >= 1, such as 10000"),
+        ("decode.length_penalty=-1", "'decode.length_penalty' is -1.0; give a number in [0, 10], such as 1.0"),
+        ("decode.max_input_tokens=0", "'decode.max_input_tokens' is 0; give a whole number in [1, 10000], such as 250"),
+        (f"train.seed={'9' * 5000}", "'train.seed' must be int"),
+        ("decode.max_len_a=.inf", "'decode.max_len_a' is inf; give a number in [0, 10]"),
+        ("decode.max_len_b=-1", "'decode.max_len_b' is -1; give a whole number in [0, 10000], such as 10"),
+        ("data.max_ratio=0.5", "'data.max_ratio' is 0.5; give a number >= 1"),
+        ("data.train.limit=0", "'data.train.limit' is 0; give a whole number >= 1"),
+        ("model.max_positions=1", "'model.max_positions' is 1; give a whole number >= 2"),
+        ("train.device=gpu", "'train.device' is 'gpu'; give auto, cpu, cuda or cuda:N"),
+        ("name='  '", "'name' is '  '; give a name that is not blank"),
+        ("model.d_model=90", "'model.heads' is 4; give a whole number that divides model.d_model (90), such as 3"),
+    ],
+)
+def test_every_kind_of_rule_names_the_key_the_value_and_an_example(override, message):
+    assert message in load_error(MULTI30K_RECIPE, override)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model.dropout=0",
+        "train.ema=0",
+        "train.clip_norm=0",
+        "train.max_steps=0",
+        "train.patience=0",
+        "train.threads=0",
+        "tokenizer.character_coverage=1",
+        "data.max_ratio=1",
+        "decode.max_len_b=0",
+        "train.seed=0",
+        "train.max_time=600",
+        "train.device=cuda:1",
+        "model.heads=1",
+        "model.heads=256",
+    ],
+)
+def test_values_on_the_edge_of_a_range_are_accepted(override):
+    load_config(MULTI30K_RECIPE, [override])
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "message"),
+    [
+        (RNN_RECIPE, ["model.hidden_size=511"], "'model.hidden_size' is 511; give an even number with model.bidirectional"),
+        (RNN_RECIPE, ["model.input_feed=true"], "'model.input_feed' is true; input feeding needs Luong attention"),
+        (MULTI30K_RECIPE, ["model.cell=gru"], "'model.cell' is an RNN key but model.arch is transformer"),
+        (MULTI30K_RECIPE, ["model.arch=rnn"], "'model.d_model' is a Transformer key but model.arch is rnn"),
+    ],
+)
+def test_rules_between_keys_and_architectures(recipe, overrides, message):
+    assert message in load_error(recipe, *overrides)
+
+
+def test_relations_hold_once_fixed():
+    load_config(RNN_RECIPE, ["model.hidden_size=511", "model.bidirectional=false"])
+    load_config(RNN_RECIPE, ["model.input_feed=true", "model.attention=luong_dot"])
+
+
+def sections_of(cls: type) -> list[type]:
+    """`cls` and every dataclass nested in it, walked through the type hints."""
+    found = [cls]
+    for hint in typing.get_type_hints(cls).values():
+        for option in typing.get_args(hint) or (hint,):
+            if dataclasses.is_dataclass(option) and option not in found:
+                found += sections_of(option)
+    return found
+
+
+def test_every_number_declares_its_range_and_every_model_key_its_architecture():
+    sections = sections_of(Config)
+    assert len(sections) == 7
+    for section in sections:
+        for name, hint in typing.get_type_hints(section).items():
+            if {int, float} & set(typing.get_args(hint) or (hint,)):
+                assert "range" in section.__dataclass_fields__[name].metadata, f"{section.__name__}.{name} has no range"
+    shared = {"arch", "layers", "dropout", "tie_embeddings"}
+    assert {f.name for f in dataclasses.fields(ModelConfig) if "arch" not in f.metadata} == shared
+
+
+def test_arch_keys_are_the_constructor_arguments():
+    from mtkit.models import RNNSeq2Seq, Transformer
+
+    for arch, model in (("transformer", Transformer), ("rnn", RNNSeq2Seq)):
+        parameters = set(inspect.signature(model.__init__).parameters) - {
+            "self",
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "share_vocab",
+            "pad_id",
+        }
+        assert set(arch_keys(arch)) == parameters
+    assert "heads" in arch_keys("transformer") and "heads" not in arch_keys("rnn")
+    assert "hidden_size" in arch_keys("rnn") and "layers" in arch_keys("rnn")
+
+
+def test_choices_are_listed_once_in_config():
+    assert choices(DataConfig, "normalize") == ("NFC", "NFKC", "none")
+    assert choices(DataConfig, "bad_bytes") == ("error", "replace")
+    assert choices(ModelConfig, "arch") == ("transformer", "rnn")
+    assert choices(TrainConfig, "precision") == ("auto", "fp32", "bf16", "fp16")
+    with pytest.raises(KeyError):
+        choices(ModelConfig, "layers")
+
+
+def test_an_rnn_config_saves_only_its_keys_and_loads_again():
+    config = load_config(RNN_RECIPE)
+    data = config_to_dict(config)
+    assert set(data["model"]) == {"arch", *arch_keys("rnn")}
+    assert config_from_dict(yaml.safe_load(yaml.safe_dump(data))) == config
+    assert set(config_to_dict(load_config(MULTI30K_RECIPE))["model"]) == {"arch", *arch_keys("transformer")}
+
+
+def test_an_old_saved_config_with_every_key_loads_with_saved_true():
+    config = load_config(RNN_RECIPE)
+    old = dataclasses.asdict(config)  # what older versions saved: all keys, and decode.nbest
+    old["decode"]["nbest"] = 1
+    assert config_from_dict(old, source="old.pt", saved=True) == config
+    with pytest.raises(MtkitError, match="'model.d_model' is a Transformer key"):
+        config_from_dict(old, source="old.pt")
+    old["model"]["d_model"] = 1000  # dropped, so not even checked against heads
+    assert config_from_dict(old, saved=True) == config
+
+
+def test_saved_true_still_refuses_unknown_and_bad_keys():
+    with pytest.raises(MtkitError, match="unknown key 'decode.beams'"):
+        config_from_dict({"decode": {"beams": 2}}, saved=True)
+    with pytest.raises(MtkitError, match="'model.layers' is 0"):
+        config_from_dict({"model": {"layers": 0}}, saved=True)
+
+
+def test_decode_nbest_is_no_recipe_key(recipe):
+    assert "unknown key 'decode.nbest'" in load_error(recipe, "decode.nbest=2")

@@ -3,16 +3,24 @@ surrogates, very long lines) never crashes mtkit, and `translate` keeps one line
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import typing
 import unicodedata
+from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import torch
+import yaml
+from conftest import reverse_task_config, write_reverse_task
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.config import DataConfig, SplitConfig
+from mtkit.config import Config, DataConfig, SplitConfig, arch_keys, config_to_dict, load_config
 from mtkit.data import clean_pairs, read_split
 from mtkit.errors import MtkitError
 from mtkit.evaluate import score_corpus
@@ -127,3 +135,130 @@ def test_scores_are_finite_for_any_text(rows):
     for score in result.scores:
         assert math.isfinite(score.score) and score.score >= 0
         assert score.signature
+
+
+# Any value for any recipe key: one clear line at load, or a model that trains
+
+
+def recipe_keys(section: type = Config, prefix: str = "") -> list[tuple[str, tuple, dataclasses.Field]]:
+    """Every key of a recipe (sections included) with the types it allows, walked from the dataclasses."""
+    keys = []
+    hints = typing.get_type_hints(section)
+    for spec in dataclasses.fields(section):
+        options = typing.get_args(hints[spec.name]) or (hints[spec.name],)
+        keys.append((prefix + spec.name, options, spec))
+        for option in options:
+            if dataclasses.is_dataclass(option):
+                keys += recipe_keys(option, f"{prefix}{spec.name}.")
+    return keys
+
+
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+
+
+def values_for(options: tuple, spec: dataclasses.Field) -> st.SearchStrategy:
+    """Values of the key's own types (zero, negatives, huge, NaN and infinities included), or anything else."""
+    typed = []
+    if int in options:
+        typed.append(st.integers(-3, 40) | st.sampled_from([10**6, 2**40, 10**30]))
+    if float in options:
+        typed.append(st.floats(-2.0, 2.0) | st.sampled_from([0.0, 1.0, 1e30, math.nan, math.inf, -math.inf]))
+    if str in options:
+        known = ([spec.default] if isinstance(spec.default, str) else []) + list(spec.metadata.get("choices", ()))
+        typed.append(st.text(max_size=8) | st.sampled_from(known) if known else st.text(max_size=8))
+    if bool in options:
+        typed.append(st.booleans())
+    return st.one_of(*typed, ANY_VALUE)
+
+
+KEY_VALUES = {key: values_for(options, spec) for key, options, spec in recipe_keys()}
+OVERRIDE = st.sampled_from(sorted(KEY_VALUES)).flatmap(lambda key: st.tuples(st.just(key), KEY_VALUES[key]))
+
+
+@pytest.fixture(scope="module")
+def tiny_recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny Transformer and a tiny RNN recipe over one prepared reverse task (300 pairs)."""
+    from mtkit.prepare import prepare_corpus, train_tokenizers
+
+    directory = tmp_path_factory.mktemp("recipe_values")
+    write_reverse_task(directory / "raw", train_pairs=300, valid_pairs=10)
+    config = reverse_task_config(directory)
+    train_tokenizers(config)
+    prepare_corpus(config)
+    transformer = config_to_dict(config)
+    transformer["train"].update(device="cpu", threads=1)
+    rnn = {**transformer, "model": {"arch": "rnn", "cell": "gru", "layers": 1, "hidden_size": 32, "embed_dim": 16}}
+    paths = {"transformer": directory / "transformer.yaml", "rnn": directory / "rnn.yaml"}
+    for arch, recipe in (("transformer", transformer), ("rnn", rnn)):
+        paths[arch].write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return paths
+
+
+def affordable(config: Config) -> bool:
+    """Whether one update is cheap enough to try here: bigger recipes are skipped, not failed."""
+    model, train = config.model, config.train
+    sizes = [
+        getattr(model, key)
+        for key in ("d_model", "ffn_dim", "hidden_size", "embed_dim", "max_positions")
+        if key in arch_keys(model.arch)
+    ]
+    cheap_train = train.batch_tokens <= 4000 and train.accumulate <= 4 and not train.compile
+    return model.layers <= 4 and max(sizes) <= 4096 and sorted(sizes)[-2] <= 256 and cheap_train
+
+
+def first_update(config: Config) -> Any:
+    """A `Trainer` for `config` (no run directory) after its first update, over the first `accumulate` batches."""
+    from mtkit.runtime import resolve_device
+    from mtkit.train import Trainer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: more threads only wait for each other on a busy machine
+    try:
+        trainer = Trainer(config, resolve_device(config.train.device))
+        batches = trainer.epoch_batches()
+        assume(batches)  # a learned max_positions may be shorter than every pair: skipped by design
+        trainer.update([trainer.train_ids.collate(batch) for batch in batches[: config.train.accumulate]])
+    finally:
+        torch.set_num_threads(threads)
+    return trainer
+
+
+def layers_of(model: torch.nn.Module) -> int:
+    from mtkit.models import Transformer
+
+    if isinstance(model, Transformer):
+        return min(len(model.encoder_layers), len(model.decoder_layers))
+    return model.encoder.rnn.num_layers
+
+
+@settings(
+    derandomize=os.environ.get("CI") == "true",
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(arch=st.sampled_from(["transformer", "rnn"]), overrides=st.lists(OVERRIDE, max_size=3))
+def test_any_recipe_values_fail_at_load_in_one_line_or_train(tiny_recipes, arch, overrides):
+    """Never a traceback and never a silent absurd model: one error line at load, or a real first update."""
+    from mtkit.train import inverse_sqrt_schedule
+
+    recipe = tiny_recipes[arch]
+    items = [f"{key}={yaml.safe_dump(value)}" for key, value in overrides]
+    items += [f"data_dir={recipe.parent / 'data'}", f"run_dir={recipe.parent / 'run'}"]
+    try:
+        config = load_config(recipe, items)
+    except MtkitError as err:
+        assert "\n" not in str(err) and str(err).startswith(f"{recipe}: ")
+        event("load error")
+        return
+    assume(affordable(config))
+    try:
+        trainer = first_update(config)
+    except MtkitError as err:  # the recipe is fine, the machine lacks it (e.g. train.device=cuda)
+        assert "\n" not in str(err)
+        event("train error")
+        return
+    event("trained")
+    assert trainer.progress.step + trainer.progress.skipped_updates == 1
+    assert layers_of(trainer.model) >= 1
+    assert 0 < config.train.lr * inverse_sqrt_schedule(config.train.warmup_steps)(0) < math.inf

@@ -124,6 +124,13 @@ def test_max_epochs_stops_training(tmp_path):
     assert 0 < progress.step < 100
 
 
+def test_a_model_too_short_for_every_pair_is_a_clear_error_not_an_endless_loop(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=0)
+    config.model.positions, config.model.max_positions = "learned", 2  # every pair needs 4 or more positions
+    with pytest.raises(MtkitError, match=r"^no training pair fits the model: all [0-9]+ need more than model.max_positions=2 "):
+        train(config)
+
+
 class _RunsCode:
     def __reduce__(self):
         return (os.system, ("touch PWNED",))
