@@ -1,15 +1,17 @@
-"""The Transformer honours the model contract: shapes, masking, causality, incremental decoding."""
+"""The Transformer honours the model contract: shapes, masking, causality, incremental decoding;
+its attention layers cache keys/values and give the heatmaps' weights from their own forward."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.models import Transformer, build_model
 from mtkit.models.base import causal_mask, padding_mask
-from mtkit.models.layers import Dropout, LearnedPositions, SinusoidalPositions
+from mtkit.models.layers import CrossAttention, Dropout, LearnedPositions, SelfAttention, SinusoidalPositions
 
 VOCAB = 40
 
@@ -112,6 +114,98 @@ def test_reorder_state_follows_the_batch_order():
     next_logits, _ = model.decode(tgt[order, 3:4], memory[order], src_mask[order], reordered)
     full = model(src[order], src_mask[order], tgt[order, :4])
     torch.testing.assert_close(next_logits[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
+
+
+def attention_inputs(batch: int = 2, tgt_len: int = 5, src_len: int = 7) -> tuple[Tensor, Tensor, Tensor]:
+    """Random decoder states (B, T, 32), memory (B, S, 32) and a memory mask with padding in row 1."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(batch, tgt_len, 32, generator=generator)
+    memory = torch.randn(batch, src_len, 32, generator=generator)
+    memory_mask = torch.ones(batch, 1, 1, src_len, dtype=torch.bool)
+    memory_mask[1, ..., 4:] = False
+    return x, memory, memory_mask
+
+
+def reference_cross_weights(attention: CrossAttention, x: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
+    """softmax(Q K^T / sqrt(Dh)) per head, from the layer's parameters, masked keys excluded."""
+    heads, head_dim = attention.heads, attention.head_dim
+    query = x @ attention.query.weight.T + attention.query.bias
+    key = memory @ attention.key_value.weight[: heads * head_dim].T + attention.key_value.bias[: heads * head_dim]
+    query = query.view(x.size(0), x.size(1), heads, head_dim).permute(0, 2, 1, 3)  # (B, H, T, Dh)
+    key = key.view(memory.size(0), memory.size(1), heads, head_dim).permute(0, 2, 1, 3)  # (B, H, S, Dh)
+    scores = torch.einsum("bhtd,bhsd->bhts", query, key) / head_dim**0.5  # (B, H, T, S)
+    return torch.softmax(scores.masked_fill(~memory_mask, float("-inf")), dim=-1)
+
+
+def test_attention_forward_shapes():
+    torch.manual_seed(0)
+    x, memory, memory_mask = attention_inputs()
+    key_mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    assert SelfAttention(32, 4, 0.0, causal=False).eval()(x, key_mask).shape == (2, 5, 32)
+    assert SelfAttention(32, 4, 0.0, causal=True).eval()(x).shape == (2, 5, 32)
+    cross = CrossAttention(32, 4, 0.0).eval()
+    output, weights = cross(x, memory, memory_mask)
+    assert output.shape == (2, 5, 32) and weights is None
+    output_with_weights, weights = cross(x, memory, memory_mask, need_weights=True)
+    assert weights.shape == (2, 4, 5, 7) and weights.dtype == torch.float32
+    # The explicit path (for heatmaps) attends exactly like the fused fast path.
+    torch.testing.assert_close(output_with_weights, output, atol=1e-5, rtol=1e-5)
+
+
+def test_self_attention_cache_equals_full_causal_attention():
+    torch.manual_seed(0)
+    attention = SelfAttention(32, 4, 0.0, causal=True).eval()
+    x, _, _ = attention_inputs()
+    full = attention(x)
+    cache: dict = {}
+    steps = [attention(x[:, position : position + 1], cache=cache, prefix="3.") for position in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert sorted(cache) == ["3.self_k", "3.self_v"] and cache["3.self_k"].shape == (2, 4, 5, 8)
+    # A prefix of several positions, then the rest on top of its cache, also agrees.
+    cache = {}
+    first, rest = attention(x[:, :2], cache=cache), attention(x[:, 2:], cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_projects_the_memory_once_into_the_cache():
+    torch.manual_seed(0)
+    attention = CrossAttention(32, 4, 0.0).eval()
+    x, memory, memory_mask = attention_inputs()
+    cache: dict = {}
+    first, _ = attention(x[:, :1], memory, memory_mask, cache, "0.")
+    assert sorted(cache) == ["0.cross_k", "0.cross_v"] and cache["0.cross_k"].shape == (2, 4, 7, 8)
+    # Later steps read the cache, not the memory.
+    second, _ = attention(x[:, 1:2], torch.zeros_like(memory), memory_mask, cache, "0.")
+    full, _ = attention(x[:, :2], memory, memory_mask)
+    torch.testing.assert_close(torch.cat([first, second], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_weights_equal_the_reference_computation():
+    torch.manual_seed(0)
+    attention = CrossAttention(32, 4, 0.0).eval()
+    x, memory, memory_mask = attention_inputs()
+    _, weights = attention(x, memory, memory_mask, need_weights=True)
+    torch.testing.assert_close(weights, reference_cross_weights(attention, x, memory, memory_mask), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_model_cross_attention_is_the_last_layers_weights_in_its_own_forward(variant):
+    model = small_transformer(**variant)
+    src, src_mask, tgt = random_batch()
+    src[1, 4:] = 0
+    src_mask = padding_mask(src, 0)
+    memory = model.encode(src, src_mask)
+    seen = {}
+    last = model.decoder_layers[-1].cross_attention
+    hook = last.register_forward_hook(lambda module, args, output: seen.update(x=args[0], memory=args[1]))
+    model.decode(tgt, memory, src_mask)
+    hook.remove()
+    weights = model.cross_attention(tgt, memory, src_mask)
+    assert weights.shape == (3, 4, 6, 7)
+    reference = reference_cross_weights(last, seen["x"], seen["memory"], src_mask[:, None, None, :])
+    torch.testing.assert_close(weights, reference, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 6))
+    assert weights[1, ..., 4:].eq(0).all()
 
 
 def test_embeddings_are_scaled_and_tied():

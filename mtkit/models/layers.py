@@ -1,4 +1,4 @@
-"""Model building blocks: dropout, scaled embeddings, positions, multi-head attention, feed-forward."""
+"""Model building blocks: dropout, scaled embeddings, positions, self- and cross-attention, feed-forward, residual blocks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
+from mtkit.models.base import DecoderState
 
 
 class Dropout(nn.Module):
@@ -105,53 +106,111 @@ def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention with a fused projection.
+    """What self- and cross-attention share: heads, scaled dot-product attention, output projection.
 
-    Self-attention projects queries, keys and values with one matrix; cross-attention projects
-    queries from the decoder and keys/values (once per sentence) from the encoder memory.
+    Subclasses own the input projections and register them before `out`, so the parameter order
+    (which optimizer state in checkpoints follows) is the same as in earlier versions.
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool) -> None:
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
         super().__init__()
         if d_model % heads:
             raise MtkitError(f"model.d_model={d_model} must be divisible by model.heads={heads}")
         self.heads = heads
         self.head_dim = d_model // heads
         self.dropout = dropout
-        self.cross = cross
-        if cross:
-            self.query = nn.Linear(d_model, d_model)
-            self.key_value = nn.Linear(d_model, 2 * d_model)
-        else:
-            self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
 
     def split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
-    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values (B, H, S, Dh) of the encoder memory, for cross-attention."""
-        key, value = self.key_value(memory).chunk(2, dim=-1)
-        return self.split_heads(key), self.split_heads(value)
-
-    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values (B, H, T, Dh) for self-attention."""
-        query, key, value = self.qkv(x).chunk(3, dim=-1)
-        return self.split_heads(query), self.split_heads(key), self.split_heads(value)
-
-    def weights(self, query: Tensor, key: Tensor, mask: Tensor) -> Tensor:
-        """Explicit attention weights (B, H, T, S) (for inspection; `attend` never builds them)."""
-        scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
-
     def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        """1. attention over heads; 2. merge heads; 3. output projection. mask: True = may attend."""
+        """The fast path: fused attention that never builds the weights. mask: True = may attend."""
         dropout = self.dropout if self.training else 0.0
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        return self.merge_heads(context)
+
+    def attend_with_weights(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The same attention with explicit float32 weights (B, H, T, S), returned before dropout."""
+        scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
+        dropped = F.dropout(weights, self.dropout, training=self.training)
+        context = dropped.to(value.dtype) @ value  # (B, H, T, Dh)
+        return self.merge_heads(context), weights
+
+    def merge_heads(self, context: Tensor) -> Tensor:
+        """context (B, H, T, Dh) -> output projection of the concatenated heads (B, T, D)."""
         batch, _, length, _ = context.shape
         context = context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)  # (B, T, D)
         return self.out(context)
+
+
+class SelfAttention(MultiHeadAttention):
+    """Self-attention with one fused query/key/value projection; causal in the decoder.
+
+    With a `cache` (the decoder state dict) it decodes incrementally: `x` holds only the new
+    positions, and their keys/values are appended to `{prefix}self_k` / `{prefix}self_v` (B, H, t, Dh).
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float, causal: bool) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.causal = causal
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: Tensor, key_mask: Tensor | None = None, cache: DecoderState | None = None, prefix: str = "") -> Tensor:
+        """x (B, T, D) -> (B, T, D). key_mask (B, 1, 1, T) bool, True on real tokens (encoder only)."""
+        query, key, value = self.qkv(x).chunk(3, dim=-1)
+        query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)  # (B, H, T, Dh)
+        if cache is None:
+            return self.attend(query, key, value, key_mask, causal=self.causal)
+        past = cache.get(prefix + "self_k")
+        if past is not None:
+            key = torch.cat([past, key], dim=2)  # (B, H, t + T, Dh)
+            value = torch.cat([cache[prefix + "self_v"], value], dim=2)
+        cache[prefix + "self_k"], cache[prefix + "self_v"] = key, value
+        new, total = query.size(2), key.size(2)
+        # Query i (absolute position total - new + i) may see keys up to its own position; a single
+        # new query may see them all, so the usual one-token step needs no mask.
+        mask = None if new == 1 else torch.ones(new, total, dtype=torch.bool, device=x.device).tril(total - new)
+        return self.attend(query, key, value, mask, causal=False)
+
+
+class CrossAttention(MultiHeadAttention):
+    """Decoder-to-encoder attention: queries from the decoder, keys/values from the memory.
+
+    The memory's keys/values are projected once per sentence and kept in the `cache` (the decoder
+    state) as `{prefix}cross_k` / `{prefix}cross_v` (B, H, S, Dh).
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.query = nn.Linear(d_model, d_model)
+        self.key_value = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        cache: DecoderState | None = None,
+        prefix: str = "",
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D), memory (B, S, D), memory_mask (B, 1, 1, S) -> (B, T, D) and, with
+        `need_weights`, the attention weights (B, H, T, S) (else None: the fused fast path)."""
+        query = self.split_heads(self.query(x))  # (B, H, T, Dh)
+        if cache is not None and prefix + "cross_k" in cache:
+            key, value = cache[prefix + "cross_k"], cache[prefix + "cross_v"]
+        else:
+            key, value = self.key_value(memory).chunk(2, dim=-1)
+            key, value = self.split_heads(key), self.split_heads(value)  # (B, H, S, Dh)
+            if cache is not None:
+                cache[prefix + "cross_k"], cache[prefix + "cross_v"] = key, value
+        if need_weights:
+            return self.attend_with_weights(query, key, value, memory_mask)
+        return self.attend(query, key, value, memory_mask, causal=False), None
 
 
 class FeedForward(nn.Module):
@@ -176,7 +235,15 @@ class Residual(nn.Module):
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """What the sublayer sees: LayerNorm(x) for pre-norm, x itself for post-norm."""
+        return self.norm(x) if self.pre_norm else x
+
+    def combine(self, x: Tensor, output: Tensor) -> Tensor:
+        """The block's result from its input x and the sublayer's output."""
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + self.dropout(output)
+        return self.norm(x + self.dropout(output))
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.combine(x, sublayer(self.sublayer_input(x)))

@@ -2,83 +2,62 @@
 
 Pre- or post-norm residual blocks, sinusoidal or learned positions, tied embeddings, and
 incremental decoding: the decoder state caches self-attention keys/values per layer and the
-cross-attention keys/values of the memory, computed once per sentence.
+cross-attention keys/values of the memory, computed once per sentence. The heatmaps'
+cross-attention weights come from the same decoder forward, asked for the last layer's weights.
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from mtkit.models.base import DecoderState, EncoderDecoder
-from mtkit.models.layers import Dropout, FeedForward, MultiHeadAttention, Residual, ScaledEmbedding, make_positions
+from mtkit.models.layers import (
+    CrossAttention,
+    Dropout,
+    FeedForward,
+    Residual,
+    ScaledEmbedding,
+    SelfAttention,
+    make_positions,
+)
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, heads, attention_dropout, cross=False)
+        self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=False)
         self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
         self.attention_block = Residual(d_model, dropout, pre_norm)
         self.ffn_block = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """x (B, S, D); key_mask (B, 1, 1, S) bool, True on real tokens."""
-
-        def attend(h: Tensor) -> Tensor:
-            return self.self_attention.attend(*self.self_attention.project_self(h), mask=key_mask, causal=False)
-
-        x = self.attention_block(x, attend)
+        x = self.attention_block(x, lambda h: self.self_attention(h, key_mask))
         return self.ffn_block(x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, heads, attention_dropout, cross=False)
-        self.cross_attention = MultiHeadAttention(d_model, heads, attention_dropout, cross=True)
+        self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=True)
+        self.cross_attention = CrossAttention(d_model, heads, attention_dropout)
         self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
         self.self_block = Residual(d_model, dropout, pre_norm)
         self.cross_block = Residual(d_model, dropout, pre_norm)
         self.ffn_block = Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor, state: DecoderState | None, prefix: str) -> Tensor:
-        """x (B, T, D) new target positions; memory (B, S, D); memory_mask (B, 1, 1, S)."""
-        x = self.self_block(x, lambda h: self._self_attend(h, state, prefix))
-        x = self.cross_block(x, lambda h: self._cross_attend(h, memory, memory_mask, state, prefix))
-        return self.ffn_block(x, self.feed_forward)
+    def forward(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor, state: DecoderState | None, prefix: str, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D) new target positions; memory (B, S, D); memory_mask (B, 1, 1, S).
 
-    def cross_weights(self, x: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
-        """Cross-attention weights (B, H, T, S) of this layer for teacher-forced inputs x (B, T, D)."""
-        x = self.self_block(x, lambda h: self._self_attend(h, None, ""))
-        h = self.cross_block.norm(x) if self.cross_block.pre_norm else x
-        query = self.cross_attention.split_heads(self.cross_attention.query(h))  # (B, H, T, Dh)
-        key, _ = self.cross_attention.project_memory(memory)  # (B, H, S, Dh)
-        return self.cross_attention.weights(query, key, memory_mask)
-
-    def _self_attend(self, h: Tensor, state: DecoderState | None, prefix: str) -> Tensor:
-        query, key, value = self.self_attention.project_self(h)  # (B, H, T, Dh)
-        if state is None:
-            return self.self_attention.attend(query, key, value, mask=None, causal=True)
-        past = state.get(prefix + "self_k")
-        if past is not None:
-            key = torch.cat([past, key], dim=2)  # (B, H, t + T, Dh)
-            value = torch.cat([state[prefix + "self_v"], value], dim=2)
-        state[prefix + "self_k"], state[prefix + "self_v"] = key, value
-        new, total = query.size(2), key.size(2)
-        # Query i (absolute position total - new + i) may see keys up to its own position.
-        mask = None if new == 1 else torch.ones(new, total, dtype=torch.bool, device=h.device).tril(total - new)
-        return self.self_attention.attend(query, key, value, mask=mask, causal=False)
-
-    def _cross_attend(self, h: Tensor, memory: Tensor, memory_mask: Tensor, state: DecoderState | None, prefix: str) -> Tensor:
-        query = self.cross_attention.split_heads(self.cross_attention.query(h))  # (B, H, T, Dh)
-        if state is not None and prefix + "cross_k" in state:
-            key, value = state[prefix + "cross_k"], state[prefix + "cross_v"]
-        else:
-            key, value = self.cross_attention.project_memory(memory)  # (B, H, S, Dh)
-            if state is not None:
-                state[prefix + "cross_k"], state[prefix + "cross_v"] = key, value
-        return self.cross_attention.attend(query, key, value, mask=memory_mask, causal=False)
+        Returns (B, T, D) and, with `need_weights`, the cross-attention weights (B, H, T, S).
+        """
+        x = self.self_block(x, lambda h: self.self_attention(h, cache=state, prefix=prefix))
+        h = self.cross_block.sublayer_input(x)
+        context, weights = self.cross_attention(h, memory, memory_mask, state, prefix, need_weights)
+        x = self.cross_block.combine(x, context)
+        return self.ffn_block(x, self.feed_forward), weights
 
 
 class Transformer(EncoderDecoder):
@@ -139,17 +118,25 @@ class Transformer(EncoderDecoder):
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
-        offset = 0 if state is None or "0.self_k" not in state else state["0.self_k"].size(2)
-        x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset))
-        memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
-        for index, layer in enumerate(self.decoder_layers):
-            x = layer(x, memory, memory_mask, state, f"{index}.")
+        x, _ = self._run_decoder(tgt, memory, src_mask, state, need_weights=False)
         return self.output(self.decoder_norm(x)), state
 
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """The last decoder layer's cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
-        x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1)))
+        _, weights = self._run_decoder(tgt, memory, src_mask, None, need_weights=True)
+        assert weights is not None
+        return weights
+
+    def _run_decoder(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """The decoder stack: hidden states (B, T, D) and, with `need_weights`, the last layer's
+        cross-attention weights (B, H, T, S)."""
+        offset = 0 if state is None or "0.self_k" not in state else state["0.self_k"].size(2)
+        x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset))
         memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
-        for index, layer in enumerate(self.decoder_layers[:-1]):
-            x = layer(x, memory, memory_mask, None, f"{index}.")
-        return self.decoder_layers[-1].cross_weights(x, memory, memory_mask)
+        last = len(self.decoder_layers) - 1
+        weights = None
+        for index, layer in enumerate(self.decoder_layers):
+            x, weights = layer(x, memory, memory_mask, state, f"{index}.", need_weights and index == last)
+        return x, weights
