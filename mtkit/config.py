@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from mtkit.choices import BadBytes
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
@@ -300,7 +300,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
-        raise MtkitError(f"{path}: not valid YAML ({_one_line(err)}); fix the recipe file") from None
+        raise MtkitError(f"{path}: not valid YAML ({one_line(err, limit=300)}); fix the recipe file") from None
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: a recipe must be a mapping of keys to values")
     for item in overrides or []:
@@ -464,7 +464,3 @@ def _show(value: Any) -> str:
 
 def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else str(bound)
-
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())

@@ -227,7 +227,7 @@ def test_read_lines_bad_bytes_name_the_line(tmp_path):
     path.write_bytes(b"fine\nalso fine\ncaf\xe9\nlast\n")
     with pytest.raises(MtkitError) as info:
         read_lines(path)
-    assert str(info.value) == f"{path}:3: not valid UTF-8; convert the file to UTF-8"
+    assert str(info.value) == f"{path}:3: not valid UTF-8 (byte 0xe9 at column 4); convert the file to UTF-8"
 
 
 def test_import_does_not_load_sacrebleu():

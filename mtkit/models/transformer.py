@@ -27,8 +27,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=False)
         self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
-        self.attention_block = Residual(d_model, dropout, pre_norm)
-        self.ffn_block = Residual(d_model, dropout, pre_norm)
+        self.attention_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """x (B, S, D); key_mask (B, 1, 1, S) bool, True on real tokens."""
@@ -42,9 +41,7 @@ class DecoderLayer(nn.Module):
         self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=True)
         self.cross_attention = CrossAttention(d_model, heads, attention_dropout)
         self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
-        self.self_block = Residual(d_model, dropout, pre_norm)
-        self.cross_block = Residual(d_model, dropout, pre_norm)
-        self.ffn_block = Residual(d_model, dropout, pre_norm)
+        self.self_block, self.cross_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(3))
 
     def forward(
         self, x: Tensor, memory: Tensor, memory_mask: Tensor, state: DecoderState | None, prefix: str, need_weights: bool = False
