@@ -36,9 +36,22 @@ def read_split(
     """Read the sentence pairs of one split, normalized and stripped, at most `split.limit` of them.
 
     Reading stops after `split.limit` pairs, so parallel files are only checked that far.
+    `iter_split` gives the same pairs one at a time, for corpora too large to hold.
     `recipe_key` (such as "data.train") names the split in error messages. `bad_bytes="replace"`
     replaces bytes that are not UTF-8 (and warns with the count of lines) instead of stopping.
     """
+    return list(iter_split(split, src_lang, tgt_lang, normalize, recipe_key, bad_bytes))
+
+
+def iter_split(
+    split: SplitConfig,
+    src_lang: str,
+    tgt_lang: str,
+    normalize: str = "NFC",
+    recipe_key: str = "data.<split>",
+    bad_bytes: str = "error",
+) -> Iterator[Pair]:
+    """The pairs of `read_split`, read lazily; the split's settings are checked before the first pair."""
     if normalize not in choices(DataConfig, "normalize"):
         raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(choices(DataConfig, 'normalize'))}")
     if split.limit is not None and split.limit < 1:
@@ -52,7 +65,7 @@ def read_split(
         raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
-    return [(model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit)]
+    return ((model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit))
 
 
 def _source_kind(split: SplitConfig, recipe_key: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import datasets
 from tqdm import tqdm
 
 from mtkit.config import Config, SplitConfig
-from mtkit.data import CleanReport, Pair, clean_pairs, read_split
+from mtkit.data import CleanReport, Pair, clean_pairs, iter_split
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
 
@@ -35,11 +35,14 @@ REPORT_FILE = "prepare_report.json"
 
 
 def train_tokenizers(config: Config) -> TokenizerPair:
-    """Train the SentencePiece model(s) on the training split and save them in the data directory."""
-    pairs = _read(config, "train", config.data.train)
+    """Train the SentencePiece model(s) on the training split and save them in the data directory.
+
+    The corpus is streamed: only a uniform sample of `tokenizer.max_sentences` sentences (per model)
+    is held in memory, so a corpus of any size can be read.
+    """
     settings = config.tokenizer
 
-    def train(sentences: list[str]) -> Tokenizer:
+    def train(sentences: Iterable[str]) -> Tokenizer:
         return train_sentencepiece(
             sentences,
             settings.vocab_size,
@@ -49,13 +52,14 @@ def train_tokenizers(config: Config) -> TokenizerPair:
             seed=config.train.seed,
         )
 
-    sources = [src for src, _ in pairs]
-    targets = [tgt for _, tgt in pairs]
+    def pairs() -> Iterator[Pair]:
+        return _pairs(config, "train", config.data.train)
+
     if settings.joint:
-        joint = train(sources + targets)
+        joint = train(sentence for pair in pairs() for sentence in pair)
         tokenizers = TokenizerPair(joint, joint)
     else:
-        tokenizers = TokenizerPair(train(sources), train(targets))
+        tokenizers = TokenizerPair(train(src for src, _ in pairs()), train(tgt for _, tgt in pairs()))
     config.data_path.mkdir(parents=True, exist_ok=True)
     src_path, tgt_path = tokenizer_files(config.data_path, settings.joint)
     tokenizers.src.save(src_path)
@@ -95,10 +99,13 @@ def load_prepared(data_dir: Path, split: str) -> datasets.Dataset:
         raise MtkitError(f"{data_dir}: prepared split '{split}' not found; run `mtkit prepare RECIPE` first") from None
 
 
+def _pairs(config: Config, name: str, split: SplitConfig) -> Iterator[Pair]:
+    normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
+    return iter_split(split, config.src_lang, config.tgt_lang, normalize, recipe_key=f"data.{name}", bad_bytes=bad_bytes)
+
+
 def _read(config: Config, name: str, split: SplitConfig) -> list[Pair]:
-    return read_split(
-        split, config.src_lang, config.tgt_lang, config.data.normalize, recipe_key=f"data.{name}", bad_bytes=config.data.bad_bytes
-    )
+    return list(_pairs(config, name, split))
 
 
 def _check_not_empty(pairs: list[Pair], name: str, clean_report: CleanReport | None) -> None:

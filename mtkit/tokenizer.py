@@ -72,6 +72,27 @@ class TokenizerPair:
         return cls(src, src if tgt.model_proto == src.model_proto else tgt)
 
 
+def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of `size` non-blank items (all of them if fewer) in one pass.
+
+    Memory holds the sample only, whatever the stream's length (Vitter's algorithm R, seeded).
+    """
+    rng = random.Random(seed)
+    sample: list[str] = []
+    seen = 0
+    for item in items:
+        if not item.strip():
+            continue
+        seen += 1
+        if len(sample) < size:
+            sample.append(item)
+        else:
+            slot = rng.randrange(seen)
+            if slot < size:
+                sample[slot] = item
+    return sample
+
+
 def train_sentencepiece(
     sentences: Iterable[str],
     vocab_size: int,
@@ -80,12 +101,13 @@ def train_sentencepiece(
     max_sentences: int = 2_000_000,
     seed: int = 1,
 ) -> Tokenizer:
-    """Train a SentencePiece model in memory with mtkit's fixed special ids."""
-    sample = [s for s in sentences if s.strip()]
+    """Train a SentencePiece model in memory with mtkit's fixed special ids.
+
+    At most `max_sentences` non-blank sentences, a uniform sample, are read into memory.
+    """
+    sample = reservoir_sample(sentences, max_sentences, seed)
     if not sample:
         raise MtkitError("tokenizer: the training text is empty; check data.train in the recipe")
-    if len(sample) > max_sentences:
-        sample = random.Random(seed).sample(sample, max_sentences)
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(

@@ -144,27 +144,23 @@ class Translator:
         progress: bool = False,
     ) -> list[list[Translation]]:
         """The `nbest` best translations of each line (best first), in input order."""
+        plan = self.plan(lines, beam, nbest, length_penalty)
+        bar = tqdm(total=len(plan.sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
+        for batch in plan.batches():
+            plan.put(batch, self.engine.search(batch.sources, batch.max_len, plan.beam, plan.nbest, plan.alpha))
+            bar.update(len(batch.sources))
+        bar.close()
+        return plan.results()
+
+    def plan(self, lines: Sequence[str], beam: int | None = None, nbest: int = 1, length_penalty: float | None = None) -> Plan:
+        """The way of `lines` through the engine (None: the recipe's decoding default); see `Plan`."""
         beam = beam or self.decode.beam
         alpha = self.decode.length_penalty if length_penalty is None else length_penalty
-        nbest = min(nbest, beam)
-        if nbest > 1:
+        if min(nbest, beam) > 1:
             self.require(Capability.NBEST, "--nbest")
-        # 1. Source ids of each line; a line longer than the model should take becomes several segments.
-        segments_of_line = [self.segments(line) for line in lines]
-        sources = [segment for segments in segments_of_line for segment in segments]
-        self.split_lines += sum(len(segments) > 1 for segments in segments_of_line)
-        # 2. Search every segment in length-sorted batches.
-        found: list[list[Translation]] = [[] for _ in sources]
-        bar = tqdm(total=len(sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
-        for indices in length_batches([len(s) for s in sources], beam, self.decode.batch_tokens):
-            batch = [sources[i] for i in indices]
-            caps = [output_cap(len(source) + 1, self.decode, self.engine.max_positions) for source in batch]
-            for index, hypotheses in zip(indices, self.engine.search(batch, caps, beam, nbest, alpha), strict=True):
-                found[index] = [Translation(self.tokenizers.tgt.decode(h.tokens), h.score, h.tokens) for h in hypotheses]
-            bar.update(len(indices))
-        bar.close()
-        # 3. Put the segments of each line back together, in input order.
-        return regroup(segments_of_line, found, nbest)
+        plan = Plan([self.segments(line) for line in lines], beam, min(nbest, beam), alpha, self)
+        self.split_lines += sum(len(segments) > 1 for segments in plan.segments_of_line)
+        return plan
 
     def segments(self, line: str) -> list[list[int]]:
         """Source ids (EOS not included) of a line: none if empty, several if over-long."""
@@ -178,6 +174,47 @@ class Translator:
         cuts = split_points(self.tokenizers.src.id_to_piece(ids), limit)
         return [ids[start:end] for start, end in pairwise(cuts)]
 
+
+
+@dataclass
+class Batch:
+    """Segments searched together: their places in `Plan.sources`, their ids and output caps."""
+
+    indices: list[int]
+    sources: list[list[int]]  # ids without EOS, longest first
+    max_len: list[int]  # most output tokens of each, EOS excluded
+
+
+class Plan:
+    """One list of lines on its way through an engine, the pipeline's bookkeeping written once.
+
+    1. `segments_of_line`: the source ids of each line (none if empty, several if over-long);
+    2. `batches()`: the segments sorted by length into batches of `decode.batch_tokens` x beam;
+    3. `put()` records what the engine found for a batch; `results()` detokenises and puts
+       segments and lines back together, in input order.
+    The caller runs the loop: `for batch in plan.batches(): plan.put(batch, engine.search(...))`.
+    """
+
+    def __init__(self, segments_of_line: list[list[list[int]]], beam: int, nbest: int, alpha: float, translator: Translator):
+        self.segments_of_line = segments_of_line
+        self.sources = [segment for segments in segments_of_line for segment in segments]
+        self.beam, self.nbest, self.alpha = beam, nbest, alpha
+        self.found: list[list[Translation]] = [[] for _ in self.sources]
+        self._translator = translator
+
+    def batches(self) -> Iterator[Batch]:
+        decode, max_positions = self._translator.decode, self._translator.engine.max_positions
+        for indices in length_batches([len(s) for s in self.sources], self.beam, decode.batch_tokens):
+            sources = [self.sources[i] for i in indices]
+            yield Batch(indices, sources, [output_cap(len(source) + 1, decode, max_positions) for source in sources])
+
+    def put(self, batch: Batch, hypotheses: list[list[Hypothesis]]) -> None:
+        detokenize = self._translator.tokenizers.tgt.decode
+        for index, found in zip(batch.indices, hypotheses, strict=True):
+            self.found[index] = [Translation(detokenize(h.tokens), h.score, h.tokens) for h in found]
+
+    def results(self) -> list[list[Translation]]:
+        return regroup(self.segments_of_line, self.found, self.nbest)
 
 
 def _load_checkpoint(path: Path, device: str) -> Translator:

@@ -56,7 +56,10 @@ def translate_file(translator: Translator, options: FileOptions) -> int:
     bar = tqdm(unit=" lines", disable=None if options.output is not None else True, file=sys.stderr)
     with _output(options.output) as out:
         for window in windows:
-            results = translator.translate_nbest(window, options.beam, options.nbest, options.length_penalty)
+            plan = translator.plan(window, options.beam, options.nbest, options.length_penalty)
+            for batch in plan.batches():  # the loop of Translator.translate_nbest, one call nearer the model
+                plan.put(batch, translator.engine.search(batch.sources, batch.max_len, plan.beam, plan.nbest, plan.alpha))
+            results = plan.results()
             out.write("".join(render(best, options.nbest) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:

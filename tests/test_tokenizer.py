@@ -119,6 +119,47 @@ def test_max_sentences_of_100_or_fewer_works(sentences):
     assert train_sentencepiece(sentences, 100, max_sentences=50).vocab_size <= 100
 
 
+def test_reservoir_sample_is_seeded_uniform_and_reads_a_stream_once():
+    from collections import Counter
+
+    from mtkit.tokenizer import reservoir_sample
+
+    def stream():  # a generator: it can be read only once, and never as a whole
+        yield from (f"s{i}" for i in range(1000))
+        yield "   "  # blank lines are never sampled
+
+    assert reservoir_sample(stream(), 50, seed=3) == reservoir_sample(stream(), 50, seed=3)
+    assert reservoir_sample(stream(), 50, seed=3) != reservoir_sample(stream(), 50, seed=4)
+    assert sorted(reservoir_sample(iter(["a", " ", "b"]), 10, seed=1)) == ["a", "b"]
+    # Each of the 1,000 items is drawn with probability 1/10: over 400 draws of 100, the
+    # first and the last hundred items are drawn about equally often (4,000 expected each).
+    counts = Counter(int(item[1:]) // 100 for seed in range(400) for item in reservoir_sample(stream(), 100, seed))
+    assert all(3600 < counts[block] < 4400 for block in range(10)), counts
+
+
+def test_tokenizer_training_streams_the_corpus_and_holds_only_the_sample(tmp_path, monkeypatch):
+    """`mtkit tokenizer train` hands SentencePiece a sample of tokenizer.max_sentences, read from a stream."""
+    from conftest import reverse_task_config, write_reverse_task
+
+    from mtkit import tokenizer
+    from mtkit.prepare import train_tokenizers
+
+    write_reverse_task(tmp_path / "raw", train_pairs=3000)
+    config = reverse_task_config(tmp_path)
+    config.tokenizer.max_sentences = 500
+    seen = {}
+    real = tokenizer.spm.SentencePieceTrainer.train
+
+    def recording(**kwargs):
+        seen["sentences"] = list(kwargs["sentence_iterator"])
+        return real(**{**kwargs, "sentence_iterator": iter(seen["sentences"])})
+
+    monkeypatch.setattr(tokenizer.spm.SentencePieceTrainer, "train", recording)
+    train_tokenizers(config)
+    assert len(seen["sentences"]) == 500  # joint: 500 of the 6,000 source and target sentences
+    assert {len(s.split()) for s in seen["sentences"]} <= set(range(3, 8))
+
+
 def test_load_missing_file_is_an_error(tmp_path):
     missing = tmp_path / "nothing.model"
     with pytest.raises(MtkitError, match="tokenizer model not found") as caught:
