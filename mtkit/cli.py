@@ -59,9 +59,9 @@ def _config(recipe: Path, overrides: list[str] | None):
 @tokenizer_app.command("train")
 def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
+    config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
     from mtkit.prepare import train_tokenizers
 
-    config = _config(recipe, overrides)
     pair = train_tokenizers(config)
     sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
     typer.echo(
@@ -73,9 +73,9 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
 @app.command()
 def prepare(recipe: Recipe, overrides: Overrides = None) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
+    config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
     from mtkit.prepare import prepare_corpus
 
-    config = _config(recipe, overrides)
     report = prepare_corpus(config)
     typer.echo(f"prepared data written to {config.data_path} (report: {config.data_path / 'prepare_report.json'})")
     typer.echo(json.dumps(report.get("splits", report), indent=1))
@@ -89,9 +89,9 @@ def train(
     overwrite: Annotated[bool, typer.Option(help="Start again, replacing the run in run_dir.")] = False,
 ) -> None:
     """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
+    config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
     from mtkit.train import train as run_training
 
-    config = _config(recipe, overrides)
     run_training(config, resume=resume, overwrite=overwrite)
 
 
