@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from mtkit.config import load_config
-from mtkit.data import read_split
+from mtkit.data import iter_split
 from mtkit.errors import MtkitError
 from mtkit.evaluate import score_corpus
 from mtkit.train import Trainer, setup_process
@@ -136,7 +136,7 @@ def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
 
 def decode_split(config, translator) -> dict:
     split = config.data.test or config.data.valid
-    pairs = read_split(split, config.src_lang, config.tgt_lang, config.data.normalize)
+    pairs = list(iter_split(split, config.src_lang, config.tgt_lang, config.data.normalize))
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     results = {}
     for name, beam in (("beam5", 5), ("greedy", 1)):

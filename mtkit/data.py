@@ -1,6 +1,6 @@
 """Reading parallel corpora (text, TSV, JSONL, Hugging Face datasets) and cleaning the training pairs.
 
-`read_split` turns one `SplitConfig` into normalized (source, target) pairs and reports any bad
+`iter_split` turns one `SplitConfig` into normalized (source, target) pairs and reports any bad
 file, line or column as a one-line `MtkitError`; `clean_pairs` applies the recipe's filters and
 counts what each rule removed in a `CleanReport`.
 """
@@ -25,24 +25,6 @@ Pair = tuple[str, str]
 PROGRESS_MIN_BYTES = 4_000_000  # roughly 100k lines: smaller files are read without a progress bar
 
 
-def read_split(
-    split: SplitConfig,
-    src_lang: str,
-    tgt_lang: str,
-    normalize: str = "NFC",
-    recipe_key: str = "data.<split>",
-    bad_bytes: str = "error",
-) -> list[Pair]:
-    """Read the sentence pairs of one split, normalized and stripped, at most `split.limit` of them.
-
-    Reading stops after `split.limit` pairs, so parallel files are only checked that far.
-    `iter_split` gives the same pairs one at a time, for corpora too large to hold.
-    `recipe_key` (such as "data.train") names the split in error messages. `bad_bytes="replace"`
-    replaces bytes that are not UTF-8 (and warns with the count of lines) instead of stopping.
-    """
-    return list(iter_split(split, src_lang, tgt_lang, normalize, recipe_key, bad_bytes))
-
-
 def iter_split(
     split: SplitConfig,
     src_lang: str,
@@ -51,7 +33,13 @@ def iter_split(
     recipe_key: str = "data.<split>",
     bad_bytes: str = "error",
 ) -> Iterator[Pair]:
-    """The pairs of `read_split`, read lazily; the split's settings are checked before the first pair."""
+    """The sentence pairs of one split, normalized and stripped, read lazily, at most `split.limit` of them.
+
+    The split's settings are checked before the first pair. Reading stops after `split.limit`
+    pairs, so parallel files are only checked that far. `recipe_key` (such as "data.train") names
+    the split in error messages. `bad_bytes="replace"` replaces bytes that are not UTF-8 (and warns
+    with the count of lines) instead of stopping. `list(iter_split(...))` reads a whole split.
+    """
     if normalize not in choices(DataConfig, "normalize"):
         raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(choices(DataConfig, 'normalize'))}")
     if split.limit is not None and split.limit < 1:

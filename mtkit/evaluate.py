@@ -137,10 +137,10 @@ def _sources_and_references(
         return read_lines(src), [read_lines(ref) for ref in refs]
     if split not in ("valid", "test"):
         raise MtkitError("evaluate -m RUN_DIR needs --split test (or valid), or --src FILE --ref FILE")
-    from mtkit.data import read_split
+    from mtkit.data import iter_split
 
     split_config = getattr(config.data, split)
     if split_config is None:
         raise MtkitError(f"{model}: the recipe has no data.{split}; use --src FILE --ref FILE instead")
-    pairs = read_split(split_config, config.src_lang, config.tgt_lang, config.data.normalize)
+    pairs = list(iter_split(split_config, config.src_lang, config.tgt_lang, config.data.normalize))
     return [s for s, _ in pairs], [[t for _, t in pairs], *[read_lines(ref) for ref in refs]]

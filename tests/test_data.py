@@ -14,8 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.config import DataConfig, SplitConfig
-from mtkit.data import CleanReport, clean_pairs, read_split
+from mtkit.data import CleanReport, clean_pairs, iter_split
 from mtkit.errors import MtkitError
+
+
+def read_split(*args, **options) -> list:
+    """A whole split, as a list."""
+    return list(iter_split(*args, **options))
+
 
 PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Zwei Männer  lachen.", "Two men  laugh.")]
 

@@ -219,5 +219,6 @@ def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alter
     arguments = ["translate", "-m", str(float32_dir), "-i", str(source), "--plot-attention", str(tmp_path / "plots")]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2
-    assert result.stderr.count("\n") == 1 and "ctranslate2 engine lacks" in result.stderr and "mtkit translate -m" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "ctranslate2 engine lacks" in result.stderr and "mtkit translate -m" in result.stderr
     assert not (tmp_path / "plots").exists()

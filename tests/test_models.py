@@ -30,6 +30,13 @@ def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6):
     return src, torch.ones_like(src, dtype=torch.bool), tgt
 
 
+def padded_batch(row: int, start: int, batch: int = 3):
+    """`random_batch` with sentence `row` padded from position `start` on, and its padding mask."""
+    src, _, tgt = random_batch(batch=batch)
+    src[row, start:] = 0
+    return src, padding_mask(src, 0), tgt
+
+
 VARIANTS = [
     {"norm": "pre", "positions": "sinusoidal"},
     {"norm": "post", "positions": "sinusoidal"},
@@ -64,9 +71,7 @@ def test_source_padding_does_not_change_outputs(variant):
 
 def test_padding_in_one_sentence_does_not_change_another():
     model = small_transformer()
-    src, src_mask, tgt = random_batch(batch=2)
-    src[1, 4:] = 0
-    src_mask = padding_mask(src, 0)
+    src, src_mask, tgt = padded_batch(1, 4, batch=2)
     alone = model(src[:1], src_mask[:1], tgt[:1])
     together = model(src, src_mask, tgt)
     torch.testing.assert_close(together[:1], alone, atol=1e-5, rtol=1e-5)
@@ -87,9 +92,7 @@ def test_future_target_token_does_not_change_earlier_logits(variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_equals_full_decoding(variant):
     model = small_transformer(**variant)
-    src, src_mask, tgt = random_batch()
-    src[0, 5:] = 0
-    src_mask = padding_mask(src, 0)
+    src, src_mask, tgt = padded_batch(0, 5)
     full = model(src, src_mask, tgt)
     memory = model.encode(src, src_mask)
     state: dict = {}
@@ -191,9 +194,7 @@ def test_cross_attention_weights_equal_the_reference_computation():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_model_cross_attention_is_the_last_layers_weights_in_its_own_forward(variant):
     model = small_transformer(**variant)
-    src, src_mask, tgt = random_batch()
-    src[1, 4:] = 0
-    src_mask = padding_mask(src, 0)
+    src, src_mask, tgt = padded_batch(1, 4)
     memory = model.encode(src, src_mask)
     seen = {}
     last = model.decoder_layers[-1].cross_attention

@@ -21,11 +21,17 @@ from typer.testing import CliRunner
 
 from mtkit.cli import app
 from mtkit.config import Config, DataConfig, SplitConfig, arch_keys, config_to_dict, load_config
-from mtkit.data import clean_pairs, read_split
+from mtkit.data import clean_pairs, iter_split
 from mtkit.errors import MtkitError
 from mtkit.evaluate import score_corpus
 from mtkit.textio import decode_lines
 from mtkit.translate import Translator
+
+
+def read_split(*args, **options) -> list:
+    """A whole split, as a list."""
+    return list(iter_split(*args, **options))
+
 
 # Everything Unicode has, lone surrogates included; newlines are what separate lines.
 ANY_CHARACTER = st.characters(codec=None, exclude_characters="\n")
