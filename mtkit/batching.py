@@ -114,3 +114,40 @@ def token_batches(
     if start < len(order):
         batches.append(order[start:])
     return [batches[i] for i in rng.permutation(len(batches))], skipped
+
+
+class CorpusMix:
+    """Which training pairs each epoch draws from each corpus, by the recipe's weights.
+
+    Corpus c (its pairs marked c in the prepared `corpus` column) gives round(weight x size) pairs
+    an epoch: every pair floor(weight) times, plus a random share of the rest drawn afresh each
+    epoch from (seed, epoch). A weight of 2.0 doubles a corpus; 0.1 keeps a tenth of it.
+    """
+
+    def __init__(self, corpus: np.ndarray, weights: list[float], names: list[str]) -> None:
+        self.corpus = corpus  # each pair's corpus index
+        self.members = [np.flatnonzero(corpus == index) for index in range(len(weights))]
+        self.weights, self.names = weights, names
+
+    def draw(self, seed: int, epoch: int) -> np.ndarray:
+        """The indices of the pairs this epoch trains on (repeats allowed), corpus by corpus."""
+        rng = np.random.default_rng([seed, epoch, 1])
+        drawn = []
+        for members, weight in zip(self.members, self.weights, strict=True):
+            whole, rest = divmod(round(weight * len(members)), max(len(members), 1))
+            drawn += [members] * whole + [np.sort(rng.choice(members, rest, replace=False))]
+        return np.concatenate(drawn)
+
+    def counts(self, drawn: np.ndarray) -> dict[str, int]:
+        """How many of the `drawn` pairs each corpus gave, by name."""
+        per_corpus = np.bincount(self.corpus[drawn], minlength=len(self.names))
+        return {name: int(count) for name, count in zip(self.names, per_corpus, strict=True)}
+
+
+def epoch_batches(
+    mix: CorpusMix, ids: ParallelIds, batch_tokens: int, seed: int, epoch: int, max_length: int
+) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """One epoch's batches of pair indices (the corpora drawn by weight, cut by `token_batches`), the draw, the pairs skipped."""
+    drawn = mix.draw(seed, epoch)
+    batches, skipped = token_batches(ids.src.lengths[drawn], ids.tgt.lengths[drawn], batch_tokens, seed, epoch, max_length)
+    return [drawn[batch] for batch in batches], drawn, skipped

@@ -74,11 +74,13 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
 def prepare(recipe: Recipe, overrides: Overrides = None) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
+    from mtkit.data import clean_table
     from mtkit.prepare import prepare_corpus
 
     report = prepare_corpus(config)
+    typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))
     typer.echo(f"prepared data written to {config.data_path} (report: {config.data_path / 'prepare_report.json'})")
-    typer.echo(json.dumps(report.get("splits", report), indent=1))
+    typer.echo(json.dumps(report["splits"], indent=1))
 
 
 @app.command()

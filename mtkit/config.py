@@ -143,10 +143,28 @@ class SplitConfig:
 
 
 @dataclass
-class DataConfig:
-    """Corpora and the cleaning rules applied to the training split."""
+class TrainSource(SplitConfig):
+    """One training corpus: a split's source plus how often its pairs are drawn and its name in reports."""
 
-    train: SplitConfig = field(default_factory=SplitConfig)
+    # pairs drawn per epoch relative to the corpus size: 2.0 doubles it, 0.1 keeps a tenth (resampled each epoch)
+    weight: float = field(default=1.0, metadata=_range(0.0, 1000.0, open_low=True, example=0.5))
+    name: str | None = field(default=None, metadata=_pattern(r"[^\s,]+", "a name without spaces or commas", "news"))
+
+
+def _unique_names(data: DataConfig) -> str | None:
+    names = [source.name for source in data.train if source.name is not None]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    return f"give each corpus its own name ({repeated[0]!r} is used twice)" if repeated else None
+
+
+@dataclass
+class DataConfig:
+    """Corpora and the cleaning rules applied to the training split.
+
+    `train` is one source or a list of them (several corpora, each with a weight and a name).
+    """
+
+    train: list[TrainSource] = field(default_factory=lambda: [TrainSource()], metadata=_relation(_unique_names))
     valid: SplitConfig = field(default_factory=SplitConfig)
     test: SplitConfig | None = None
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
@@ -333,13 +351,27 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         value = text
     parts = key.strip().split(".")
     node = raw
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
+    for depth, part in enumerate(parts[:-1]):
+        node = _override_child(node, part, ".".join(parts[: depth + 1]), key.strip())
     node[parts[-1]] = value
+
+
+def _override_child(node: dict[str, Any], part: str, path: str, key: str) -> dict[str, Any]:
+    """The mapping an override walks into: `train[1]` picks an item of a list, and a list of one its item."""
+    name, _, index = part.partition("[")
+    child = node.get(name)
+    if isinstance(child, dict) and not index:
+        return child
+    if isinstance(child, list):
+        position = int(index[:-1]) if re.fullmatch(r"[0-9]+\]", index) else (0 if not index and len(child) == 1 else None)
+        if position is not None and position < len(child) and isinstance(child[position], dict):
+            return child[position]
+        listed = path.rpartition("[")[0] if index else path
+        raise MtkitError(
+            f"--set {key}: {listed} is a list of {len(child)}; pick one, e.g. --set {listed}[0].{key.split('.')[-1]}=..."
+        )
+    node[name] = {}
+    return node[name]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -383,6 +415,8 @@ def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
 
 
 def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: str, saved: bool) -> Any:
+    if typing.get_origin(hint) is list:
+        return _convert_list(typing.get_args(hint)[0], value, key, source, saved)
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None:
         if type(None) in options:
@@ -414,12 +448,21 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
     raise MtkitError(f"{source}: '{key}' must be {expected.__name__}, got {value!r}")
 
 
+def _convert_list(item: type, value: Any, key: str, source: str, saved: bool) -> list[Any]:
+    """A list of sections: one mapping is a list of one (its keys keep the plain `key.` prefix)."""
+    if isinstance(value, dict):
+        return [_build(item, value, f"{key}.", source, saved)]
+    if not isinstance(value, list) or not value:
+        raise MtkitError(f"{source}: '{key}' must be a mapping or a non-empty list of mappings, got {value!r}")
+    return [_build(item, entry, f"{key}[{index}].", source, saved) for index, entry in enumerate(value)]
+
+
 def _check_rules(section: Any, prefix: str, source: str) -> None:
     """Apply each field's declared range, pattern and relation, in field order, to a built section."""
     for spec in dataclasses.fields(section):
         value = getattr(section, spec.name)
         if value is None or dataclasses.is_dataclass(value) or not _applies(spec, section):
-            continue
+            continue  # a list of sections has only a relation, checked here
         advice = _advice(spec, value, section)
         if advice:
             raise MtkitError(f"{source}: '{prefix}{spec.name}' is {_show(value)}; {advice}")
@@ -450,15 +493,24 @@ def _to_dict(section: Any) -> dict[str, Any]:
     data = {}
     for spec in dataclasses.fields(section):
         if _applies(spec, section):
-            value = getattr(section, spec.name)
-            data[spec.name] = _to_dict(value) if dataclasses.is_dataclass(value) else value
+            data[spec.name] = _plain(getattr(section, spec.name))
     return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 1:  # a list of one section is written as that mapping
+        return _plain(value[0])
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return _to_dict(value) if dataclasses.is_dataclass(value) else value
 
 
 def _show(value: Any) -> str:
     """A value as the error shows it: YAML's true/false, quoted text, plain numbers."""
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
     return repr(value) if isinstance(value, str) else str(value)
 
 

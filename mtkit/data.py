@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import DataConfig, SplitConfig, choices
+from mtkit.config import DataConfig, SplitConfig, TrainSource, choices
+from mtkit.dedup import SeenHashes, pair_hashes
 from mtkit.errors import MtkitError, one_line
 from mtkit.textio import file_lines, model_text
 
@@ -54,6 +55,15 @@ def iter_split(
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
     return ((model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit))
+
+
+def corpus_names(sources: list[TrainSource]) -> list[str]:
+    """Each training corpus's name: its `name`, else its file (or dataset) name, numbered when repeated."""
+    names = []
+    for source in sources:
+        given = source.name or Path(source.src or source.tsv or source.jsonl or "").name.removesuffix(".gz") or source.hf
+        names.append(given or "train")
+    return [name if names.count(name) == 1 else f"{name}#{names[: index + 1].count(name)}" for index, name in enumerate(names)]
 
 
 def _source_kind(split: SplitConfig, recipe_key: str) -> str:
@@ -203,38 +213,60 @@ class CleanReport:
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
-    def format(self) -> str:
-        """A small table: one row per rule in the order the rules apply, then the pairs kept."""
-        rows = [
-            ("empty", self.empty),
-            ("too_long", self.too_long),
-            ("ratio", self.ratio),
-            ("copy", self.copy),
-            ("duplicate", self.duplicate),
-        ]
-        lines = [f"{'rule':<10} {'removed':>9}"] + [f"{rule:<10} {count:>9}" for rule, count in rows]
-        lines.append(f"{'kept':<10} {self.kept:>9} of {self.total}")
-        return "\n".join(lines)
+    @classmethod
+    def total_of(cls, reports: list[CleanReport]) -> CleanReport:
+        """One report counting what all of `reports` count."""
+        return cls(**{key: sum(getattr(report, key) for report in reports) for key in cls.__dataclass_fields__})
+
+
+def clean_table(reports: dict[str, dict[str, int]]) -> str:
+    """What cleaning removed, a column per corpus (`CleanReport.to_dict()` by name) and a total when several."""
+    if len(reports) > 1:
+        reports = {**reports, "total": CleanReport.total_of([CleanReport(**r) for r in reports.values()]).to_dict()}
+    width = max(9, *(len(name) for name in reports))
+    rows = ["empty", "too_long", "ratio", "copy", "duplicate", "kept", "total"]  # in the order the rules apply
+    lines = [f"{'removed by':<10}" + "".join(f" {name:>{width}}" for name in reports)]
+    lines += [f"{row:<10}" + "".join(f" {report[row]:>{width}}" for report in reports.values()) for row in rows]
+    return "\n".join(lines)
+
+
+class Cleaner:
+    """The recipe's cleaning rules over a stream of chunks, counted per report (one per corpus).
+
+    Repeated pairs are found across every chunk given to one `Cleaner` (so across corpora too) by
+    a 64-bit hash of the pair, so memory holds 8 bytes per kept pair, not the pairs.
+    """
+
+    def __init__(self, config: DataConfig) -> None:
+        self.config = config
+        self.seen = SeenHashes()
+
+    def clean(self, pairs: list[Pair], report: CleanReport) -> list[Pair]:
+        """The pairs to keep, in order; `report` counts each removed pair under the first rule it breaks."""
+        report.total += len(pairs)
+        candidates = []
+        for pair in pairs:
+            rule = _rejecting_rule(pair, self.config)
+            if rule is None:
+                candidates.append(pair)
+            else:
+                setattr(report, rule, getattr(report, rule) + 1)
+        if self.config.dedup and candidates:
+            new = self.seen.add_new(pair_hashes(candidates))
+            report.duplicate += len(candidates) - int(new.sum())
+            candidates = list(itertools.compress(candidates, new))
+        report.kept += len(candidates)
+        return candidates
 
 
 def clean_pairs(pairs: list[Pair], config: DataConfig) -> tuple[list[Pair], CleanReport]:
-    """Drop empty, too long, badly proportioned, copied and repeated pairs; keep the others in order."""
-    report = CleanReport(total=len(pairs))
-    seen: set[Pair] = set()
-    kept = []
-    for pair in pairs:
-        rule = _rejecting_rule(pair, config, seen)
-        if rule is None:
-            kept.append(pair)
-            seen.add(pair)
-        else:
-            setattr(report, rule, getattr(report, rule) + 1)
-    report.kept = len(kept)
-    return kept, report
+    """Drop empty, too long, badly proportioned, copied and repeated pairs of one list; keep the others in order."""
+    report = CleanReport()
+    return Cleaner(config).clean(list(pairs), report), report
 
 
-def _rejecting_rule(pair: Pair, config: DataConfig, seen: set[Pair]) -> str | None:
-    """The first rule that removes `pair`, or None to keep it. Lengths are whitespace tokens."""
+def _rejecting_rule(pair: Pair, config: DataConfig) -> str | None:
+    """The first rule other than `duplicate` that removes `pair`, or None. Lengths are whitespace tokens."""
     src, tgt = pair
     src_length, tgt_length = len(src.split()), len(tgt.split())
     if src_length == 0 or tgt_length == 0:
@@ -245,6 +277,4 @@ def _rejecting_rule(pair: Pair, config: DataConfig, seen: set[Pair]) -> str | No
         return "ratio"
     if config.drop_copies and src == tgt:
         return "copy"
-    if config.dedup and pair in seen:
-        return "duplicate"
     return None

@@ -1,37 +1,26 @@
 """The drivers behind `mtkit tokenizer train` and `mtkit prepare`.
 
-`train_tokenizers` learns the SentencePiece models from the training split; `prepare_corpus`
-cleans and encodes every split into memory-mapped Arrow datasets under the data directory, which
-`load_prepared` opens again for training.
+`train_tokenizers` learns the SentencePiece models from the training corpora; `prepare_corpus`
+streams every split through read -> normalise -> clean -> encode -> write in chunks of
+`CHUNK_PAIRS`, so its memory does not grow with the corpus. Encoding (SentencePiece's threads,
+one per core) runs in the background while the next chunk is read and cleaned.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
 
-import datasets
 from tqdm import tqdm
 
 from mtkit.config import Config, SplitConfig
-from mtkit.data import CleanReport, Pair, clean_pairs, iter_split
+from mtkit.data import Cleaner, CleanReport, Pair, corpus_names, iter_split
 from mtkit.errors import MtkitError
+from mtkit.prepared import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
 from mtkit.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
 
-# Sequence (a List in datasets >= 4) keeps older datasets releases working too.
-FEATURES = datasets.Features(
-    {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
-        "src_ids": datasets.Sequence(datasets.Value("int32")),
-        "tgt_ids": datasets.Sequence(datasets.Value("int32")),
-    }
-)
-ENCODE_CHUNK = 10_000  # sentences per encode_batch call: one progress-bar step
-REPORT_FILE = "prepare_report.json"
+__all__ = ["load_prepared", "prepare_corpus", "train_tokenizers"]
+CHUNK_PAIRS = 20_000  # pairs read, cleaned, encoded and written together
 
 
 def train_tokenizers(config: Config) -> TokenizerPair:
@@ -53,7 +42,8 @@ def train_tokenizers(config: Config) -> TokenizerPair:
         )
 
     def pairs() -> Iterator[Pair]:
-        return _pairs(config, "train", config.data.train)
+        for index, source in enumerate(config.data.train):
+            yield from _pairs(config, _train_key(config, index), source)
 
     if settings.joint:
         joint = train(sentence for pair in pairs() for sentence in pair)
@@ -68,89 +58,99 @@ def train_tokenizers(config: Config) -> TokenizerPair:
     return tokenizers
 
 
-def prepare_corpus(config: Config) -> dict[str, Any]:
-    """Clean the training split, encode every split and save it as an Arrow dataset.
+def prepare_corpus(config: Config) -> dict:
+    """Clean the training corpora, encode every split and write them under the data directory.
 
-    Writes data_dir/{train,valid,test} and data_dir/prepare_report.json; returns the report:
-    {"clean": CleanReport.to_dict(), "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
+    Writes data_dir/{train,valid,test} and data_dir/prepare_report.json, replacing the old ones
+    only when every split is written; returns the report: {"clean": CleanReport.to_dict() of all
+    corpora, "corpora": [{"name", "weight", "clean"}], "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
     """
     tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-    splits = {"train": config.data.train, "valid": config.data.valid}
-    if config.data.test is not None:
-        splits["test"] = config.data.test
-    report: dict[str, Any] = {"clean": None, "splits": {}}
-    for name, split in splits.items():
-        pairs = _read(config, name, split)
-        clean_report = None
-        if name == "train":
-            pairs, clean_report = clean_pairs(pairs, config.data)
-            report["clean"] = clean_report.to_dict()
-        _check_not_empty(pairs, name, clean_report)
-        report["splits"][name] = _save_split(pairs, tokenizers, config.data_path / name)
-    (config.data_path / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    with PreparedWrite(config.data_path) as output, ThreadPoolExecutor(max_workers=1) as encoder:
+        pipeline = _Pipeline(tokenizers, encoder)
+        report = {"splits": {"train": _prepare_train(config, output.split("train", TRAIN_FEATURES), pipeline)}}
+        report |= report["splits"]["train"].pop("report")
+        tests = {"valid": config.data.valid} | ({"test": config.data.test} if config.data.test is not None else {})
+        for name, split in tests.items():
+            writer = output.split(name, FEATURES)
+            for chunk in _chunks(_pairs(config, f"data.{name}", split), name):
+                pipeline.put(writer, chunk, corpus=0)
+            report["splits"][name] = pipeline.finish(writer)
+            if not report["splits"][name]["pairs"]:
+                raise MtkitError(f"data.{name}: the split has no sentence pairs; check data.{name} in the recipe")
+        output.commit(report)
     return report
 
 
-def load_prepared(data_dir: Path, split: str) -> datasets.Dataset:
-    """Open a split written by `prepare_corpus` (memory-mapped, nothing is loaded into RAM)."""
-    try:
-        return datasets.load_from_disk(str(data_dir / split))
-    except FileNotFoundError:
-        raise MtkitError(f"{data_dir}: prepared split '{split}' not found; run `mtkit prepare RECIPE` first") from None
+class _Pipeline:
+    """Encodes and writes chunks in a background thread while the caller reads and cleans the next one."""
+
+    def __init__(self, tokenizers: TokenizerPair, encoder: ThreadPoolExecutor) -> None:
+        self.tokenizers = tokenizers
+        self.encoder = encoder
+        self.pending: Future | None = None  # at most one chunk waits, so memory holds about two
+
+    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int) -> None:
+        self.wait()
+        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus)
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def finish(self, writer: SplitWriter) -> dict[str, int]:
+        self.wait()
+        return writer.close()
 
 
-def _pairs(config: Config, name: str, split: SplitConfig) -> Iterator[Pair]:
-    normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
-    return iter_split(split, config.src_lang, config.tgt_lang, normalize, recipe_key=f"data.{name}", bad_bytes=bad_bytes)
-
-
-def _read(config: Config, name: str, split: SplitConfig) -> list[Pair]:
-    return list(_pairs(config, name, split))
-
-
-def _check_not_empty(pairs: list[Pair], name: str, clean_report: CleanReport | None) -> None:
-    if pairs:
-        return
-    if clean_report is not None:
-        counts = ", ".join(f"{rule} {count}" for rule, count in clean_report.to_dict().items())
+def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> dict:
+    """Stream every training corpus through one `Cleaner` (duplicates are found across corpora)."""
+    cleaner = Cleaner(config.data)
+    names = corpus_names(config.data.train)
+    reports = [CleanReport() for _ in names]
+    for index, source in enumerate(config.data.train):
+        for chunk in _chunks(_pairs(config, _train_key(config, index), source), f"train {names[index]}"):
+            kept = cleaner.clean(chunk, reports[index])
+            if kept:
+                pipeline.put(writer, kept, corpus=index)
+        if not reports[index].total:
+            key = _train_key(config, index)
+            raise MtkitError(f"{key}: the corpus has no sentence pairs; check {key} in the recipe")
+    counts = pipeline.finish(writer)
+    total = CleanReport.total_of(reports)
+    if not total.kept:
+        rules = ", ".join(f"{rule} {count}" for rule, count in total.to_dict().items())
         raise MtkitError(
-            f"data.{name}: cleaning removed every pair ({counts}); relax data.max_len or data.max_ratio, or check the corpus"
+            f"data.train: cleaning removed every pair ({rules}); relax data.max_len or data.max_ratio, or check the corpus"
         )
-    raise MtkitError(f"data.{name}: the split has no sentence pairs; check data.{name} in the recipe")
+    corpora = [
+        {"name": name, "weight": source.weight, "clean": report.to_dict()}
+        for name, source, report in zip(names, config.data.train, reports, strict=True)
+    ]
+    return {**counts, "report": {"clean": total.to_dict(), "corpora": corpora}}
 
 
-def _save_split(pairs: list[Pair], tokenizers: TokenizerPair, path: Path) -> dict[str, int]:
-    """Encode one split, save it to `path`, and return its pair and token counts."""
-    sources = [src for src, _ in pairs]
-    targets = [tgt for _, tgt in pairs]
-    src_ids = _encode(tokenizers.src, sources, f"encoding {path.name} source")
-    tgt_ids = _encode(tokenizers.tgt, targets, f"encoding {path.name} target")
-    dataset = datasets.Dataset.from_dict(
-        {"src": sources, "tgt": targets, "src_ids": src_ids, "tgt_ids": tgt_ids}, features=FEATURES
-    )
-    with _datasets_progress_bars_off():
-        dataset.save_to_disk(str(path))
-    return {"pairs": len(pairs), "src_tokens": sum(map(len, src_ids)), "tgt_tokens": sum(map(len, tgt_ids))}
-
-
-def _encode(tokenizer: Tokenizer, sentences: list[str], description: str) -> list[list[int]]:
-    """Token ids without BOS/EOS, encoded in batches with a progress bar (hidden when not on a terminal)."""
-    ids: list[list[int]] = []
-    with tqdm(total=len(sentences), desc=description, unit=" sentences", disable=None, leave=False) as progress:
-        for start in range(0, len(sentences), ENCODE_CHUNK):
-            chunk = sentences[start : start + ENCODE_CHUNK]
-            ids.extend(tokenizer.encode_batch(chunk))
+def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
+    """Lists of `CHUNK_PAIRS` pairs, with a pairs/s progress bar (hidden when stderr is not a terminal)."""
+    chunk: list[Pair] = []
+    with tqdm(desc=f"preparing {description}", unit=" pairs", unit_scale=True, disable=None, leave=False) as progress:
+        for pair in pairs:
+            chunk.append(pair)
+            if len(chunk) == CHUNK_PAIRS:
+                progress.update(len(chunk))
+                yield chunk
+                chunk = []
+        if chunk:
             progress.update(len(chunk))
-    return ids
+            yield chunk
 
 
-@contextlib.contextmanager
-def _datasets_progress_bars_off() -> Iterator[None]:
-    """Silence the `datasets` save bar here without changing the setting for the caller."""
-    were_enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if were_enabled:
-            datasets.enable_progress_bars()
+def _pairs(config: Config, key: str, split: SplitConfig) -> Iterator[Pair]:
+    normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
+    return iter_split(split, config.src_lang, config.tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
+
+
+def _train_key(config: Config, index: int) -> str:
+    """How the recipe names one training corpus: data.train, or data.train[i] in a list of several."""
+    return "data.train" if len(config.data.train) == 1 else f"data.train[{index}]"

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtkit.batching import Batch, ParallelIds, token_batches
+from mtkit.batching import Batch, CorpusMix, ParallelIds, epoch_batches
 from mtkit.checkpoint import read_checkpoint
 from mtkit.config import Config, TrainConfig, parse_duration
+from mtkit.data import corpus_names
 from mtkit.distributed import (
     Distributed,
     any_rank,
@@ -38,7 +39,7 @@ from mtkit.ema import WeightEMA
 from mtkit.errors import MtkitError
 from mtkit.loss import sequence_loss
 from mtkit.models import EncoderDecoder, build_model
-from mtkit.prepare import load_prepared
+from mtkit.prepared import corpus_column, load_prepared
 from mtkit.rundir import Checkpoint, RunDir
 from mtkit.runtime import (
     autocast,
@@ -169,7 +170,10 @@ class Trainer:
         self.device, self.dist, self.run_dir = device, dist or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-        self.train_ids = ParallelIds(load_prepared(config.data_path, "train"))
+        train_split = load_prepared(config.data_path, "train")
+        self.train_ids = ParallelIds(train_split)
+        names = corpus_names(config.data.train)
+        self.mix = CorpusMix(corpus_column(config.data_path, train_split, names), [s.weight for s in config.data.train], names)
         self.valid = load_prepared(config.data_path, "valid")
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
@@ -198,16 +202,17 @@ class Trainer:
 
     def epoch_batches(self) -> list[np.ndarray]:
         """This rank's batches (sentence indices) of the current epoch, in training order."""
-        config, lengths = self.train_config, (self.train_ids.src.lengths, self.train_ids.tgt.lengths)
-        max_length = min(self.model.max_positions, 1_000_000)
-        batches, skipped = token_batches(*lengths, config.batch_tokens, config.seed, self.progress.epoch, max_length)
+        config, max_length = self.train_config, min(self.model.max_positions, 1_000_000)
+        batches, drawn, skipped = epoch_batches(
+            self.mix, self.train_ids, config.batch_tokens, config.seed, self.progress.epoch, max_length
+        )
         if not batches:
             raise MtkitError(
                 f"no training pair fits the model: all {skipped} need more than model.max_positions={max_length} "
                 "positions (pieces + EOS); raise model.max_positions, or lower data.max_len and prepare again"
             )
-        if skipped and self.progress.batches_done == 0 and self.dist.is_main:
-            _say(f"epoch {self.progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
+        if self.progress.batches_done == 0 and self.run_dir is not None:
+            _log_epoch(self.run_dir, self.progress, self.mix.counts(drawn), skipped)
         if self.dist.enabled:  # a disjoint, equally long share of the epoch for each rank
             usable = len(batches) // self.dist.world_size * self.dist.world_size
             batches = batches[self.dist.rank : usable : self.dist.world_size]
@@ -427,6 +432,13 @@ def _final_message(trainer: Trainer) -> None:
     )
     if trainer.stop_requested:
         _say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")
+
+
+def _log_epoch(run_dir: RunDir, progress: Progress, corpus_pairs: dict[str, int], skipped: int) -> None:
+    """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model."""
+    run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, "corpus_pairs": corpus_pairs, "skipped": skipped})
+    if skipped:
+        _say(f"epoch {progress.epoch + 1}: skipped {skipped} pairs longer than the model's maximum length")
 
 
 def _say(message: str) -> None:

@@ -175,7 +175,6 @@ class Translator:
         return [ids[start:end] for start, end in pairwise(cuts)]
 
 
-
 @dataclass
 class Batch:
     """Segments searched together: their places in `Plan.sources`, their ids and output caps."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mtkit.batching import collate, token_batches
+from mtkit.batching import CorpusMix, collate, token_batches
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -56,3 +56,20 @@ def test_collate_shifts_the_target_for_teacher_forcing():
     assert batch.tgt_in.tolist() == [[BOS_ID, 10, 11, PAD_ID], [BOS_ID, 12, 13, 14]]
     assert batch.tgt_out.tolist() == [[10, 11, EOS_ID, PAD_ID], [12, 13, 14, EOS_ID]]
     assert batch.num_tokens == 7
+
+
+def test_corpus_mix_draws_each_corpus_by_its_weight_and_resamples_each_epoch():
+    corpus = np.array([0] * 30 + [1] * 40 + [2] * 10, dtype=np.int16)
+    mix = CorpusMix(corpus, [2.5, 0.25, 1.0], ["news", "crawl", "dict"])
+    drawn = mix.draw(seed=1, epoch=0)
+    assert mix.counts(drawn) == {"news": 75, "crawl": 10, "dict": 10}
+    news = np.bincount(drawn[corpus[drawn] == 0], minlength=30)
+    assert sorted(set(news.tolist())) == [2, 3] and (news == 3).sum() == 15  # every pair twice, half a third time
+    assert sorted(drawn[corpus[drawn] == 2].tolist()) == list(range(70, 80))  # weight 1: each pair once
+    assert np.array_equal(drawn, mix.draw(seed=1, epoch=0))
+    assert not np.array_equal(drawn, mix.draw(seed=1, epoch=1))  # another tenth of crawl, another half of news
+
+
+def test_one_corpus_of_weight_one_draws_every_pair_once_in_order():
+    corpus = np.zeros(50, dtype=np.int16)
+    assert CorpusMix(corpus, [1.0], ["train"]).draw(seed=3, epoch=7).tolist() == list(range(50))

@@ -375,7 +375,7 @@ def test_overwrite_starts_the_run_again(workspace, run_copy):
     assert "training transformer: " in result.stderr and "M parameters on cpu (fp32), starting;" in result.stderr
     assert read_checkpoint(run_copy / "last.pt")["step"] == 5
     records = [json.loads(line) for line in (run_copy / "log.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [r["step"] for r in records] == [5, 5]  # one training record and one validation, nothing older
+    assert [r["step"] for r in records] == [0, 5, 5]  # the epoch's corpus draw, one training record, one validation
 
 
 def test_resume_without_a_run_is_an_error(workspace, tmp_path):

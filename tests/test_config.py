@@ -18,6 +18,7 @@ from mtkit.config import (
     SplitConfig,
     TokenizerConfig,
     TrainConfig,
+    TrainSource,
     arch_keys,
     choices,
     config_from_dict,
@@ -103,7 +104,7 @@ def test_empty_dict_gives_the_dataclass_defaults():
 def test_recipe_values_replace_defaults_and_the_rest_stay(recipe):
     config = load_config(recipe)
     assert (config.name, config.src_lang, config.tgt_lang) == ("tiny", "de", "en")
-    assert config.data.train == SplitConfig(hf="bentrevett/multi30k", split="train")
+    assert config.data.train == [TrainSource(hf="bentrevett/multi30k", split="train")]
     assert config.data.max_len == 80
     assert config.model.layers == 2
     assert config.model.d_model == 64
@@ -147,7 +148,7 @@ def test_set_a_key_of_a_section_missing_from_the_recipe(recipe):
 
 def test_set_a_whole_section_replaces_it(recipe):
     config = load_config(recipe, ["data.train={src: a.de, tgt: b.en}"])
-    assert config.data.train == SplitConfig(src="a.de", tgt="b.en")  # hf and split are gone
+    assert config.data.train == [TrainSource(src="a.de", tgt="b.en")]  # hf and split are gone
     assert config.data.max_len == 80  # sibling keys of the section stay
 
 
@@ -301,7 +302,7 @@ def test_multi30k_recipe_loads_with_the_promised_schema():
         assert set(keys) <= names, f"{section or 'recipe'} lacks {set(keys) - names}"
     assert {f.name for f in dataclasses.fields(SplitConfig)} >= {"src", "tgt", "hf", "split"}
     assert (config.name, config.src_lang, config.tgt_lang) == ("multi30k_transformer", "de", "en")
-    assert config.data.train == SplitConfig(hf="bentrevett/multi30k", split="train")
+    assert config.data.train == [TrainSource(hf="bentrevett/multi30k", split="train")]
     assert config.data.valid == SplitConfig(hf="bentrevett/multi30k", split="validation")
     assert config.data.test == SplitConfig(hf="bentrevett/multi30k", split="test")
     assert (config.model.arch, config.model.layers, config.model.d_model, config.model.heads) == ("transformer", 3, 256, 4)
@@ -316,7 +317,9 @@ def test_multi30k_recipe_accepts_the_offline_override_from_its_comment():
         MULTI30K_RECIPE,
         ["data.train={src: ../shared/data/multi30k/train.de.gz, tgt: ../shared/data/multi30k/train.en.gz}"],
     )
-    assert config.data.train == SplitConfig(src="../shared/data/multi30k/train.de.gz", tgt="../shared/data/multi30k/train.en.gz")
+    assert config.data.train == [
+        TrainSource(src="../shared/data/multi30k/train.de.gz", tgt="../shared/data/multi30k/train.en.gz")
+    ]
 
 
 # Durations and round trips
@@ -484,7 +487,7 @@ def sections_of(cls: type) -> list[type]:
 
 def test_every_number_declares_its_range_and_every_model_key_its_architecture():
     sections = sections_of(Config)
-    assert len(sections) == 7
+    assert len(sections) == 8
     for section in sections:
         for name, hint in typing.get_type_hints(section).items():
             if {int, float} & set(typing.get_args(hint) or (hint,)):
@@ -546,3 +549,55 @@ def test_saved_true_still_refuses_unknown_and_bad_keys():
 
 def test_decode_nbest_is_no_recipe_key(recipe):
     assert "unknown key 'decode.nbest'" in load_error(recipe, "decode.nbest=2")
+
+
+def test_several_weighted_training_corpora_load_and_round_trip():
+    raw = {
+        "data": {"train": [{"src": "e.de", "tgt": "e.en", "weight": 0.5, "name": "europarl"}, {"tsv": "n.tsv.gz", "weight": 2}]}
+    }
+    config = config_from_dict(raw)
+    assert config.data.train == [
+        TrainSource(src="e.de", tgt="e.en", weight=0.5, name="europarl"),
+        TrainSource(tsv="n.tsv.gz", weight=2.0),
+    ]
+    assert config_from_dict(config_to_dict(config)) == config
+    single = config_from_dict({"data": {"train": {"src": "a.de", "tgt": "a.en"}}})
+    assert config_to_dict(single)["data"]["train"] == {**dataclasses.asdict(TrainSource(src="a.de", tgt="a.en"))}
+
+
+@pytest.mark.parametrize(
+    ("train", "message"),
+    [
+        (
+            [{"tsv": "a", "name": "x"}, {"tsv": "b", "name": "x"}],
+            "'data.train' is a list of 2; give each corpus its own name ('x' is used twice)",
+        ),
+        ([{"tsv": "a"}, {"tsv": "b", "weight": 0}], "'data.train[1].weight' is 0.0; give a number in (0, 1000], such as 0.5"),
+        ([{"tsv": "a"}, {"tsv": "b", "wieght": 2}], "unknown key 'data.train[1].wieght'; did you mean 'data.train[1].weight'?"),
+        ([], "'data.train' must be a mapping or a non-empty list of mappings, got []"),
+        (
+            {"tsv": "a", "name": "two words"},
+            "'data.train.name' is 'two words'; give a name without spaces or commas, such as news",
+        ),
+    ],
+)
+def test_bad_training_corpora_are_one_line_errors(train, message):
+    with pytest.raises(MtkitError) as caught:
+        config_from_dict({"data": {"train": train}})
+    assert str(caught.value) == f"config: {message}"
+
+
+def test_weight_is_a_training_key_only():
+    with pytest.raises(MtkitError, match="unknown key 'data.valid.weight'"):
+        config_from_dict({"data": {"valid": {"tsv": "v.tsv", "weight": 2}}})
+
+
+def test_overrides_pick_one_corpus_of_a_list(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data:\n  train:\n    - {tsv: a.tsv}\n    - {tsv: b.tsv}\n", encoding="utf-8")
+    assert load_config(recipe, ["data.train[1].weight=3"]).data.train[1].weight == 3.0
+    with pytest.raises(MtkitError) as caught:
+        load_config(recipe, ["data.train.weight=3"])
+    assert (
+        str(caught.value) == "--set data.train.weight: data.train is a list of 2; pick one, e.g. --set data.train[0].weight=..."
+    )

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.config import DataConfig, SplitConfig
-from mtkit.data import CleanReport, clean_pairs, iter_split
+from mtkit.data import CleanReport, clean_pairs, clean_table, iter_split
 from mtkit.errors import MtkitError
 
 
@@ -377,18 +377,21 @@ def test_cleaning_real_multi30k_slice_drops_nothing_but_duplicates(multi30k_dir)
     assert report.to_dict() == {"total": 520, "empty": 0, "too_long": 0, "ratio": 0, "duplicate": 20, "copy": 0, "kept": 500}
 
 
-def test_report_format_is_a_small_table():
-    report = CleanReport(total=10, empty=1, too_long=2, ratio=0, duplicate=3, copy=0, kept=4)
-    lines = report.format().splitlines()
-    assert lines[0].split() == ["rule", "removed"]
-    assert [line.split() for line in lines[1:]] == [
-        ["empty", "1"],
-        ["too_long", "2"],
-        ["ratio", "0"],
-        ["copy", "0"],
-        ["duplicate", "3"],
-        ["kept", "4", "of", "10"],
+def test_clean_table_has_a_column_per_corpus_and_a_total():
+    news = CleanReport(total=10, empty=1, too_long=2, ratio=0, duplicate=3, copy=0, kept=4).to_dict()
+    crawl = CleanReport(total=5, empty=0, too_long=0, ratio=1, duplicate=0, copy=1, kept=3).to_dict()
+    lines = clean_table({"news": news, "crawl": crawl}).splitlines()
+    assert [line.split() for line in lines] == [
+        ["removed", "by", "news", "crawl", "total"],
+        ["empty", "1", "0", "1"],
+        ["too_long", "2", "0", "2"],
+        ["ratio", "0", "1", "1"],
+        ["copy", "0", "1", "1"],
+        ["duplicate", "3", "0", "3"],
+        ["kept", "4", "3", "7"],
+        ["total", "10", "5", "15"],
     ]
+    assert [line.split() for line in clean_table({"news": news}).splitlines()][0] == ["removed", "by", "news"]
 
 
 sentences = st.text(alphabet="ab ", max_size=12)

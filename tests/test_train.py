@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -122,6 +123,29 @@ def test_max_epochs_stops_training(tmp_path):
     progress = train(config)
     assert progress.epoch == 1
     assert 0 < progress.step < 100
+
+
+def test_two_weighted_corpora_train_together_and_each_epoch_draws_by_the_weights(tmp_path):
+    from conftest import reverse_task_config, write_reverse_task
+
+    from mtkit.config import TrainSource
+    from mtkit.prepare import prepare_corpus, train_tokenizers
+
+    write_reverse_task(tmp_path / "raw", train_pairs=600, seed=0)
+    write_reverse_task(tmp_path / "raw2", train_pairs=300, seed=1)
+    config = reverse_task_config(tmp_path, max_steps=0, max_epochs=3, batch_tokens=2000, validate_every=1000)
+    small = TrainSource(src=str(tmp_path / "raw2/train.src"), tgt=str(tmp_path / "raw2/train.tgt"), name="small", weight=2.0)
+    config.data.train = [dataclasses.replace(config.data.train[0], name="large", weight=0.5), small]
+    train_tokenizers(config)
+    report = prepare_corpus(config)
+    kept = {corpus["name"]: corpus["clean"]["kept"] for corpus in report["corpora"]}
+    assert kept["large"] > 500 and kept["small"] > 250  # the reverse task repeats a few short pairs
+    train(config)
+    records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
+    draws = [record["corpus_pairs"] for record in records if "corpus_pairs" in record]
+    assert draws == [{"large": round(0.5 * kept["large"]), "small": 2 * kept["small"]}] * 3
+    with pytest.raises(MtkitError, match="the recipe trains on corpora large but the data was prepared from large, small"):
+        train(dataclasses.replace(config, data=dataclasses.replace(config.data, train=config.data.train[:1])), overwrite=True)
 
 
 def test_a_model_too_short_for_every_pair_is_a_clear_error_not_an_endless_loop(tmp_path):

@@ -1,0 +1,173 @@
+"""Scale benchmark: `tokenizer train`, `prepare` and `translate` on corpora of real size, as JSON.
+
+    python benchmarks/scale.py --corpus ../shared/data/multi30k --pairs 1000000,5000000 \
+        --translate-lines 20000,200000 [--work /tmp/mtkit-scale] [--source-tree DIR] [--out scale.json]
+
+1. Builds a WMT-length synthetic corpus of N pairs from a small one: each pair joins two random
+   pairs of the given corpus (train.de.gz / train.en.gz), so nearly every pair is unique and
+   survives cleaning (about 26 words a side from Multi30k).
+2. Runs `mtkit tokenizer train` and `mtkit prepare` on it as a user would (a subprocess each), and
+   reports seconds, pairs/s and the peak RSS of the whole process tree (workers included),
+   sampled from /proc every 50 ms.
+3. Trains a tiny model for a few hundred updates on the smallest corpus and reports the peak RSS
+   of `mtkit translate` (greedy) at each --translate-lines input size.
+
+`--source-tree DIR` runs the mtkit of another checkout (PYTHONPATH=DIR) with this interpreter, so
+an old commit and the new one are measured back to back on one machine. Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SAMPLE_SECONDS = 0.05
+
+
+def build_corpus(corpus: Path, pairs: int, out_dir: Path, seed: int = 1) -> tuple[Path, Path]:
+    """Write out_dir/train.{de,en} with `pairs` lines, each joining two random corpus pairs; reused if present."""
+    src_path, tgt_path = out_dir / "train.de", out_dir / "train.en"
+    done = out_dir / "complete"
+    if done.is_file() and done.read_text() == str(pairs):
+        return src_path, tgt_path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(corpus / "train.de.gz", "rt", encoding="utf-8") as file:
+        sources = file.read().splitlines()
+    with gzip.open(corpus / "train.en.gz", "rt", encoding="utf-8") as file:
+        targets = file.read().splitlines()
+    rng = random.Random(seed)
+    with open(src_path, "w", encoding="utf-8") as src_file, open(tgt_path, "w", encoding="utf-8") as tgt_file:
+        for _ in range(pairs):
+            first, second = rng.randrange(len(sources)), rng.randrange(len(sources))
+            src_file.write(f"{sources[first]} {sources[second]}\n")
+            tgt_file.write(f"{targets[first]} {targets[second]}\n")
+    done.write_text(str(pairs))
+    return src_path, tgt_path
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of `root` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            statm = Path(f"/proc/{entry}/statm").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+        rss[int(entry)] = int(statm.split()[1]) * page
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure(command: list[str], env: dict[str, str], log: Path) -> dict:
+    """Run a command to its end; its wall seconds and the peak RSS of its process tree (MB)."""
+    start = time.perf_counter()
+    with open(log, "w") as log_file:
+        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        peak = 0
+        while process.poll() is None:
+            peak = max(peak, tree_rss_bytes(process.pid))
+            time.sleep(SAMPLE_SECONDS)
+    seconds = time.perf_counter() - start
+    if process.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed (exit {process.returncode}); see {log}")
+    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak / 2**20, 1)}
+
+
+def write_recipe(path: Path, name: str, train: tuple[Path, Path], valid: tuple[Path, Path], extra: str = "") -> Path:
+    path.write_text(
+        f"name: {name}\nsrc_lang: de\ntgt_lang: en\nrun_dir: {path.parent / 'runs' / name}\n"
+        f"data_dir: {path.parent / 'data' / name}\n"
+        f"data:\n  train: {{src: {train[0]}, tgt: {train[1]}}}\n  valid: {{src: {valid[0]}, tgt: {valid[1]}}}\n"
+        f"  max_len: 100\ntokenizer:\n  vocab_size: 8000\n  max_sentences: 300000\n{extra}",
+        encoding="utf-8",
+    )
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=Path("../shared/data/multi30k"))
+    parser.add_argument("--pairs", default="1000000,5000000", help="corpus sizes, comma-separated")
+    parser.add_argument("--translate-lines", default="20000,200000", help="translate input sizes; empty skips")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/mtkit-scale"))
+    parser.add_argument("--source-tree", type=Path, help="run the mtkit of this checkout (PYTHONPATH)")
+    parser.add_argument("--skip-tokenizer", action="store_true", help="reuse the tokenizer of an earlier run")
+    parser.add_argument("--out", type=Path, default=Path("scale.json"))
+    args = parser.parse_args()
+    env = dict(os.environ, MTKIT_SCALE="1")
+    if args.source_tree:
+        env["PYTHONPATH"] = str(args.source_tree.resolve())
+    mtkit = [sys.executable, "-m", "mtkit"]
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    valid = (args.corpus.resolve() / "val.de.gz", args.corpus.resolve() / "val.en.gz")
+    results: dict = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "prepare": [], "translate": []}
+    if args.source_tree:
+        results["source_tree"] = str(args.source_tree)
+    for pairs in [int(n) for n in args.pairs.split(",") if n]:
+        print(f"building a {pairs:,}-pair corpus ...", flush=True)
+        train = build_corpus(args.corpus, pairs, work / f"corpus_{pairs}")
+        recipe = write_recipe(work / f"scale_{pairs}.yaml", f"scale_{pairs}", train, valid)
+        row: dict = {"pairs": pairs}
+        if not args.skip_tokenizer:
+            row["tokenizer"] = measure([*mtkit, "tokenizer", "train", str(recipe)], env, work / f"tokenizer_{pairs}.log")
+            print(f"  tokenizer train: {row['tokenizer']}", flush=True)
+        row["prepare"] = measure([*mtkit, "prepare", str(recipe)], env, work / f"prepare_{pairs}.log")
+        row["prepare"]["pairs_per_s"] = round(pairs / row["prepare"]["seconds"])
+        print(f"  prepare: {row['prepare']}", flush=True)
+        results["prepare"].append(row)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    sizes = [int(n) for n in args.translate_lines.split(",") if n]
+    if sizes:
+        results["translate"] = benchmark_translate(args, mtkit, env, work, valid, sizes)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+def benchmark_translate(args: argparse.Namespace, mtkit: list[str], env: dict, work: Path, valid: tuple, sizes: list[int]) -> list[dict]:
+    """Peak RSS of greedy `mtkit translate` with a tiny model at each input size."""
+    train = (args.corpus.resolve() / "train.de.gz", args.corpus.resolve() / "train.en.gz")
+    model = (
+        "model: {layers: 1, d_model: 64, heads: 2, ffn_dim: 128, dropout: 0.0}\n"
+        "train: {batch_tokens: 4096, max_steps: 300, validate_every: 300, log_every: 100, lr: 0.003, warmup_steps: 50}\n"
+        "decode: {beam: 1, max_len_a: 1.2, max_len_b: 5}\n"
+    )
+    recipe = write_recipe(work / "scale_tiny.yaml", "scale_tiny", train, valid, model)
+    recipe.write_text(recipe.read_text().replace("vocab_size: 8000", "vocab_size: 2000"))
+    for stage in (["tokenizer", "train"], ["prepare"], ["train", "--overwrite"]):
+        measure([*mtkit, *stage[:1], *stage[1:2], str(recipe), *stage[2:]] if stage[0] == "tokenizer" else [*mtkit, stage[0], str(recipe), *stage[1:]], env, work / f"tiny_{stage[0]}.log")
+    with gzip.open(train[0], "rt", encoding="utf-8") as file:
+        lines = file.read().splitlines()
+    rows = []
+    for size in sizes:
+        input_path = work / f"translate_{size}.de"
+        input_path.write_text("\n".join(lines[i % len(lines)] for i in range(size)) + "\n", encoding="utf-8")
+        command = [*mtkit, "translate", "-m", str(work / "runs" / "scale_tiny"), "-i", str(input_path), "-o", str(work / f"translate_{size}.en"), "--beam", "1"]
+        row = {"lines": size, **measure(command, env, work / f"translate_{size}.log")}
+        row["lines_per_s"] = round(size / row["seconds"])
+        print(f"  translate: {row}", flush=True)
+        rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
