@@ -30,6 +30,11 @@ import time
 from pathlib import Path
 
 SAMPLE_SECONDS = 0.05
+# A model small enough to translate 200k lines in minutes on 2 cores, trained just enough to stop its outputs.
+TINY_MODEL = """model: {layers: 1, d_model: 64, heads: 2, ffn_dim: 128, dropout: 0.0}
+train: {batch_tokens: 4096, max_steps: 300, validate_every: 300, log_every: 100, lr: 0.003, warmup_steps: 50}
+decode: {beam: 1, max_len_a: 1.2, max_len_b: 5}
+"""
 
 
 def build_corpus(corpus: Path, pairs: int, out_dir: Path, seed: int = 1) -> tuple[Path, Path]:
@@ -78,10 +83,13 @@ def tree_rss_bytes(root: int) -> int:
 
 
 def measure(command: list[str], env: dict[str, str], log: Path) -> dict:
-    """Run a command to its end; its wall seconds and the peak RSS of its process tree (MB)."""
+    """Run a command to its end; its wall seconds and the peak RSS of its process tree (MB).
+
+    It runs in the source tree named by PYTHONPATH: `python -m mtkit` imports from the current directory first.
+    """
     start = time.perf_counter()
     with open(log, "w") as log_file:
-        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, cwd=env["PYTHONPATH"], stdout=log_file, stderr=subprocess.STDOUT)
         peak = 0
         while process.poll() is None:
             peak = max(peak, tree_rss_bytes(process.pid))
@@ -97,7 +105,7 @@ def write_recipe(path: Path, name: str, train: tuple[Path, Path], valid: tuple[P
         f"name: {name}\nsrc_lang: de\ntgt_lang: en\nrun_dir: {path.parent / 'runs' / name}\n"
         f"data_dir: {path.parent / 'data' / name}\n"
         f"data:\n  train: {{src: {train[0]}, tgt: {train[1]}}}\n  valid: {{src: {valid[0]}, tgt: {valid[1]}}}\n"
-        f"  max_len: 100\ntokenizer:\n  vocab_size: 8000\n  max_sentences: 300000\n{extra}",
+        f"  max_len: 100\ntokenizer:\n  vocab_size: {8000 if not extra else 2000}\n  max_sentences: 300000\n{extra}",
         encoding="utf-8",
     )
     return path
@@ -113,16 +121,18 @@ def main() -> None:
     parser.add_argument("--skip-tokenizer", action="store_true", help="reuse the tokenizer of an earlier run")
     parser.add_argument("--out", type=Path, default=Path("scale.json"))
     args = parser.parse_args()
-    env = dict(os.environ, MTKIT_SCALE="1")
-    if args.source_tree:
-        env["PYTHONPATH"] = str(args.source_tree.resolve())
+    env = dict(os.environ, PYTHONPATH=str((args.source_tree or Path(__file__).resolve().parents[1]).resolve()))
     mtkit = [sys.executable, "-m", "mtkit"]
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     valid = (args.corpus.resolve() / "val.de.gz", args.corpus.resolve() / "val.en.gz")
-    results: dict = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "prepare": [], "translate": []}
+    results: dict = {"machine": platform.machine(), "cores": os.cpu_count(), "prepare": [], "translate": []}
     if args.source_tree:
         results["source_tree"] = str(args.source_tree)
+    from speed import matmul_flops_per_s  # this folder's speed benchmark: the machine's fp32 matmul peak
+
+    results["matmul_gflops"] = round(matmul_flops_per_s() / 1e9, 1)
+    print(f"fp32 matmul peak: {results['matmul_gflops']} GFLOP/s", flush=True)
     for pairs in [int(n) for n in args.pairs.split(",") if n]:
         print(f"building a {pairs:,}-pair corpus ...", flush=True)
         train = build_corpus(args.corpus, pairs, work / f"corpus_{pairs}")
@@ -138,30 +148,37 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     sizes = [int(n) for n in args.translate_lines.split(",") if n]
     if sizes:
-        results["translate"] = benchmark_translate(args, mtkit, env, work, valid, sizes)
+        results["translate"] = benchmark_translate(args, mtkit, env, sizes)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 
-def benchmark_translate(args: argparse.Namespace, mtkit: list[str], env: dict, work: Path, valid: tuple, sizes: list[int]) -> list[dict]:
+def benchmark_translate(args: argparse.Namespace, mtkit: list[str], env: dict, sizes: list[int]) -> list[dict]:
     """Peak RSS of greedy `mtkit translate` with a tiny model at each input size."""
-    train = (args.corpus.resolve() / "train.de.gz", args.corpus.resolve() / "train.en.gz")
-    model = (
-        "model: {layers: 1, d_model: 64, heads: 2, ffn_dim: 128, dropout: 0.0}\n"
-        "train: {batch_tokens: 4096, max_steps: 300, validate_every: 300, log_every: 100, lr: 0.003, warmup_steps: 50}\n"
-        "decode: {beam: 1, max_len_a: 1.2, max_len_b: 5}\n"
-    )
-    recipe = write_recipe(work / "scale_tiny.yaml", "scale_tiny", train, valid, model)
-    recipe.write_text(recipe.read_text().replace("vocab_size: 8000", "vocab_size: 2000"))
-    for stage in (["tokenizer", "train"], ["prepare"], ["train", "--overwrite"]):
-        measure([*mtkit, *stage[:1], *stage[1:2], str(recipe), *stage[2:]] if stage[0] == "tokenizer" else [*mtkit, stage[0], str(recipe), *stage[1:]], env, work / f"tiny_{stage[0]}.log")
+    work, corpus = args.work.resolve(), args.corpus.resolve()
+    train, valid = (corpus / "train.de.gz", corpus / "train.en.gz"), (corpus / "val.de.gz", corpus / "val.en.gz")
+    recipe = write_recipe(work / "scale_tiny.yaml", "scale_tiny", train, valid, TINY_MODEL)
+    for stage in (["tokenizer", "train"], ["prepare"], ["train"]):
+        measure([*mtkit, *stage, str(recipe), *(["--overwrite"] if stage == ["train"] else [])], env, work / "tiny.log")
     with gzip.open(train[0], "rt", encoding="utf-8") as file:
         lines = file.read().splitlines()
     rows = []
     for size in sizes:
-        input_path = work / f"translate_{size}.de"
-        input_path.write_text("\n".join(lines[i % len(lines)] for i in range(size)) + "\n", encoding="utf-8")
-        command = [*mtkit, "translate", "-m", str(work / "runs" / "scale_tiny"), "-i", str(input_path), "-o", str(work / f"translate_{size}.en"), "--beam", "1"]
+        source = work / f"translate_{size}.de"
+        source.write_text("".join(lines[i % len(lines)] + "\n" for i in range(size)), encoding="utf-8")
+        output = work / f"translate_{size}.en"
+        command = [
+            *mtkit,
+            "translate",
+            "-m",
+            str(work / "runs" / "scale_tiny"),
+            "-i",
+            str(source),
+            "-o",
+            str(output),
+            "--beam",
+            "1",
+        ]
         row = {"lines": size, **measure(command, env, work / f"translate_{size}.log")}
         row["lines_per_s"] = round(size / row["seconds"])
         print(f"  translate: {row}", flush=True)

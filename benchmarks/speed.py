@@ -211,10 +211,7 @@ def print_table(report: dict) -> None:
     if "train_compiled" in report:
         compiled = report["train_compiled"]
         ratio = compiled["target_tokens_per_s"] / train["target_tokens_per_s"]
-        print(
-            f"training, train.compile=true: {compiled['target_tokens_per_s']:.0f} target tokens/s, "
-            f"{ratio:.2f}x eager"
-        )
+        print(f"training, train.compile=true: {compiled['target_tokens_per_s']:.0f} target tokens/s, {ratio:.2f}x eager")
     for engine, decode in report.get("decode", {}).items():
         for name in ("beam5", "greedy"):
             row = decode[name]

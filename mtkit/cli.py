@@ -121,14 +121,20 @@ def translate(
         int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")
     ] = 10_000,
 ) -> None:
-    """Translate text: one output line per input line, in order, written as soon as each window is done."""
+    """Translate text: one output line per input line, in order, written as soon as each window is done.
+
+    Under `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines.
+    """
+    from mtkit.distributed import translation_job
+    from mtkit.runtime import resolve_device
     from mtkit.translate import Translator
     from mtkit.translate_file import FileOptions, translate_file
 
     options = FileOptions(
         input, output, beam, nbest, length_penalty, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines
     )
-    translate_file(Translator.load(model, engine, device), options)
+    with translation_job(resolve_device(device)) as (job, rank_device):
+        translate_file(Translator.load(model, engine, str(rank_device)), options, job)
 
 
 @app.command()

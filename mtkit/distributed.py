@@ -1,4 +1,4 @@
-"""Multi-process training under `torchrun`: process group set-up and the few collectives training needs.
+"""Multi-process training and translation under `torchrun`: process group set-up and the few collectives they need.
 
 Without torchrun (no WORLD_SIZE in the environment, or 1) every function here is a no-op, so the
 single-process path pays nothing. The address and port come from torchrun's environment.
@@ -6,7 +6,9 @@ single-process path pays nothing. The address and port come from torchrun's envi
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -85,3 +87,31 @@ def shutdown(context: Distributed) -> None:
     if context.enabled and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def translation_job(device: torch.device) -> Iterator[tuple[Distributed, torch.device]]:
+    """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device; leave it at the end.
+
+    After an error the rank leaves at once without waiting for its peers: torchrun then ends the job.
+    """
+    context, device = init_distributed(device)
+    yield context, device
+    shutdown(context)
+
+
+def gather_in_order(items: list, context: Distributed) -> list:
+    """On rank 0, every rank's items back in input order, when rank r holds items r, r + N, r + 2N, ...
+
+    Other ranks get an empty list; a single process gets `items` unchanged.
+    """
+    if not context.enabled:
+        return items
+    shares: list | None = [None] * context.world_size if context.is_main else None
+    dist.gather_object(items, shares, dst=0)
+    if shares is None:
+        return []
+    merged: list = [None] * sum(len(share) for share in shares)
+    for rank, share in enumerate(shares):
+        merged[rank :: context.world_size] = share
+    return merged

@@ -22,6 +22,7 @@ from typing import IO
 from tqdm import tqdm
 
 from mtkit.choices import BadBytes
+from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
 from mtkit.textio import line_windows
 from mtkit.translate import Translation, Translator
@@ -45,21 +46,24 @@ class FileOptions:
     buffer_lines: int = BUFFER_LINES
 
 
-def translate_file(translator: Translator, options: FileOptions) -> int:
+def translate_file(translator: Translator, options: FileOptions, job: Distributed | None = None) -> int:
     """Translate `options.input` into `options.output`, one output line per input line, in order.
 
-    Returns the number of lines translated.
+    Under torchrun (`job`), every rank reads the input file and translates every N-th line of each
+    window; rank 0 gathers the translations and writes them in input order. Returns the number of
+    lines translated.
     """
-    _check(translator, options)
+    job = job or Distributed()
+    _check(translator, options, job)
     windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
     done = plotted = 0
-    bar = tqdm(unit=" lines", disable=None if options.output is not None else True, file=sys.stderr)
-    with _output(options.output) as out:
+    bar = tqdm(unit=" lines", disable=None if options.output is not None and job.is_main else True, file=sys.stderr)
+    with _output(options.output, discard=not job.is_main) as out:
         for window in windows:
-            plan = translator.plan(window, options.beam, options.nbest, options.length_penalty)
+            plan = translator.plan(window[job.rank :: job.world_size], options.beam, options.nbest, options.length_penalty)
             for batch in plan.batches():  # the loop of Translator.translate_nbest, one call nearer the model
                 plan.put(batch, translator.engine.search(batch.sources, batch.max_len, plan.beam, plan.nbest, plan.alpha))
-            results = plan.results()
+            results = gather_in_order(plan.results(), job)
             out.write("".join(render(best, options.nbest) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:
@@ -67,12 +71,12 @@ def translate_file(translator: Translator, options: FileOptions) -> int:
             done += len(window)
             bar.update(len(window))
     bar.close()
+    split_lines = sum(gather_in_order([translator.split_lines], job))
     if options.plot_attention is not None:
         _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
-    if translator.split_lines:
+    if split_lines:
         _say(
-            f"mtkit: warning: {translator.split_lines} input lines were longer than decode.max_input_tokens "
-            "and were translated in segments"
+            f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments"
         )
     return done
 
@@ -86,8 +90,12 @@ def render(translations: list[Translation], nbest: int) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def _check(translator: Translator, options: FileOptions) -> None:
+def _check(translator: Translator, options: FileOptions, job: Distributed) -> None:
     """Refuse impossible options before reading or translating anything."""
+    if job.enabled and options.input is None:
+        raise MtkitError("under torchrun every process reads the input itself: give it as a file with -i FILE")
+    if job.enabled and options.plot_attention is not None:
+        raise MtkitError("--plot-attention draws in one process: run mtkit translate without torchrun to plot")
     if options.output is not None and not options.output.parent.is_dir():
         raise MtkitError(f"{options.output}: its directory does not exist; create it or choose another --output")
     if options.buffer_lines < 1:
@@ -99,8 +107,12 @@ def _check(translator: Translator, options: FileOptions) -> None:
 
 
 @contextlib.contextmanager
-def _output(path: Path | None) -> Iterator[IO[str]]:
-    """Standard output, or a temporary file next to `path` that replaces it once complete."""
+def _output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]:
+    """Standard output, or a temporary file next to `path` that replaces it once complete (or nowhere: `discard`)."""
+    if discard:
+        with open(os.devnull, "w", encoding="utf-8") as nowhere:
+            yield nowhere
+        return
     if path is None:
         yield sys.stdout
         return

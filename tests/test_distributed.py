@@ -1,4 +1,4 @@
-"""Training with torchrun on CPU (gloo): two processes equal one process over the combined batch."""
+"""torchrun on CPU (gloo): two training processes equal one over the combined batch; two translating processes equal one."""
 
 from __future__ import annotations
 
@@ -22,18 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def torchrun(recipe: Path, processes: int, *arguments: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(processes),
-        "-m",
-        "mtkit",
-        "train",
-        str(recipe),
-        *arguments,
+    return launch(processes, "train", str(recipe), *arguments)
+
+
+def launch(processes: int, *mtkit_arguments: str) -> list[str]:
+    """`torchrun --standalone --nproc_per_node N -m mtkit ...` with this interpreter."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), "-m", "mtkit"] + [
+        *mtkit_arguments
     ]
 
 
@@ -117,3 +112,35 @@ def test_resume_under_torchrun_matches_a_straight_run(tmp_path):
     assert a["step"] == b["step"] == 6
     for name, value in a["model"].items():
         torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
+
+
+def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
+    lines = Path(reverse_run.data.valid.src).read_text().splitlines()[:45]
+    lines[10:10] = ["", "a b c d e f g h i j k l " * 3]  # an empty line and a long one among them
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    arguments = ["translate", "-m", str(reverse_run.run_path), "-i", str(source), "--buffer-lines", "7", "--nbest", "2"]
+    one = subprocess.run(
+        [sys.executable, "-m", "mtkit", *arguments, "-o", str(tmp_path / "one.txt")], cwd=REPO, capture_output=True, text=True
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run(launch(2, *arguments, "-o", str(tmp_path / "two.txt")), cwd=REPO, capture_output=True, text=True)
+    assert two.returncode == 0, two.stderr[-2000:]
+    expected = (tmp_path / "one.txt").read_text(encoding="utf-8")
+    assert len(expected.splitlines()) == len(lines)
+    assert (tmp_path / "two.txt").read_text(encoding="utf-8") == expected
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "one.txt", "two.txt"]  # no temporary file left
+
+
+def test_translation_under_torchrun_needs_an_input_file(reverse_run):
+    result = subprocess.run(
+        launch(2, "translate", "-m", str(reverse_run.run_path)),
+        cwd=REPO,
+        input="a b c\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    message = "mtkit: error: under torchrun every process reads the input itself: give it as a file with -i FILE"
+    assert message in result.stderr.splitlines()
