@@ -31,7 +31,7 @@ from mtkit.data import iter_split
 from mtkit.errors import MtkitError
 from mtkit.evaluate import score_corpus
 from mtkit.train import Trainer, setup_process
-from mtkit.translate import Translator
+from mtkit.translate import Decoding, Translator
 
 
 def peak_rss_mb() -> float:
@@ -141,7 +141,7 @@ def decode_split(config, translator) -> dict:
     results = {}
     for name, beam in (("beam5", 5), ("greedy", 1)):
         start = time.perf_counter()
-        best = translator.translate_nbest(sources, beam=beam)
+        best = translator.translate_nbest(sources, Decoding(beam=beam))
         seconds = time.perf_counter() - start
         pieces = sum(len(h[0].tokens) + 1 for h in best)
         bleu = score_corpus([h[0].text for h in best], [references]).scores[0].score

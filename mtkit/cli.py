@@ -44,8 +44,13 @@ Overrides = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set train.max_steps=100 (repeatable).")
 ]
 ModelPath = Annotated[Path, typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")]
-TranslateModel = Annotated[
-    Path, typer.Option("--model", "-m", help="Run directory (best.pt, else last.pt), checkpoint or `mtkit export` directory.")
+TranslateModels = Annotated[
+    list[Path],
+    typer.Option(
+        "--model",
+        "-m",
+        help="Run directory (best.pt, else last.pt), checkpoint or `mtkit export` directory; repeat for an ensemble.",
+    ),
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 
@@ -99,12 +104,27 @@ def train(
 
 @app.command()
 def translate(
-    model: TranslateModel,
+    model: TranslateModels,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
-    nbest: Annotated[int, typer.Option(min=1, help="Print the N best translations per line, tab-separated with scores.")] = 1,
+    nbest: Annotated[
+        int, typer.Option(min=1, help="Print the N best translations (or N samples) per line, tab-separated with scores.")
+    ] = 1,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
+    prefix: Annotated[
+        Optional[Path], typer.Option(help="File of target prefixes, one per input line (empty: none); outputs start with them.")
+    ] = None,
+    sampling: Annotated[
+        Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")] = 1.0,
+    seed: Annotated[int, typer.Option(help="With --sampling: the same seed gives the same samples.")] = 0,
+    no_repeat_ngram: Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")] = 0,
+    alignments: Annotated[
+        bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
+    ] = False,
+    alignment_layer: Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")] = -1,
     bad_bytes: Annotated[
         BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
     ] = BadBytes.ERROR,
@@ -125,16 +145,43 @@ def translate(
 
     Under `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines.
     """
+    from mtkit.constraints import Sampling
     from mtkit.distributed import translation_job
     from mtkit.runtime import resolve_device
-    from mtkit.translate import Translator
+    from mtkit.translate import Decoding, Translator
     from mtkit.translate_file import FileOptions, translate_file
 
-    options = FileOptions(
-        input, output, beam, nbest, length_penalty, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines
-    )
+    drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
+    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer)
+    options = FileOptions(input, output, decoding, prefix, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines)
     with translation_job(resolve_device(device)) as (job, rank_device):
         translate_file(Translator.load(model, engine, str(rank_device)), options, job)
+
+
+@app.command()
+def score(
+    model: TranslateModels,
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    tgt: Annotated[Path, typer.Option(help="Their translations to score, one per line.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of tab-separated columns.")] = False,
+    engine: Annotated[
+        EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
+    ] = EngineName.AUTO,
+    device: Device = "auto",
+) -> None:
+    """Score given translations: per pair, the total log-probability, its per-token average and the token count."""
+    from mtkit.runtime import resolve_device
+    from mtkit.scoring import score_files
+    from mtkit.translate import Translator
+
+    truncated = score_files(Translator.load(model, engine, str(resolve_device(device))), src, tgt, output, as_json)
+    if truncated:
+        typer.echo(
+            f"mtkit: warning: {len(truncated)} pairs (lines {', '.join(map(str, truncated[:5]))}"
+            f"{', ...' if len(truncated) > 5 else ''}) were longer than the model's positions and were scored truncated",
+            err=True,
+        )
 
 
 @app.command()
@@ -142,7 +189,8 @@ def evaluate(
     hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file to score.")] = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
     model: Annotated[
-        Optional[Path], typer.Option("--model", "-m", help="Translate with this run (or `mtkit export` directory), then score.")
+        Optional[list[Path]],
+        typer.Option("--model", "-m", help="Translate with this run or `mtkit export` (repeat: an ensemble), then score."),
     ] = None,
     split: Annotated[Optional[Split], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
     src: Annotated[Optional[Path], typer.Option(help="With -m: source file to translate (needs --ref).")] = None,
@@ -154,7 +202,7 @@ def evaluate(
     """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU)."""
     from mtkit.evaluate import evaluate_files, evaluate_model
 
-    if model is not None:
+    if model:
         chosen = split.value if split else None
         result = evaluate_model(model, split=chosen, src=src, refs=ref or [], beam=beam, output=output, device=device)
     elif hyp is not None and ref:

@@ -108,7 +108,7 @@ def evaluate_files(hyp: Path, refs: list[Path]) -> EvalResult:
 
 
 def evaluate_model(
-    model: Path,
+    model: Path | list[Path],
     split: str | None = None,
     src: Path | None = None,
     refs: list[Path] | None = None,
@@ -116,12 +116,14 @@ def evaluate_model(
     output: Path | None = None,
     device: str = "auto",
 ) -> EvalResult:
-    """Translate the recipe's `split` (valid/test) or `src` with a trained run or export, then score it."""
+    """Translate the recipe's `split` (valid/test) or `src` with a trained run or export (or an
+    ensemble of several runs: the first one's recipe), then score it."""
     from mtkit.textio import write_lines
     from mtkit.translate import Translator
 
     translator = Translator.load(model, device=device)  # a CTranslate2 export carries its recipe too
-    sources, references = _sources_and_references(translator.config, model, split, src, refs or [])
+    first = model[0] if isinstance(model, list) else model
+    sources, references = _sources_and_references(translator.config, first, split, src, refs or [])
     hypotheses = translator.translate(sources, beam=beam, progress=True)
     if output is not None:
         write_lines(hypotheses, output)

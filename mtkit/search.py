@@ -1,7 +1,9 @@
 """Greedy and beam search over the encode / decode / reorder_state contract, and the length penalty.
 
 Search never asks which architecture it drives: it encodes once, then decodes incrementally, one
-token per step, starting from an empty `state` dict. Finished sentences leave the active batch at
+token per step, starting from an empty `state` dict. `Constraints` (prefixes, n-gram blocking)
+steer each step's log-probabilities; greedy search may draw its tokens (`pick`) instead of taking
+the most probable one. Finished sentences leave the active batch at
 once; `model.reorder_state` both shrinks the decoder cache and reorders beams.
 
 A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, its next token is
@@ -11,11 +13,13 @@ a complete sequence ending in EOS, and scores of forced and natural endings are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from mtkit.constraints import Constraints
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -27,6 +31,7 @@ class Hypothesis:
     tokens: list[int]  # output ids, without BOS and without the final EOS
     score: float  # length-normalised score used for ranking
     log_prob: float  # total log-probability, EOS included
+    links: list[int] | None = None  # per output token, the source token it attends to most (when asked)
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -59,11 +64,14 @@ def greedy_search(
     bos_id: int,
     eos_id: int,
     alpha: float = 0.0,
+    constraints: Constraints | None = None,
+    pick: Callable[[Tensor], Tensor] | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
     src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
     `alpha` only sets `Hypothesis.score` (as in `beam_search`); the tokens do not depend on it.
+    `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
     """
     batch_size = src.size(0)
     memory = model.encode(src, src_mask)  # (B, S, D)
@@ -75,7 +83,9 @@ def greedy_search(
     step = 0
     while sentence.numel() > 0:
         log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state)  # (A, V)
-        next_token = log_probs.argmax(dim=1).masked_fill(max_len <= step, eos_id)  # (A,)
+        if constraints is not None:
+            log_probs = constraints.apply(log_probs, tokens, sentence, step)
+        next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
         log_prob = log_prob + log_probs.gather(1, next_token.unsqueeze(1)).squeeze(1)
         tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
         done = next_token.eq(eos_id)  # (A,)
@@ -115,6 +125,7 @@ def beam_search(
     nbest: int,
     bos_id: int,
     eos_id: int,
+    constraints: Constraints | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
@@ -144,17 +155,25 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     step = 0
     while beams.sentence.numel() > 0:
-        beams = _advance_beams(model, beams, step, alpha, eos_id, finished)
+        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints)
         step += 1
     return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[:nbest] for hypotheses in finished]
 
 
 def _advance_beams(
-    model: EncoderDecoder, beams: _Beams, step: int, alpha: float, eos_id: int, finished: list[list[Hypothesis]]
+    model: EncoderDecoder,
+    beams: _Beams,
+    step: int,
+    alpha: float,
+    eos_id: int,
+    finished: list[list[Hypothesis]],
+    constraints: Constraints | None,
 ) -> _Beams:
     """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""
     active, beam_size = beams.running.shape
     log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state)
+    if constraints is not None:
+        log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
     log_probs = _force_eos(log_probs.view(active, beam_size, -1), beams.max_len <= step, eos_id)  # (A, K, V)
     scores, beam_index, token = beam_step(log_probs, beams.running)  # (A, 2K)
     offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)

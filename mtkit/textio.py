@@ -86,6 +86,12 @@ def file_lines(path: Path, bad_bytes: str = "error", fix: str = "", progress: bo
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
 
+def count_lines(path: Path) -> int:
+    """The number of lines of a (possibly gzipped) text file."""
+    with open_binary(path) as handle:
+        return sum(1 for _ in handle)
+
+
 def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]:
     """Read a UTF-8 text file (.gz fine) as one string per line."""
     return [text for _, text in file_lines(Path(path), bad_bytes, fix)]

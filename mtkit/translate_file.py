@@ -15,17 +15,19 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import IO
 
 from tqdm import tqdm
 
+from mtkit.alignment import pharaoh
 from mtkit.choices import BadBytes
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
-from mtkit.textio import line_windows
-from mtkit.translate import Translation, Translator
+from mtkit.textio import count_lines, file_lines, line_windows
+from mtkit.translate import Decoding, Translation, Translator
 
 BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 
@@ -36,9 +38,8 @@ class FileOptions:
 
     input: Path | None = None  # None: standard input
     output: Path | None = None  # None: standard output
-    beam: int | None = None
-    nbest: int = 1
-    length_penalty: float | None = None
+    decoding: Decoding = field(default_factory=Decoding)
+    prefix: Path | None = None  # one target prefix per input line (empty: none)
     bad_bytes: BadBytes = BadBytes.ERROR
     plot_attention: Path | None = None  # directory for heatmap PNGs
     plot_count: int = 10
@@ -56,21 +57,26 @@ def translate_file(translator: Translator, options: FileOptions, job: Distribute
     job = job or Distributed()
     _check(translator, options, job)
     windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
+    prefixes = _prefix_lines(options)
     done = plotted = 0
     bar = tqdm(unit=" lines", disable=None if options.output is not None and job.is_main else True, file=sys.stderr)
-    with _output(options.output, discard=not job.is_main) as out:
+    with atomic_output(options.output, discard=not job.is_main) as out:
         for window in windows:
-            plan = translator.plan(window[job.rank :: job.world_size], options.beam, options.nbest, options.length_penalty)
+            window_prefixes = _take_prefixes(prefixes, len(window), options.prefix)
+            shares = window_prefixes[job.rank :: job.world_size] if window_prefixes is not None else None
+            plan = translator.plan(window[job.rank :: job.world_size], options.decoding, shares)
             for batch in plan.batches():  # the loop of Translator.translate_nbest, one call nearer the model
-                plan.put(batch, translator.engine.search(batch.sources, batch.max_len, plan.beam, plan.nbest, plan.alpha))
+                plan.put(batch, translator.engine.search(batch, plan.options))
             results = gather_in_order(plan.results(), job)
-            out.write("".join(render(best, options.nbest) + "\n" for best in results))
+            out.write("".join(render(best, options.decoding.nbest, options.decoding.alignments) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:
                 plotted += _plot(translator, window, results, done, options.plot_count - plotted, options)
             done += len(window)
             bar.update(len(window))
     bar.close()
+    if prefixes is not None and next(prefixes, None) is not None:
+        raise MtkitError(f"{options.prefix} has more lines than the input ({done}); give one prefix line per input line")
     split_lines = sum(gather_in_order([translator.split_lines], job))
     if options.plot_attention is not None:
         _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
@@ -81,13 +87,17 @@ def translate_file(translator: Translator, options: FileOptions, job: Distribute
     return done
 
 
-def render(translations: list[Translation], nbest: int) -> str:
-    """One output line: the best translation, or with nbest > 1 each translation and its score, tab-separated."""
-    if nbest == 1:
-        text = translations[0].text
-    else:
-        text = "\t".join(f"{t.text}\t{t.score:.4f}" for t in translations)
-    return text.replace("\r", " ").replace("\n", " ")
+def render(translations: list[Translation], nbest: int, alignments: bool = False) -> str:
+    """One output line: the best translation, or with nbest > 1 each translation and its score,
+    tab-separated; with `alignments`, each translation is followed by a tab and its Pharaoh pairs."""
+    fields = []
+    for translation in translations[: max(nbest, 1)]:
+        fields.append(translation.text.replace("\r", " ").replace("\n", " ").replace("\t", " "))
+        if nbest > 1:
+            fields.append(f"{translation.score:.4f}")
+        if alignments:
+            fields.append(pharaoh(translation.alignment or []))
+    return "\t".join(fields)
 
 
 def _check(translator: Translator, options: FileOptions, job: Distributed) -> None:
@@ -106,8 +116,33 @@ def _check(translator: Translator, options: FileOptions, job: Distributed) -> No
         check_can_plot(translator)
 
 
+def _prefix_lines(options: FileOptions) -> Iterator[str] | None:
+    """The lines of --prefix, after checking they are as many as the input file's (when it is a file)."""
+    if options.prefix is None:
+        return None
+    if not options.prefix.is_file():
+        raise MtkitError(f"--prefix {options.prefix}: no such file; give one target prefix per input line")
+    if options.input is not None:
+        counts = [count_lines(path) for path in (options.input, options.prefix)]
+        if counts[0] != counts[1]:
+            raise MtkitError(
+                f"--prefix {options.prefix} has {counts[1]} lines but {options.input} has {counts[0]}: "
+                "give one prefix line per input line (an empty line for none)"
+            )
+    return (text for _, text in file_lines(options.prefix))
+
+
+def _take_prefixes(prefixes: Iterator[str] | None, count: int, path: Path | None) -> list[str] | None:
+    if prefixes is None:
+        return None
+    taken = list(islice(prefixes, count))
+    if len(taken) < count:
+        raise MtkitError(f"--prefix {path} has fewer lines than the input; give one prefix line per input line")
+    return taken
+
+
 @contextlib.contextmanager
-def _output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]:
+def atomic_output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]:
     """Standard output, or a temporary file next to `path` that replaces it once complete (or nowhere: `discard`)."""
     if discard:
         with open(os.devnull, "w", encoding="utf-8") as nowhere:

@@ -103,3 +103,15 @@ def reverse_run(tmp_path_factory: pytest.TempPathFactory):
     config = prepared_reverse_task(tmp_path_factory.mktemp("reverse"), max_steps=750, batch_tokens=1600, lr=0.001)
     train(config)
     return config
+
+
+@pytest.fixture(scope="session")
+def reverse_rnn_run(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny GRU with Bahdanau attention trained on the reverse task (shared by the RNN and decoding tests)."""
+    from mtkit.config import ModelConfig
+    from mtkit.train import train
+
+    config = prepared_reverse_task(tmp_path_factory.mktemp("reverse_rnn"), max_steps=300, validate_every=150, lr=0.005)
+    config.model = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=64, embed_dim=32, dropout=0.0)
+    train(config)
+    return config

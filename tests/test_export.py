@@ -22,7 +22,7 @@ from mtkit.errors import MtkitError
 from mtkit.export import MANIFEST, export_ctranslate2, import_ctranslate2
 from mtkit.models import build_model
 from mtkit.tokenizer import BOS_ID, EOS_ID, load_tokenizers
-from mtkit.translate import Capability, PyTorchEngine, Translator, length_batches
+from mtkit.translate import Capability, Decoding, PyTorchEngine, Translator, length_batches
 
 EXTRA_LINES = ["", "a b c", "   ", "l k j i h g f e d c b a", "a\u0301 b", "g"]
 
@@ -58,8 +58,8 @@ def with_decode(translator, **changes):
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_float32_export_translates_exactly_like_pytorch(pytorch, exported, sources, beam):
-    expected = pytorch.translate_nbest(sources, beam=beam)
-    found = exported.translate_nbest(sources, beam=beam)
+    expected = pytorch.translate_nbest(sources, Decoding(beam=beam))
+    found = exported.translate_nbest(sources, Decoding(beam=beam))
     assert [best[0].text for best in found] == [best[0].text for best in expected]
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     for mine, theirs in zip(found, expected, strict=True):
@@ -70,8 +70,8 @@ def test_float32_export_translates_exactly_like_pytorch(pytorch, exported, sourc
 
 def test_nbest_returns_the_same_ranked_hypotheses_as_pytorch(pytorch, exported):
     lines = ["a b c d", "e f", "", "k l a b c"]
-    expected = pytorch.translate_nbest(lines, beam=4, nbest=3, length_penalty=0.6)
-    found = exported.translate_nbest(lines, beam=4, nbest=3, length_penalty=0.6)
+    expected = pytorch.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
+    found = exported.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
     assert [len(best) for best in found] == [3, 3, 3, 3]
     for hypotheses, theirs in zip(found, expected, strict=True):
         scores = [h.score for h in hypotheses]
@@ -85,8 +85,8 @@ def test_over_long_lines_are_split_into_the_same_segments(pytorch, exported):
     letters = " ".join("abcdefghijkl" * 2)
     lines = [letters, "a b", f"{letters} . {letters}"]
     short_pytorch, short_exported = with_decode(pytorch, max_input_tokens=8), with_decode(exported, max_input_tokens=8)
-    expected = short_pytorch.translate_nbest(lines, beam=2, nbest=2)
-    found = short_exported.translate_nbest(lines, beam=2, nbest=2)
+    expected = short_pytorch.translate_nbest(lines, Decoding(beam=2, nbest=2))
+    found = short_exported.translate_nbest(lines, Decoding(beam=2, nbest=2))
     assert [[h.text for h in best] for best in found] == [[h.text for h in best] for best in expected]
     assert short_exported.split_lines == short_pytorch.split_lines == 2
 
@@ -97,12 +97,12 @@ def test_greedy_output_at_the_length_cap_matches_pytorch(pytorch, exported):
         with_decode(pytorch, max_len_a=0.0, max_len_b=2),
         with_decode(exported, max_len_a=0.0, max_len_b=2),
     )
-    expected = capped_pytorch.translate_nbest(lines, beam=1)
-    found = capped_exported.translate_nbest(lines, beam=1)
+    expected = capped_pytorch.translate_nbest(lines, Decoding(beam=1))
+    found = capped_exported.translate_nbest(lines, Decoding(beam=1))
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     # The forced EOS after the cap is part of the score in both engines.
     assert [best[0].score for best in found] == pytest.approx([best[0].score for best in expected], abs=1e-4)
-    for hypothesis in capped_exported.translate_nbest(lines, beam=3, nbest=3)[0]:
+    for hypothesis in capped_exported.translate_nbest(lines, Decoding(beam=3, nbest=3))[0]:
         assert len(hypothesis.tokens) <= 2
 
 
@@ -119,8 +119,8 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, expo
         return search(self, batch, *rest)
 
     monkeypatch.setattr(CT2Engine, "_translate", counted)
-    found = fixed_exported.translate_nbest(sources, beam=4)
-    expected = fixed_pytorch.translate_nbest(sources, beam=4)
+    found = fixed_exported.translate_nbest(sources, Decoding(beam=4))
+    expected = fixed_pytorch.translate_nbest(sources, Decoding(beam=4))
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     # One call per batch of the pipeline: every length shares the cap.
     lengths = [len(segments[0]) for segments in map(fixed_exported.segments, sources) if segments]

@@ -7,7 +7,6 @@ import itertools
 
 import pytest
 import torch
-from conftest import prepared_reverse_task
 
 from mtkit.checkpoint import atomic_save, read_checkpoint
 from mtkit.config import ModelConfig
@@ -15,7 +14,7 @@ from mtkit.errors import MtkitError
 from mtkit.models import RNNSeq2Seq, build_model
 from mtkit.models.base import padding_mask
 from mtkit.search import beam_search, greedy_search
-from mtkit.train import sequence_loss, train
+from mtkit.train import sequence_loss
 from mtkit.translate import Translator
 
 VOCAB, BOS, EOS = 20, 2, 3
@@ -178,12 +177,10 @@ def test_each_attention_variant_learns_to_reverse_exactly(variant):
     assert all(len(hypotheses) == 2 and hypotheses[0].score >= hypotheses[1].score for hypotheses in beams)
 
 
-def test_rnn_trains_saves_and_translates_through_the_pipeline(tmp_path):
-    config = prepared_reverse_task(tmp_path, max_steps=300, validate_every=150, lr=0.005)
-    config.model = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=64, embed_dim=32, dropout=0.0)
-    train(config)
-    sources = (tmp_path / "raw/valid.src").read_text().splitlines()
-    targets = (tmp_path / "raw/valid.tgt").read_text().splitlines()
+def test_rnn_trains_saves_and_translates_through_the_pipeline(reverse_rnn_run, tmp_path):
+    config = reverse_rnn_run
+    sources = (config.data_path.parent / "raw/valid.src").read_text().splitlines()
+    targets = (config.data_path.parent / "raw/valid.tgt").read_text().splitlines()
     translator = Translator.load(config.run_path)
     assert isinstance(translator.engine.model, RNNSeq2Seq)
     hypotheses = translator.translate(sources, beam=4)

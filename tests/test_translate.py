@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from mtkit import Translator
+from mtkit import Decoding, Translator
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def test_outputs_keep_input_order_across_many_small_batches(translator):
 
 
 def test_nbest_returns_ranked_distinct_hypotheses(translator):
-    results = translator.translate_nbest(["a b c d", "e f"], beam=4, nbest=3)
+    results = translator.translate_nbest(["a b c d", "e f"], Decoding(beam=4, nbest=3))
     assert [len(r) for r in results] == [3, 3]
     for hypotheses in results:
         scores = [h.score for h in hypotheses]
@@ -38,7 +38,7 @@ def test_nbest_returns_ranked_distinct_hypotheses(translator):
 
 def test_beam_one_equals_greedy_output(translator):
     lines = ["a b c", "l k j i h", "g"]
-    assert translator.translate(lines, beam=1) == [h[0].text for h in translator.translate_nbest(lines, beam=1)]
+    assert translator.translate(lines, beam=1) == [h[0].text for h in translator.translate_nbest(lines, Decoding(beam=1))]
 
 
 def test_input_is_normalised_like_training_data(translator):
@@ -52,7 +52,7 @@ def test_output_length_is_capped_by_max_len(translator):
         dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=2),
         translator.normalize,
     )
-    for hypothesis in capped.translate_nbest(["a b c d e f g"], beam=2)[0]:
+    for hypothesis in capped.translate_nbest(["a b c d e f g"], Decoding(beam=2))[0]:
         assert len(hypothesis.tokens) <= 2
 
 

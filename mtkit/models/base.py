@@ -5,8 +5,9 @@ Every architecture implements it, so nothing outside `mtkit.models` asks which m
 - `encode(src, src_mask) -> memory`
 - `decode(tgt, memory, src_mask, state) -> (logits, state)`
 - `reorder_state(state, order) -> state`
-- `cross_attention(tgt, memory, src_mask) -> weights` (B, H, T, S): where each target position of
-  teacher-forced `tgt` looks in the source, per head (for heatmaps and tests)
+- `cross_attention(tgt, memory, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
+  position of teacher-forced `tgt` looks in the source, per head, in decoder attention layer `layer`
+  of `attention_layers` (for heatmaps, word alignments and tests)
 
 Shapes: `src` (B, S) token ids, `src_mask` (B, S) bool, True on real tokens (False on padding);
 `memory` (B, S, D); `tgt` (B, T) decoder input ids; `logits` (B, T, V).
@@ -37,7 +38,7 @@ class EncoderDecoder(nn.Module):
     ) -> tuple[Tensor, DecoderState | None]:
         raise NotImplementedError
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
         raise NotImplementedError
 
     def reorder_state(self, state: DecoderState, order: Tensor) -> DecoderState:
@@ -53,7 +54,12 @@ class EncoderDecoder(nn.Module):
     @property
     def has_cross_attention(self) -> bool:
         """Whether `cross_attention` has weights to give (an RNN without attention has none)."""
-        return True
+        return self.attention_layers > 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Decoder layers with cross-attention weights (`cross_attention`'s `layer` is one of them)."""
+        return 1
 
     @property
     def max_positions(self) -> int:

@@ -217,8 +217,8 @@ class RNNSeq2Seq(EncoderDecoder):
             self.output.weight = tgt_embed.weight
 
     @property
-    def has_cross_attention(self) -> bool:
-        return self.decoder.attention is not None
+    def attention_layers(self) -> int:
+        return 0 if self.decoder.attention is None else 1
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, H)."""
@@ -231,8 +231,8 @@ class RNNSeq2Seq(EncoderDecoder):
         readout, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder.dropout(readout)), state
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """(B, 1, T, S) attention weights of teacher-forced decoding (one head)."""
+    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+        """(B, 1, T, S) attention weights of teacher-forced decoding (one head; `layer` 0 or -1, the only one)."""
         _, weights = self._run_decoder(tgt, memory, src_mask, None)
         if weights is None:
             raise MtkitError("this model has no attention (model.attention: none); there is nothing to plot")

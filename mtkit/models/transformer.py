@@ -115,25 +115,29 @@ class Transformer(EncoderDecoder):
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
-        x, _ = self._run_decoder(tgt, memory, src_mask, state, need_weights=False)
+        x, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder_norm(x)), state
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """The last decoder layer's cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
-        _, weights = self._run_decoder(tgt, memory, src_mask, None, need_weights=True)
+    @property
+    def attention_layers(self) -> int:
+        return len(self.decoder_layers)
+
+    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+        """Decoder layer `layer`'s cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
+        _, weights = self._run_decoder(tgt, memory, src_mask, None, weights_of=layer % len(self.decoder_layers))
         assert weights is not None
         return weights
 
     def _run_decoder(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None, need_weights: bool
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None, weights_of: int | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """The decoder stack: hidden states (B, T, D) and, with `need_weights`, the last layer's
-        cross-attention weights (B, H, T, S)."""
+        """The decoder stack: hidden states (B, T, D) and the cross-attention weights (B, H, T, S)
+        of layer `weights_of` (None: no weights)."""
         offset = 0 if state is None or "0.self_k" not in state else state["0.self_k"].size(2)
         x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset))
         memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
-        last = len(self.decoder_layers) - 1
         weights = None
         for index, layer in enumerate(self.decoder_layers):
-            x, weights = layer(x, memory, memory_mask, state, f"{index}.", need_weights and index == last)
+            x, found = layer(x, memory, memory_mask, state, f"{index}.", index == weights_of)
+            weights = found if index == weights_of else weights
         return x, weights
