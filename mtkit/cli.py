@@ -53,6 +53,15 @@ TranslateModels = Annotated[
     ),
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+PrefixFile = Annotated[
+    Optional[Path], typer.Option(help="File of target prefixes, one per input line (empty: none); outputs start with them.")
+]
+SamplingOption = Annotated[
+    Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
+]
+Alignments = Annotated[
+    bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
+]
 
 
 def _config(recipe: Path, overrides: list[str] | None):
@@ -112,18 +121,12 @@ def translate(
         int, typer.Option(min=1, help="Print the N best translations (or N samples) per line, tab-separated with scores.")
     ] = 1,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
-    prefix: Annotated[
-        Optional[Path], typer.Option(help="File of target prefixes, one per input line (empty: none); outputs start with them.")
-    ] = None,
-    sampling: Annotated[
-        Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
-    ] = None,
+    prefix: PrefixFile = None,
+    sampling: SamplingOption = None,
     temperature: Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")] = 1.0,
     seed: Annotated[int, typer.Option(help="With --sampling: the same seed gives the same samples.")] = 0,
     no_repeat_ngram: Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")] = 0,
-    alignments: Annotated[
-        bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
-    ] = False,
+    alignments: Alignments = False,
     alignment_layer: Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")] = -1,
     bad_bytes: Annotated[
         BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")

@@ -3,7 +3,7 @@
 The weights are written into CTranslate2's `TransformerSpec` one by one (the way its own fairseq
 and OpenNMT-py converters do), next to both SentencePiece models and `mtkit.json`, which holds
 what `translate` needs (normalisation, decoding defaults, languages) and the recipe for `evaluate`.
-`mtkit.ct2_engine.CT2Translator` translates with the result.
+`mtkit.ct2_engine.CT2Engine` translates with the result.
 """
 
 from __future__ import annotations
@@ -100,7 +100,11 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
     """A filled `ctranslate2.specs.TransformerSpec` for an mtkit Transformer (weights as float32 arrays)."""
     pre_norm = model.encoder_layers[0].attention_block.pre_norm
     heads = model.encoder_layers[0].self_attention.heads
-    spec = ctranslate2.specs.TransformerSpec.from_config(len(model.encoder_layers), heads, pre_norm=pre_norm)
+    # The attention CTranslate2 returns is fixed here: the last decoder layer's cross-attention,
+    # averaged over all heads (alignment_heads 0), what mtkit aligns with by default.
+    spec = ctranslate2.specs.TransformerSpec.from_config(
+        len(model.encoder_layers), heads, pre_norm=pre_norm, alignment_layer=-1, alignment_heads=0
+    )
     # Special pieces are the tokenizer's own at mtkit's fixed ids; decoding starts from BOS.
     src_pieces, tgt_pieces = _pieces(tokenizers.src), _pieces(tokenizers.tgt)
     for name, special_id in (("unk", UNK_ID), ("bos", BOS_ID), ("eos", EOS_ID)):
@@ -189,6 +193,7 @@ def _manifest(config: Config, checkpoint: Path, quantization: str | None, positi
         "tgt_lang": config.tgt_lang,
         "normalize": config.data.normalize,
         "max_positions": positions,
+        "alignment_layer": config.model.layers - 1,  # the decoder layer of CTranslate2's attention (heads averaged)
         "tokenizers": {"src": SOURCE_SPM, "tgt": TARGET_SPM},
         "decode": asdict(config.decode),
         "recipe": config_to_dict(config),  # for `mtkit evaluate -m DIR --split test`
