@@ -188,6 +188,28 @@ def score(
 
 
 @app.command()
+def serve(
+    model: TranslateModels,
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    max_wait_ms: Annotated[float, typer.Option(min=0, help="How long the worker waits to fill a batch.")] = 5.0,
+    max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting at most; more get 503 with Retry-After.")] = 256,
+    max_lines: Annotated[int, typer.Option(min=1, help="Sentences per request at most (413 above).")] = 64,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = 20_000,
+    api_key: Annotated[
+        Optional[str], typer.Option(envvar="MTKIT_API_KEY", help="Require 'Authorization: Bearer KEY' (or set MTKIT_API_KEY).")
+    ] = None,
+    engine: Annotated[EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory.")] = EngineName.AUTO,
+    device: Device = "auto",
+) -> None:
+    """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
+    from mtkit.serve import ServeLimits, run_server
+
+    limits = ServeLimits(max_lines, max_chars, max_queue, max_wait_ms, api_key=api_key)
+    run_server(model, engine, device, host, port, limits)
+
+
+@app.command()
 def evaluate(
     hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file to score.")] = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,

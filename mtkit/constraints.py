@@ -8,6 +8,7 @@ log-probability of its tokens, whatever steered it there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +45,14 @@ class Sampling:
         raise MtkitError(f"--sampling {text}: give topk:K (K >= 1), topp:P (0 < P <= 1) or full, such as topk:10")
 
 
-def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator) -> Tensor:
-    """One token per row of log_probs (R, V), drawn as `sampling` says; (R,) ids."""
+def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:
+    """One token per row of log_probs (R, V), drawn as `sampling` says, never one of `never`; (R,) ids.
+
+    `never` holds tokens no output contains (padding, BOS), which a high temperature would draw.
+    """
     logits = log_probs / sampling.temperature  # (R, V)
+    if never:
+        logits = logits.index_fill(1, torch.tensor(list(never), device=logits.device), float("-inf"))
     if sampling.top_k:
         kth = logits.topk(min(sampling.top_k, logits.size(1)), dim=1).values[:, -1:]  # (R, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -163,6 +163,6 @@ class PyTorchEngine(Engine):
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
         constraints = Constraints.build(repeated, options.no_repeat_ngram, self.device)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
-        pick = partial(draw, sampling=options.sampling, generator=generator)
+        pick = partial(draw, sampling=options.sampling, generator=generator, never=(PAD_ID, BOS_ID))
         drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick)
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]

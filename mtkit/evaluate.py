@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from mtkit.errors import MtkitError
 from mtkit.textio import read_lines
 
+SCORES_FILE = "scores.json"  # a model directory's recorded test/valid scores
+
 if TYPE_CHECKING:
     from sacrebleu.metrics.base import Metric
 
@@ -127,7 +129,36 @@ def evaluate_model(
     hypotheses = translator.translate(sources, beam=beam, progress=True)
     if output is not None:
         write_lines(hypotheses, output)
-    return score_corpus(hypotheses, references)
+    result = score_corpus(hypotheses, references)
+    if split is not None and src is None and not refs and isinstance(model, Path) and model.is_dir():
+        save_scores(model, split, result)
+    return result
+
+
+def save_scores(directory: Path, split: str, result: EvalResult) -> None:
+    """Record a split's scores in `directory/scores.json` (what `mtkit serve`'s /info reports)."""
+    import json
+
+    from mtkit.translate_file import atomic_output
+
+    known = known_scores(directory) or {}
+    known[split] = {score.name: round(score.score, 2) for score in result.scores}
+    try:
+        with atomic_output(directory / SCORES_FILE) as out:
+            out.write(json.dumps(known, indent=1) + "\n")
+    except MtkitError:
+        pass  # a read-only model directory: the scores are printed all the same
+
+
+def known_scores(path: Path | str) -> dict | None:
+    """The scores `mtkit evaluate -m DIR --split ...` recorded for a model directory, if any."""
+    import json
+
+    scores = Path(path) / SCORES_FILE
+    try:
+        return json.loads(scores.read_text(encoding="utf-8")) if scores.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def _sources_and_references(

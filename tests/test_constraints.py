@@ -106,6 +106,12 @@ def test_sampling_frequencies_match_the_distribution(sampling, expected):
         assert counts[token] / 4000 == pytest.approx(probability, abs=0.03)
 
 
+def test_tokens_that_never_end_an_output_are_never_drawn():
+    log_probs = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log().expand(500, 4)
+    drawn = draw(log_probs, Sampling(temperature=5.0), torch.Generator().manual_seed(0), never=(0, 1))
+    assert set(drawn.tolist()) == {2, 3}
+
+
 def test_a_sample_is_scored_with_the_models_own_log_probability():
     generator = torch.Generator().manual_seed(3)
     pick = partial(draw, sampling=Sampling(temperature=0.3), generator=generator)
