@@ -207,3 +207,24 @@ def test_alignments_cli_appends_pharaoh_pairs_after_a_tab(run, valid, tmp_path):
         app, ["translate", "-m", str(run.run_path), "-i", str(source), "--alignments", "--alignment-layer", "7"]
     )
     assert layer.exit_code == 2 and "--alignment-layer 7" in layer.output
+
+
+def test_an_ensemble_of_models_with_other_vocabularies_is_one_clear_error(reverse_run, tmp_path):
+    from mtkit.models.ensemble import check_same_vocabularies
+    from mtkit.tokenizer import TokenizerPair, load_tokenizers, train_sentencepiece
+
+    pair = load_tokenizers(reverse_run.data_path, reverse_run.tokenizer.joint)
+    text = (reverse_run.data_path.parent / "raw/train.tgt").read_text().splitlines()
+    other = TokenizerPair.of(pair.src, train_sentencepiece(text, 30))
+    check_same_vocabularies([Path("a"), Path("b")], [pair, pair])  # the same vocabularies pass
+    with pytest.raises(MtkitError, match="b: its target vocabulary differs from a's"):
+        check_same_vocabularies([Path("a"), Path("b")], [pair, other])
+
+
+def test_an_ensemble_with_an_export_names_the_pytorch_engine(reverse_run, tmp_path):
+    from mtkit.export import export_ctranslate2
+
+    exported = export_ctranslate2(reverse_run.run_path, tmp_path / "export", None)
+    source = write(tmp_path / "src", ["a b c"])
+    result = CliRunner().invoke(app, ["translate", "-m", str(reverse_run.run_path), "-m", str(exported), "-i", str(source)])
+    assert result.exit_code == 2 and "ensembles need the PyTorch engine" in result.output
