@@ -209,32 +209,47 @@ def serve(
     run_server(model, engine, device, host, port, limits)
 
 
+Hyps = Annotated[Optional[list[Path]], typer.Option("--hyp", help="Hypothesis file to score (repeat: compare systems).")]
+EvalModels = Annotated[
+    Optional[list[Path]],
+    typer.Option("--model", "-m", help="Translate with this run or export, then score (repeat: an ensemble, or --compare)."),
+]
+FlagRule = Annotated[
+    Optional[list[str]],
+    typer.Option(help="A problem-flag threshold KEY=VALUE: loop_ngram, loop_count, copy_ratio, copy_min_words, length_band."),
+]
+
+
 @app.command()
 def evaluate(
-    hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file to score.")] = None,
+    hyp: Hyps = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
-    model: Annotated[
-        Optional[list[Path]],
-        typer.Option("--model", "-m", help="Translate with this run or `mtkit export` (repeat: an ensemble), then score."),
-    ] = None,
+    model: EvalModels = None,
     split: Annotated[Optional[Split], typer.Option(help="With -m: score the recipe's valid or test split.")] = None,
-    src: Annotated[Optional[Path], typer.Option(help="With -m: source file to translate (needs --ref).")] = None,
+    src: Annotated[Optional[Path], typer.Option(help="With -m: the source file to translate; with --hyp: its sources.")] = None,
+    compare: Annotated[bool, typer.Option(help="With several -m: compare the models instead of ensembling them.")] = False,
+    flags: Annotated[Optional[Path], typer.Option(help="Write the flagged sentences to this TSV, worst first.")] = None,
+    flag_rule: FlagRule = None,
+    seed: Annotated[int, typer.Option(help="Seed of the paired significance tests.")] = 12345,
+    bootstrap_samples: Annotated[int, typer.Option(min=1, help="Paired bootstrap resamples.")] = 1000,
+    randomisation_trials: Annotated[int, typer.Option(min=1, help="Paired approximate randomisation trials.")] = 10000,
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     device: Device = "auto",
 ) -> None:
-    """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU)."""
-    from mtkit.evaluate import evaluate_files, evaluate_model
+    """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU), flag problem
+    sentences, and compare several systems with the first by paired significance tests."""
+    from mtkit.evaluate_run import EvaluateRequest
+    from mtkit.evaluate_run import evaluate as run_evaluation
+    from mtkit.flags import parse_rules
 
-    if model:
-        chosen = split.value if split else None
-        result = evaluate_model(model, split=chosen, src=src, refs=ref or [], beam=beam, output=output, device=device)
-    elif hyp is not None and ref:
-        result = evaluate_files(hyp, ref)
-    else:
-        raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
-    typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else result.format())
+    request = EvaluateRequest(
+        hyp or [], ref or [], model or [], split.value if split else None, src, beam, output, device, compare, flags,
+        parse_rules(flag_rule or []), seed, bootstrap_samples, randomisation_trials,
+    )  # fmt: skip
+    report = run_evaluation(request)
+    typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
 
 
 @app.command()

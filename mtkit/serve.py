@@ -183,7 +183,7 @@ async def _invalid_body(request: Request, error: Exception) -> JSONResponse:
 
 def model_info(translator: Translator, path: str) -> dict[str, Any]:
     """What GET /info says: languages, architecture, parameters, engine, known test scores."""
-    from mtkit.evaluate import known_scores
+    from mtkit.evaluate_run import known_scores
 
     config = translator.config
     engine = translator.engine

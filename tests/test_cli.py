@@ -305,10 +305,11 @@ def hyp_and_ref(workspace: dict) -> tuple[Path, Path]:
 
 def test_evaluate_files_prints_scores_with_signatures(hyp_and_ref):
     hyp, ref = hyp_and_ref
-    lines = succeeded(invoke("evaluate", "--hyp", hyp, "--ref", ref)).stdout.splitlines()
+    *lines, problems = succeeded(invoke("evaluate", "--hyp", hyp, "--ref", ref)).stdout.splitlines()
     names = [line.split("  ")[0].strip() for line in lines]
     assert names == ["BLEU", "chrF", "TER", "BLEU (lowercased, tokenized)"]
     assert all("signature: " in line for line in lines)
+    assert problems.startswith("problems: loop 0, copy 0, empty 0,") and problems.endswith("(of 60 sentences)")
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in lines[0]
     assert "case:lc" in lines[3]
 

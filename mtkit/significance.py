@@ -1,0 +1,125 @@
+"""Is system B really better than A? Paired significance tests of several systems against the first.
+
+Every system is compared with the first (the baseline) on the same references by sacreBLEU's own
+paired bootstrap resampling (which also gives each system's mean and 95% confidence interval) and
+paired approximate randomisation, for BLEU, chrF and TER. The seed and the sample counts are part
+of the result, so a comparison can be repeated exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mtkit.errors import MtkitError
+
+METRICS = ("BLEU", "chrF", "TER")
+
+
+@dataclass
+class SystemScore:
+    """One system's score on one metric; `mean` and `ci` (the 95% half-width) from bootstrap resampling;
+    p-values (bootstrap, approximate randomisation) against the baseline, None for the baseline itself."""
+
+    score: float
+    mean: float
+    ci: float
+    p_bootstrap: float | None
+    p_randomisation: float | None
+
+
+@dataclass
+class Comparison:
+    systems: list[str]
+    scores: dict[str, list[SystemScore]]  # metric -> one per system, in order
+    seed: int
+    bootstrap_samples: int
+    randomisation_trials: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def format(self, alpha: float = 0.05) -> str:
+        """A table per metric: score, mean ± 95% CI, and both p-values, * marking p < alpha."""
+        lines = [
+            f"paired tests against {self.systems[0]} (sacreBLEU; bootstrap: {self.bootstrap_samples} resamples, "
+            f"approximate randomisation: {self.randomisation_trials} trials, seed {self.seed})"
+        ]
+        width = max(len(name) for name in self.systems)
+        for metric, scores in self.scores.items():
+            lines.append(f"{metric:<{width}}  score   mean ± 95% CI     p (bootstrap)  p (randomisation)")
+            for name, result in zip(self.systems, scores, strict=True):
+                p_values = "  baseline" if result.p_bootstrap is None else _p_values(result, alpha)
+                lines.append(f"{name:<{width}}  {result.score:6.2f}  {result.mean:6.2f} ± {result.ci:5.2f}   {p_values}")
+        return "\n".join(lines)
+
+
+def compare_systems(
+    names: Sequence[str],
+    hypotheses: Sequence[Sequence[str]],
+    references: Sequence[Sequence[str]],
+    seed: int = 12345,
+    bootstrap_samples: int = 1000,
+    randomisation_trials: int = 10000,
+) -> Comparison:
+    """Compare each system with the first; every hypothesis list and reference stream is aligned."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+    from sacrebleu.significance import PairedTest
+
+    if len(hypotheses) < 2:
+        raise MtkitError("a comparison needs at least two systems: give --hyp A --hyp B (or -m A -m B --compare)")
+    for name, hyps in zip(names, hypotheses, strict=True):
+        for stream in references:
+            if len(hyps) != len(stream):
+                raise MtkitError(f"{name} has {len(hyps)} lines but a reference has {len(stream)}; give aligned files")
+    systems = list(zip(names, [list(h) for h in hypotheses], strict=True))
+    results = {}
+    with _seed(seed):
+        for test, samples in (("bs", bootstrap_samples), ("ar", randomisation_trials)):
+            metrics = {"BLEU": BLEU(), "chrF": CHRF(), "TER": TER()}
+            _, found = PairedTest(systems, metrics, [list(r) for r in references], test, samples, -1)()
+            results[test] = [found[key] for key in found if key != "System"]  # sacreBLEU's names, e.g. chrF2
+    scores = {
+        metric: [
+            SystemScore(
+                float(bs.score),
+                float(bs.mean),
+                float(bs.ci),
+                *_p_values_against(bs_results[0].score, bs, ar) if n else (None, None),
+            )
+            for n, (bs, ar) in enumerate(zip(bs_results, ar_results, strict=True))
+        ]
+        for metric, bs_results, ar_results in zip(METRICS, results["bs"], results["ar"], strict=True)
+    }
+    return Comparison(list(names), scores, seed, bootstrap_samples, randomisation_trials)
+
+
+def _p_values_against(baseline: float, bootstrap: Any, randomisation: Any) -> tuple[float, float]:
+    """sacreBLEU's p-values, except p = 1 where the scores are equal: sacreBLEU counts only sampled
+    differences strictly above the observed one, so a zero difference (a system against itself)
+    would come out as p = 1 / (samples + 1), "significant"; no test can reject "no difference" there."""
+    if bootstrap.score == baseline:
+        return 1.0, 1.0
+    return float(bootstrap.p_value), float(randomisation.p_value)
+
+
+def _p_values(result: SystemScore, alpha: float) -> str:
+    marks = ["*" if p is not None and p < alpha else " " for p in (result.p_bootstrap, result.p_randomisation)]
+    return f"{result.p_bootstrap:8.4f}{marks[0]}      {result.p_randomisation:8.4f}{marks[1]}"
+
+
+@contextmanager
+def _seed(seed: int):  # noqa: ANN202 - a context manager
+    """sacreBLEU's paired tests read their seed from SACREBLEU_SEED."""
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
