@@ -269,6 +269,18 @@ def export(
 
 
 @app.command()
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (their log.jsonl), drawn together.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The PNG to write.")] = Path("curves.png"),
+) -> None:
+    """Learning curves: training loss, validation loss and BLEU against updates and training time."""
+    from mtkit.curves import plot_runs
+
+    labels = plot_runs(runs, output)
+    typer.echo(f"drew {', '.join(labels)} into {output}")
+
+
+@app.command()
 def average(
     model: Annotated[Path, typer.Option("--model", "-m", help="Run directory holding step_*.pt checkpoints (train.keep).")],
     last: Annotated[int, typer.Option(help="Average the weights of the N newest step_*.pt checkpoints.")] = 5,

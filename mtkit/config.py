@@ -253,6 +253,8 @@ class TrainConfig:
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))
     threads: int = field(default=0, metadata=_range(0, 1024, example=4))  # CPU threads for torch; 0 = all cores
     compile: bool = False  # torch.compile the training forward pass (see README "Performance")
+    # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
+    tensorboard: bool = False
 
 
 @dataclass

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -17,11 +19,11 @@ import yaml
 
 from mtkit.checkpoint import atomic_save, checkpoint_payload
 from mtkit.config import Config, config_to_dict
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 from mtkit.tokenizer import TokenizerPair
 
 # What `--overwrite` deletes: the files a training writes (config.yaml is rewritten instead).
-RUN_FILES = ("last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl")
+RUN_FILES = ("last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl", "curves.png")
 
 
 @dataclass
@@ -39,13 +41,14 @@ class Checkpoint:
 class RunDir:
     """A locked run directory, checked against `resume` and `overwrite` when opened."""
 
-    def __init__(self, path: Path, resume: bool = False, overwrite: bool = False) -> None:
+    def __init__(self, path: Path, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
         """Create and lock `path`; refuse a run that is there without `resume` or `overwrite`, or resume nothing.
 
         `overwrite` deletes the previous run's checkpoints and log. The lock is held until `close()`
-        or the end of the process.
+        or the end of the process. `tensorboard`: the log's figures also go to TensorBoard events.
         """
         self.path = Path(path)
+        writer = _summary_writer() if tensorboard else None  # checked before anything is written
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = lock_run_dir(self.path)
         try:
@@ -53,6 +56,7 @@ class RunDir:
         except MtkitError:
             self._lock.close()
             raise
+        self._events = writer(str(self.path / "tensorboard")) if writer is not None else None
 
     def _check(self, resume: bool, overwrite: bool) -> None:
         last = self.path / "last.pt"
@@ -66,9 +70,12 @@ class RunDir:
                 )
             for path in [*self.path.glob("step_*.pt"), *(self.path / name for name in RUN_FILES)]:
                 path.unlink(missing_ok=True)
+            shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
 
     def close(self) -> None:
-        """Release the lock; another training may then write here."""
+        """Close the TensorBoard events and release the lock; another training may then write here."""
+        if self._events is not None:
+            self._events.close()
         self._lock.close()
 
     @property
@@ -81,9 +88,25 @@ class RunDir:
         (self.path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
     def append_log(self, record: dict[str, Any]) -> None:
-        """One JSON record a line in log.jsonl."""
+        """One JSON record a line in log.jsonl; a validation record also redraws curves.png."""
         with open(self.path / "log.jsonl", "a", encoding="utf-8") as log:
             log.write(json.dumps(record) + "\n")
+        if self._events is not None:
+            for key, value in record.items():
+                if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._events.add_scalar(key, value, record["step"])
+            self._events.flush()
+        if "valid_bleu" in record:
+            self._draw_curves()
+
+    def _draw_curves(self) -> None:
+        """curves.png, the run's learning curves so far; a failure to draw is a warning, never a stop."""
+        from mtkit.curves import plot_curves, read_curves
+
+        try:
+            plot_curves([read_curves(self.path)], self.path / "curves.png")
+        except Exception as err:  # noqa: BLE001 - the curves are a convenience; training goes on
+            print(f"mtkit: warning: could not draw {self.path / 'curves.png'} ({one_line(err)})", file=sys.stderr)
 
     def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.
@@ -125,3 +148,15 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
             f"{run_dir}: another training is writing to this run directory; wait for it or use another run_dir"
         ) from None
     return handle
+
+
+def _summary_writer() -> Any:
+    """TensorBoard's SummaryWriter class; one clear error when the optional package is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise MtkitError(
+            "train.tensorboard: true needs the tensorboard package; install it with pip install 'mtkit[tensorboard]' "
+            "(or set train.tensorboard=false)"
+        ) from None
+    return SummaryWriter

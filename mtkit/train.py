@@ -384,7 +384,7 @@ def _call_on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
     """Train the recipe's model into its run directory (`resume`: continue from last.pt; `overwrite`: start again)."""
     dist, device = setup_process(config.train)
-    run_dir = RunDir(config.run_path, resume, overwrite) if dist.is_main else None  # one process owns the directory
+    run_dir = RunDir(config.run_path, resume, overwrite, config.train.tensorboard) if dist.is_main else None  # rank 0 owns it
     barrier(dist)
     trainer = Trainer(config, device, dist, run_dir)
     if resume:
