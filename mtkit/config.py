@@ -281,6 +281,14 @@ class Config:
     tgt_lang: str = "tgt"
     data_dir: str | None = None  # default data/<name>
     run_dir: str | None = None  # default runs/<name>
+    # the test BLEU band the recipe should reach, LOW-HIGH; `mtkit evaluate --split test` says if it did
+    expected_test_bleu: str = field(
+        default="",
+        metadata={
+            **_pattern(r"|[0-9]+(\.[0-9]+)?-[0-9]+(\.[0-9]+)?", "a band LOW-HIGH of BLEU (or nothing)", "32-39"),
+            **_relation(lambda c: None if bleu_band(c) is None or bleu_band(c)[0] < bleu_band(c)[1] else "give LOW < HIGH"),
+        },
+    )
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -294,6 +302,14 @@ class Config:
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir or f"runs/{self.name}")
+
+
+def bleu_band(config: Config) -> tuple[float, float] | None:
+    """The recipe's `expected_test_bleu` as (low, high), or None when it states none."""
+    if not config.expected_test_bleu:
+        return None
+    low, high = config.expected_test_bleu.split("-")
+    return float(low), float(high)
 
 
 def choices(section: type, key: str) -> tuple[str, ...]:

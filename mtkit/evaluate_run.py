@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit.config import Config, bleu_band
 from mtkit.errors import MtkitError
 from mtkit.evaluate import EvalResult, score_corpus
 from mtkit.flags import FlagRules, flag_corpus, flag_counts, write_flags
@@ -59,23 +60,25 @@ class SystemReport:
 class Report:
     systems: list[SystemReport]
     comparison: Comparison | None = None
+    band: str | None = None  # whether the test BLEU is inside the recipe's expected band
 
     def to_dict(self) -> dict:
         if len(self.systems) == 1:
-            return self.systems[0].to_dict()
+            return {**self.systems[0].to_dict(), **({"band": self.band} if self.band else {})}
         comparison = self.comparison.to_dict() if self.comparison else None
         return {"systems": [{"name": s.name, **s.to_dict()} for s in self.systems], "comparison": comparison}
 
     def format(self) -> str:
         if len(self.systems) == 1:
-            return self.systems[0].format()
+            return self.systems[0].format() + (f"\n{self.band}" if self.band else "")
         blocks = [f"== {system.name}\n{system.format()}" for system in self.systems]
         return "\n".join(blocks + ([self.comparison.format()] if self.comparison else []))
 
 
 def evaluate(request: EvaluateRequest) -> Report:
     """Score every system, flag its problems, and compare several with the first."""
-    names, hypotheses, sources, references = _systems(request)
+    systems = _systems(request)
+    names, hypotheses, sources, references = systems.names, systems.hypotheses, systems.sources, systems.references
     reports, all_flags = [], []
     for name, hyps in zip(names, hypotheses, strict=True):
         flags = flag_corpus(hyps, references[0], sources, request.rules)
@@ -90,46 +93,63 @@ def evaluate(request: EvaluateRequest) -> Report:
         )
     if request.split is not None and request.src is None and len(request.models) == 1 and request.models[0].is_dir():
         save_scores(request.models[0], request.split, reports[0].result)
-    return Report(reports, comparison)
+    band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
+    return Report(reports, comparison, _band_verdict(reports[0].result, band) if band else None)
 
 
-def _systems(request: EvaluateRequest) -> tuple[list[str], list[list[str]], list[str] | None, list[list[str]]]:
-    """Names and hypotheses of each system, the sources (None: unknown) and the reference streams."""
+def _band_verdict(result: EvalResult, band: tuple[float, float]) -> str:
+    """Whether the test BLEU is inside the recipe's `expected_test_bleu` band."""
+    bleu, (low, high) = round(result.scores[0].score, 2), band  # as printed
+    where = "inside" if low <= bleu <= high else ("below" if bleu < low else "above")
+    return f"test BLEU {bleu:.2f} is {where} the recipe's expected band {low:g}-{high:g}"
+
+
+@dataclass
+class _Systems:
+    """The systems to score: names, hypotheses, the sources (None: unknown), the reference streams,
+    and the (first) model's recipe when they come from models."""
+
+    names: list[str]
+    hypotheses: list[list[str]]
+    sources: list[str] | None
+    references: list[list[str]]
+    recipe: Config | None = None
+
+
+def _systems(request: EvaluateRequest) -> _Systems:
+    """The systems of hypothesis files, or of models that translate first."""
     if request.hyps:
         if request.models:
             raise MtkitError("evaluate takes --hyp FILE (translations) or -m RUN (a model to translate with), not both")
         if not request.refs:
             raise MtkitError("evaluate --hyp needs at least one --ref FILE to score against")
         sources = read_lines(request.src) if request.src is not None else None
-        return (
-            [str(h) for h in request.hyps],
-            [read_lines(h) for h in request.hyps],
-            sources,
-            [read_lines(r) for r in request.refs],
-        )
+        references = [read_lines(r) for r in request.refs]
+        return _Systems([str(h) for h in request.hyps], [read_lines(h) for h in request.hyps], sources, references)
     if not request.models:
         raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
     return _translated(request)
 
 
-def _translated(request: EvaluateRequest) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+def _translated(request: EvaluateRequest) -> _Systems:
     """Translate the split or source file with each model (--compare) or with their ensemble."""
     from mtkit.translate import Translator
 
     groups = [[model] for model in request.models] if request.compare else [request.models]
     if request.output is not None and len(groups) > 1:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
-    names, hypotheses, sources, references = [], [], None, None
+    names, hypotheses, sources, references, recipe = [], [], None, None, None
     for group in groups:
         translator = Translator.load(group, device=request.device)  # a CTranslate2 export carries its recipe too
         if sources is None:
             sources, references = _sources_and_references(translator.config, group[0], request)
+            recipe = translator.config
         names.append(" + ".join(str(model) for model in group))
         hypotheses.append(translator.translate(sources, beam=request.beam, progress=True))
     if request.output is not None:
         write_lines(hypotheses[0], request.output)
     assert sources is not None and references is not None
-    return names, hypotheses, sources, references
+    return _Systems(names, hypotheses, sources, references, recipe)
 
 
 def _sources_and_references(config, model: Path, request: EvaluateRequest) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001

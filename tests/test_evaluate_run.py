@@ -108,3 +108,19 @@ def test_models_are_compared_or_ensembled(reverse_run, reverse_rnn_run, tmp_path
     assert ensembled.exit_code == 0 and "scores" in json.loads(ensembled.stdout)
     both = CliRunner().invoke(app, ["evaluate", *models, "--compare", *common, "-o", str(tmp_path / "x")])
     assert both.exit_code == 2 and "leave it out with --compare" in both.output
+
+
+def test_the_test_split_is_checked_against_the_recipes_band(reverse_run, tmp_path):
+    from mtkit.checkpoint import atomic_save, read_checkpoint
+
+    payload = read_checkpoint(reverse_run.run_path / "best.pt")
+    payload["config"]["data"]["test"] = payload["config"]["data"]["valid"]  # the reverse task's test split: its valid one
+    for band, verdict in (("90-100", "inside"), ("100.5-101", "below"), ("1-2", "above")):
+        payload["config"]["expected_test_bleu"] = band
+        atomic_save(payload, tmp_path / "model.pt")
+        result = CliRunner().invoke(app, ["evaluate", "-m", str(tmp_path / "model.pt"), "--split", "test", "--beam", "1"])
+        assert result.exit_code == 0, result.output
+        low, high = band.split("-")
+        assert result.stdout.splitlines()[-1].endswith(f"is {verdict} the recipe's expected band {low}-{high}")
+    valid = CliRunner().invoke(app, ["evaluate", "-m", str(tmp_path / "model.pt"), "--split", "valid", "--beam", "1"])
+    assert "expected band" not in valid.stdout  # the band is the test split's
