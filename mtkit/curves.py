@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.errors import MtkitError
+from mtkit.textio import replace_with
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
 
@@ -109,6 +110,6 @@ def _save(figure: object, output: Path) -> None:
     os.close(handle)
     try:
         figure.savefig(temporary, dpi=80)  # type: ignore[attr-defined]
-        os.replace(temporary, output)
+        replace_with(temporary, output)
     finally:
         Path(temporary).unlink(missing_ok=True)

@@ -86,6 +86,15 @@ def file_lines(path: Path, bad_bytes: str = "error", fix: str = "", progress: bo
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
 
+def replace_with(temporary: Path | str, path: Path | str) -> None:
+    """Rename a finished temporary file (mkstemp makes it private) onto `path`, with the permissions
+    a newly created file gets (0666 less the umask), so others can read what the user wrote."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(temporary, 0o666 & ~mask)
+    os.replace(temporary, path)
+
+
 def count_lines(path: Path) -> int:
     """The number of lines of a (possibly gzipped) text file."""
     with open_binary(path) as handle:

@@ -26,7 +26,7 @@ from mtkit.alignment import pharaoh
 from mtkit.choices import BadBytes
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
-from mtkit.textio import count_lines, file_lines, line_windows
+from mtkit.textio import count_lines, file_lines, line_windows, replace_with
 from mtkit.translate import Decoding, Translation, Translator
 
 BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
@@ -155,7 +155,7 @@ def atomic_output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             yield file
-        os.replace(temporary, path)
+        replace_with(temporary, path)
     except OSError as err:
         raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory is writable") from None
     finally:

@@ -88,3 +88,13 @@ def test_tensorboard_without_its_package_is_one_clear_error_before_anything_is_w
     with pytest.raises(MtkitError, match=r"pip install 'mtkit\[tensorboard\]'"):
         RunDir(tmp_path / "run", tensorboard=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_png_is_readable_by_others_as_a_new_file_would_be(tmp_path):
+    import os
+
+    runs = [write_log(tmp_path / "run", 5.0)]
+    CliRunner().invoke(app, ["plot", str(runs[0]), "-o", str(tmp_path / "curves.png")])
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "curves.png").stat().st_mode & 0o777 == 0o666 & ~mask
