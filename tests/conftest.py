@@ -115,3 +115,11 @@ def reverse_rnn_run(tmp_path_factory: pytest.TempPathFactory):
     config.model = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=64, embed_dim=32, dropout=0.0)
     train(config)
     return config
+
+
+@pytest.fixture(scope="session")
+def reverse_export(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reverse-task Transformer exported to CTranslate2 (float32), for the export and engine tests."""
+    from mtkit.export import export_ctranslate2
+
+    return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)

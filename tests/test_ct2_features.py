@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from mtkit.cli import app
 from mtkit.constraints import Sampling
 from mtkit.ct2_engine import load_export
 from mtkit.errors import MtkitError
-from mtkit.export import MANIFEST, export_ctranslate2
+from mtkit.export import MANIFEST
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Decoding, Translator
 
@@ -30,13 +29,8 @@ def pytorch(reverse_run) -> Translator:
 
 
 @pytest.fixture(scope="module")
-def float32_dir(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
-
-
-@pytest.fixture(scope="module")
-def exported(float32_dir) -> Translator:
-    return load_export(float32_dir, threads=1)
+def exported(reverse_export) -> Translator:
+    return load_export(reverse_export, threads=1)
 
 
 @pytest.fixture
@@ -174,10 +168,10 @@ def test_alignments_equal_pytorchs_and_come_from_the_last_layer_averaged_over_he
     torch.testing.assert_close(torch.tensor(result.attention[0][: len(target)]), expected_weights, atol=1e-4, rtol=0)
 
 
-def test_alignments_from_another_layer_or_an_older_export_are_one_clear_error(exported, float32_dir, tmp_path):
+def test_alignments_from_another_layer_or_an_older_export_are_one_clear_error(exported, reverse_export, tmp_path):
     with pytest.raises(MtkitError, match=r"^--alignment-layer 0: .*last decoder layer only \(-1 or 1\); .*PyTorch engine"):
         exported.translate_nbest(["a b"], Decoding(alignments=True, alignment_layer=0))
-    older = shutil.copytree(float32_dir, tmp_path / "older")
+    older = shutil.copytree(reverse_export, tmp_path / "older")
     manifest = json.loads((older / MANIFEST).read_text())
     del manifest["alignment_layer"]
     (older / MANIFEST).write_text(json.dumps(manifest))
@@ -186,12 +180,12 @@ def test_alignments_from_another_layer_or_an_older_export_are_one_clear_error(ex
     assert load_export(older, threads=1).translate(["a b c"]) == ["c b a"]
 
 
-def test_the_cli_translates_with_prefixes_sampling_and_alignments_and_scores(pytorch, float32_dir, tmp_path):
+def test_the_cli_translates_with_prefixes_sampling_and_alignments_and_scores(pytorch, reverse_export, tmp_path):
     source, prefix, target = tmp_path / "in.txt", tmp_path / "prefix.txt", tmp_path / "ref.txt"
     source.write_text("a b c\nl k j i\nd e\n", encoding="utf-8")
     prefix.write_text("c\n\nl\n", encoding="utf-8")
     target.write_text("c b a\ni j k l\nd e\n", encoding="utf-8")
-    runner, model = CliRunner(), ["-m", str(float32_dir)]
+    runner, model = CliRunner(), ["-m", str(reverse_export)]
 
     prefixed = runner.invoke(app, ["translate", *model, "-i", str(source), "--prefix", str(prefix)])
     assert prefixed.exit_code == 0, prefixed.stderr

@@ -8,7 +8,6 @@ import dataclasses
 import itertools
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -33,13 +32,8 @@ def pytorch(reverse_run) -> Translator:
 
 
 @pytest.fixture(scope="module")
-def float32_dir(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
-
-
-@pytest.fixture(scope="module")
-def exported(float32_dir) -> Translator:
-    return load_export(float32_dir, threads=1)
+def exported(reverse_export) -> Translator:
+    return load_export(reverse_export, threads=1)
 
 
 @pytest.fixture
@@ -128,9 +122,9 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, expo
     assert len({len(line.split()) for line in sources}) > 3
 
 
-def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, float32_dir, exported, sources, tmp_path):
+def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, reverse_export, exported, sources, tmp_path):
     int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", "int8")
-    assert (int8_dir / "model.bin").stat().st_size < 0.7 * (float32_dir / "model.bin").stat().st_size
+    assert (int8_dir / "model.bin").stat().st_size < 0.7 * (reverse_export / "model.bin").stat().st_size
     assert json.loads((int8_dir / MANIFEST).read_text())["quantization"] == "int8"
     int8 = load_export(int8_dir, threads=1)
     quantized, reference = int8.translate(sources, beam=1), exported.translate(sources, beam=1)
@@ -202,21 +196,21 @@ def test_a_missing_ctranslate2_package_says_how_to_install_it(monkeypatch):
         import_ctranslate2()
 
 
-def test_engines_are_chosen_by_what_the_path_holds(reverse_run, float32_dir):
-    assert isinstance(Translator.load(float32_dir).engine, CT2Engine)
+def test_engines_are_chosen_by_what_the_path_holds(reverse_run, reverse_export):
+    assert isinstance(Translator.load(reverse_export).engine, CT2Engine)
     assert isinstance(Translator.load(reverse_run.run_path, device="cpu").engine, PyTorchEngine)
     with pytest.raises(MtkitError, match="--engine ctranslate2"):
-        Translator.load(float32_dir, engine="pytorch")
+        Translator.load(reverse_export, engine="pytorch")
     with pytest.raises(MtkitError, match="not a CTranslate2 export"):
         Translator.load(reverse_run.run_path, engine="ctranslate2")
 
 
-def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alternative(exported, float32_dir, tmp_path):
+def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alternative(exported, reverse_export, tmp_path):
     with pytest.raises(MtkitError, match=r"^--plot-attention needs attention weights, which the ctranslate2 engine lacks; use"):
         exported.require(Capability.ATTENTION, "--plot-attention")
     source = tmp_path / "in.txt"
     source.write_text("a b c\n", encoding="utf-8")
-    arguments = ["translate", "-m", str(float32_dir), "-i", str(source), "--plot-attention", str(tmp_path / "plots")]
+    arguments = ["translate", "-m", str(reverse_export), "-i", str(source), "--plot-attention", str(tmp_path / "plots")]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
