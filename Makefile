@@ -20,7 +20,7 @@ endif
 # The demo recipe trains the same model for a fixed 15-minute budget: the whole job stays under 20 minutes.
 DEMO_RECIPE ?= recipes/multi30k/demo.yaml
 
-.PHONY: install demo test recipe lint bench clean
+.PHONY: install browser demo test recipe lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,20 @@ recipe: install
 	$(MTKIT) train $(RECIPE) $(LOCAL_DATA)
 	$(MTKIT) evaluate -m $(RUN) --split test
 
-test: install
+# The browser test (tests/test_page.py) drives Debian's headless chromium through chromedriver.
+# As root with apt-get, install them when missing; a failed install never fails `make test`
+# (the test then says what is missing).
+BROWSER_LOG ?= /tmp/mtkit-browser-install.log
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium for the browser test (log: $(BROWSER_LOG))…"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium chromium-driver; } >$(BROWSER_LOG) 2>&1 \
+			|| echo "could not install chromium (see $(BROWSER_LOG)); the browser test will say what is missing"; \
+	fi
+
+test: install browser
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -34,11 +34,11 @@ class Job:
 class Batcher:
     """Merges concurrent requests into batches for one translator (start with `run()` as a task)."""
 
-    def __init__(self, translator: Translator, max_wait: float, max_queue: int, batch_lines: int) -> None:
+    def __init__(self, translator: Translator, max_wait: float, max_queue: int, batch_lines: int, workers: int = 1) -> None:
         self.translator = translator
-        self.max_wait, self.batch_lines = max_wait, batch_lines
+        self.max_wait, self.batch_lines, self.workers = max_wait, batch_lines, workers
         self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="mtkit-decode")
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
         self.batches = 0  # engine calls made, for tests and logs
 
     async def translate(
@@ -55,7 +55,10 @@ class Batcher:
         return await job.future
 
     async def run(self) -> None:
-        """The worker: collect, group, translate, answer; forever (cancel the task to stop)."""
+        """The workers, each on its own thread: collect, group, translate, answer; forever (cancel to stop)."""
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+
+    async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             jobs = await self._collect()

@@ -196,6 +196,8 @@ def serve(
     max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting at most; more get 503 with Retry-After.")] = 256,
     max_lines: Annotated[int, typer.Option(min=1, help="Sentences per request at most (413 above).")] = 64,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = 20_000,
+    batch_lines: Annotated[int, typer.Option(min=0, help="Sentences merged into a batch at most (0: 16 on CPU, else 128).")] = 0,
+    workers: Annotated[int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")] = 0,
     api_key: Annotated[
         Optional[str], typer.Option(envvar="MTKIT_API_KEY", help="Require 'Authorization: Bearer KEY' (or set MTKIT_API_KEY).")
     ] = None,
@@ -205,7 +207,7 @@ def serve(
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serve import ServeLimits, run_server
 
-    limits = ServeLimits(max_lines, max_chars, max_queue, max_wait_ms, api_key=api_key)
+    limits = ServeLimits(max_lines, max_chars, max_queue, max_wait_ms, batch_lines, workers, api_key)
     run_server(model, engine, device, host, port, limits)
 
 

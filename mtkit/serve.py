@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import signal
 import sys
@@ -45,7 +46,8 @@ class ServeLimits:
     max_chars: int = 20_000  # characters per request
     max_queue: int = 256  # requests waiting for the worker; more get 503
     max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
-    batch_lines: int = 128  # lines merged into one engine call at most
+    batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
+    workers: int = 0  # decoding threads, each with its share of the cores (0: 2 for PyTorch on CPU, else 1)
     api_key: str | None = None  # when set, /translate and /info need "Authorization: Bearer KEY"
 
 
@@ -66,7 +68,8 @@ class TranslateRequest(BaseModel):
 
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
     """The application: the routes over one translator and its batcher."""
-    batcher = Batcher(translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines)
+    limits = batching_for(translator, limits)
+    batcher = Batcher(translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines, limits.workers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,6 +112,22 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     return app
 
 
+def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
+    """Limits with `workers` and `batch_lines` chosen where left at 0.
+
+    On CPU, small matrix products use two cores poorly: two workers of one thread each, each
+    decoding batches of up to 16 sentences, served 32 one-sentence clients at 77% of offline
+    throughput where one two-thread worker with batches of 32 reached 60-64% (benchmarks/serve.py).
+    A GPU (or CTranslate2, which threads itself) wants one worker and large batches.
+    """
+    from mtkit.runtime import cpu_cores
+
+    device = getattr(translator.engine, "device", None)
+    on_cpu = translator.engine.name == "pytorch" and device is not None and device.type == "cpu" and cpu_cores() >= 2
+    workers = limits.workers or (2 if on_cpu else 1)
+    return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
+
+
 def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> Decoding:
     """The request's decoding, checked against the limits and the engine before it is queued."""
     if len(body.text) > limits.max_lines:
@@ -133,15 +152,26 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
 
 
 async def _unless_gone(request: Request, pending: Any) -> list[list[Translation]]:
-    """Await the translations, cancelling the job if the client disconnects meanwhile."""
-    task = asyncio.ensure_future(pending)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=0.05)
-        if done:
-            return task.result()
-        if await request.is_disconnected():
-            task.cancel()
-            raise HTTPException(499, "the client closed the connection")
+    """Await the translations, cancelling the job if the client disconnects meanwhile.
+
+    The disconnect is awaited, not polled: polling every pending request wakes the event loop
+    hundreds of times a second, which takes the interpreter lock from the decoding thread.
+    """
+    task, gone = asyncio.ensure_future(pending), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise HTTPException(499, "the client closed the connection")
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _render(translations: list[Translation], body: TranslateRequest) -> Any:
@@ -207,6 +237,13 @@ def run_server(models: list[Path], engine: str, device: str, host: str, port: in
     from mtkit.runtime import resolve_device
 
     translator = Translator.load(models, engine, str(resolve_device(device)))
+    limits = batching_for(translator, limits)
+    if limits.workers > 1:
+        import torch
+
+        from mtkit.runtime import cpu_cores
+
+        torch.set_num_threads(max(1, cpu_cores() // limits.workers))  # each worker decodes on its share
     app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)))
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)

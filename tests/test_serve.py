@@ -180,9 +180,9 @@ def test_a_full_queue_answers_503_with_retry_after(translator, sources):
 
 def test_a_client_that_disconnects_leaves_no_work_behind(translator, sources):
     slow = Translator(SlowEngine(translator.engine, 0.5), translator.tokenizers, translator.decode, translator.normalize)
-    with serving(slow, ServeLimits(max_wait_ms=0, batch_lines=1)) as (port, _):
+    with serving(slow, ServeLimits(max_wait_ms=0, batch_lines=1, workers=1)) as (port, _):
         with ThreadPoolExecutor(1) as pool:
-            busy = pool.submit(translate, port, [sources[0]])  # keeps the worker busy for 0.5 s
+            busy = pool.submit(translate, port, [sources[0]])  # keeps the one worker busy for 0.5 s
             time.sleep(0.1)
             gone = socket.create_connection(("127.0.0.1", port))
             body = json.dumps({"text": sources[1:6]}).encode()
@@ -238,3 +238,12 @@ def test_sigterm_answers_the_requests_in_flight_and_exits_zero(reverse_run, sour
     finally:
         process.kill()
         process.wait()
+
+
+def test_batching_is_chosen_for_the_device(translator):
+    from mtkit.runtime import cpu_cores
+    from mtkit.serve import batching_for
+
+    chosen = batching_for(translator, ServeLimits())
+    assert (chosen.workers, chosen.batch_lines) == ((2, 16) if cpu_cores() >= 2 else (1, 128))  # PyTorch on CPU
+    assert batching_for(translator, ServeLimits(workers=1, batch_lines=64)) == ServeLimits(workers=1, batch_lines=64)
