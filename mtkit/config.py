@@ -228,6 +228,24 @@ class TrainConfig:
     lr: float = field(default=7e-4, metadata=_range(0.0, 10.0, open_low=True))  # peak learning rate, reached after warmup
     # the schedule's scale: warmup 0 would make every learning rate 0
     warmup_steps: int = field(default=4000, metadata=_at_least(1))
+    # after warmup: 1/sqrt decay, or linear / cosine decay to min_lr at max_steps (or at max_time)
+    schedule: str = field(
+        default="inverse_sqrt",
+        metadata={
+            **_choice("inverse_sqrt", "linear", "cosine"),
+            **_relation(
+                lambda t: (
+                    None
+                    if t.schedule == "inverse_sqrt" or t.max_steps or t.max_time
+                    else "it decays to train.min_lr at the end of training: set train.max_steps or train.max_time"
+                )
+            ),
+        },
+    )
+    min_lr: float = field(
+        default=0.0,
+        metadata={**_range(0.0, 10.0), **_relation(lambda t: None if t.min_lr < t.lr else "give a learning rate below train.lr")},
+    )
     label_smoothing: float = field(default=0.1, metadata=_range(0.0, 1.0, open_high=True))
     clip_norm: float = field(default=1.0, metadata=_range(0.0))  # 0 disables clipping
     accumulate: int = field(default=1, metadata=_at_least(1))  # batches per update

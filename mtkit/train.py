@@ -1,4 +1,4 @@
-"""The training loop: label-smoothed teacher forcing, Adam with warmup + inverse-sqrt decay,
+"""The training loop: label-smoothed teacher forcing, Adam with a warmup-and-decay schedule (`mtkit.schedule`),
 token-budget batches, early stopping, exact resume, an EMA of the weights and torchrun (DDP).
 
 `train()` puts the pieces together: `setup_process`, the run directory (`mtkit.rundir`), a
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import signal
 import sys
 import time
@@ -50,6 +49,7 @@ from mtkit.runtime import (
     seed_everything,
     set_threads,
 )
+from mtkit.schedule import schedule_factor
 from mtkit.tokenizer import load_tokenizers
 from mtkit.validate import validate
 
@@ -78,21 +78,6 @@ class Progress:
         return improved
 
 
-def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
-    """Learning-rate factor for update number `completed + 1`: linear warmup to 1, then 1/sqrt decay.
-
-    `LambdaLR` calls it with the number of updates already made, so update n uses factor(n - 1).
-    """
-
-    def factor(completed: int) -> float:
-        update = completed + 1
-        if update < warmup_steps:
-            return update / warmup_steps
-        return math.sqrt(warmup_steps / update)
-
-    return factor
-
-
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
     """Join the torchrun job if there is one, then set this process's threads, memory reuse, TF32 and seed."""
     dist, device = init_distributed(resolve_device(config.device))
@@ -105,11 +90,11 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
 
 
 def build_optimizer(
-    model: torch.nn.Module, config: TrainConfig, device: torch.device
+    model: torch.nn.Module, config: TrainConfig, device: torch.device, elapsed: Callable[[], float] = lambda: 0.0
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam (fused on CUDA) and its warmup + inverse-sqrt learning-rate schedule."""
+    """Adam (fused on CUDA) and its learning-rate schedule (`elapsed()`: seconds trained, for time-based decay)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=device.type == "cuda")
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(config.warmup_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))
 
 
 def training_forward(model: EncoderDecoder, dist: Distributed, device: torch.device, compiled: bool) -> torch.nn.Module:
@@ -179,14 +164,14 @@ class Trainer:
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
         self.forward_model = training_forward(self.model, self.dist, device, self.train_config.compile)
-        self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device)
+        self.progress = Progress()
+        self._clock = time.monotonic()  # when the training time not yet in progress.elapsed began
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.elapsed)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
-        self.progress = Progress()
         self.max_time = parse_duration(self.train_config.max_time)
         self.stop_requested = False
         self.diverged = False
-        self._clock = time.monotonic()  # when the training time not yet in progress.elapsed began
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue exactly from a last.pt payload: weights, optimiser, schedule, progress, RNG, scaler, EMA."""
@@ -263,8 +248,7 @@ class Trainer:
             loss_sum += loss.detach()
         loss_sum = sum_over_ranks(loss_sum, self.dist)
         self.scaler.unscale_(self.optimizer)
-        clip = self.train_config.clip_norm if self.train_config.clip_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm or float("inf"))
         if not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):  # the one host sync per update
             return self._skip_update(bool(torch.isfinite(loss_sum)))
         self.progress.nonfinite_in_a_row = 0
@@ -290,17 +274,18 @@ class Trainer:
         if self.scaler.is_enabled():
             self.scaler.update()  # unscale_ recorded the overflow: the scale is lowered
             if loss_finite and self.dist.is_main:
-                scale = self.scaler.get_scale()
-                update = self.progress.step + 1
+                scale, update = self.scaler.get_scale(), self.progress.step + 1
                 _say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
                 if self.run_dir is not None:
                     self.run_dir.append_log({"step": self.progress.step, "overflow": True, "loss_scale": scale})
         return torch.zeros((), device=self.device), 0
 
+    def elapsed(self) -> float:
+        return self.progress.elapsed + time.monotonic() - self._clock
+
     def _add_elapsed(self) -> None:
         now = time.monotonic()
-        self.progress.elapsed += now - self._clock
-        self._clock = now
+        self.progress.elapsed, self._clock = self.progress.elapsed + now - self._clock, now
 
     def _should_stop(self) -> bool:
         """Whether to stop; decided together, so every rank stops at the same update."""
@@ -314,7 +299,7 @@ class Trainer:
             return True
         if config.max_epochs and progress.epoch >= config.max_epochs:
             return True
-        if self.max_time and progress.elapsed + time.monotonic() - self._clock >= self.max_time:
+        if self.max_time and self.elapsed() >= self.max_time:
             return True
         return bool(config.patience) and progress.bad_validations >= config.patience
 

@@ -246,7 +246,7 @@ def layers_of(model: torch.nn.Module) -> int:
 @given(arch=st.sampled_from(["transformer", "rnn"]), overrides=st.lists(OVERRIDE, max_size=3))
 def test_any_recipe_values_fail_at_load_in_one_line_or_train(tiny_recipes, arch, overrides):
     """Never a traceback and never a silent absurd model: one error line at load, or a real first update."""
-    from mtkit.train import inverse_sqrt_schedule
+    from mtkit.schedule import schedule_factor
 
     recipe = tiny_recipes[arch]
     items = [f"{key}={yaml.safe_dump(value)}" for key, value in overrides]
@@ -267,4 +267,4 @@ def test_any_recipe_values_fail_at_load_in_one_line_or_train(tiny_recipes, arch,
     event("trained")
     assert trainer.progress.step + trainer.progress.skipped_updates == 1
     assert layers_of(trainer.model) >= 1
-    assert 0 < config.train.lr * inverse_sqrt_schedule(config.train.warmup_steps)(0) < math.inf
+    assert 0 < config.train.lr * schedule_factor(config.train, trainer.elapsed)(0) < math.inf

@@ -14,15 +14,17 @@ import torch.nn.functional as F
 from conftest import prepared_reverse_task
 
 from mtkit.checkpoint import atomic_save, read_checkpoint
+from mtkit.config import TrainConfig
 from mtkit.errors import MtkitError
 from mtkit.rundir import RunDir
+from mtkit.schedule import schedule_factor
 from mtkit.tokenizer import PAD_ID
-from mtkit.train import Trainer, inverse_sqrt_schedule, sequence_loss, setup_process, train
+from mtkit.train import Trainer, sequence_loss, setup_process, train
 from mtkit.translate import Translator
 
 
 def test_schedule_warms_up_linearly_then_decays_with_inverse_sqrt():
-    factor = inverse_sqrt_schedule(100)  # called with the number of updates already made
+    factor = schedule_factor(TrainConfig(warmup_steps=100), lambda: 0.0)  # called with the updates already made
     assert factor(0) == pytest.approx(0.01)
     assert factor(49) == pytest.approx(0.5)
     assert factor(99) == pytest.approx(1.0)
@@ -86,17 +88,20 @@ def test_existing_run_is_not_overwritten_without_resume(reverse_run):
         train(reverse_run)
 
 
-def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path):
-    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300}
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine"])
+def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, monkeypatch, schedule):
+    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300, "schedule": schedule}
+    settings |= {"min_lr": 1e-4, "warmup_steps": 10} if schedule == "cosine" else {}
     straight = prepared_reverse_task(tmp_path / "straight", **settings)
     straight.model.dropout = 0.2  # dropout makes the RNG state part of what must be restored
     train(straight)
 
     interrupted = prepared_reverse_task(tmp_path / "interrupted", **settings)
     interrupted.model.dropout = 0.2
-    interrupted.train.max_steps = 20
+    limit = Trainer._limit_reached  # stopped at update 20 as by Ctrl-C: the recipe (and its schedule) unchanged
+    monkeypatch.setattr(Trainer, "_limit_reached", lambda trainer: trainer.progress.step >= 20 or limit(trainer))
     train(interrupted)
-    interrupted.train.max_steps = 40
+    monkeypatch.undo()
     train(interrupted, resume=True)
 
     final_straight = read_checkpoint(straight.run_path / "last.pt")
