@@ -58,8 +58,11 @@ def checkpoint_payload(
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A run directory means its best.pt (or last.pt); a file is taken as it is."""
+    """A run directory means its best.pt (or last.pt), or its average.pt when `train.average_last`
+    validated that better than best.pt; a file is taken as it is."""
     if path.is_dir():
+        if _average_is_better(path):
+            return path / "average.pt"
         for name in ("best.pt", "last.pt"):
             if (path / name).is_file():
                 return path / name
@@ -84,6 +87,15 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise MtkitError(f"{path}: not an mtkit checkpoint (missing format marker {FORMAT!r})")
     return payload
+
+
+def _average_is_better(run_dir: Path) -> bool:
+    """Whether the run's average.pt carries a validation BLEU (from `train.average_last`) at least best.pt's."""
+    average, best = run_dir / "average.pt", run_dir / "best.pt"
+    if not average.is_file() or not best.is_file():
+        return False
+    averaged_bleu = read_checkpoint(average).get("valid_bleu")
+    return averaged_bleu is not None and averaged_bleu >= read_checkpoint(best)["progress"]["best_bleu"]
 
 
 def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:

@@ -262,6 +262,16 @@ class TrainConfig:
     log_every: int = field(default=100, metadata=_at_least(1))
     # also keep the weights of the last N validations as step_*.pt; 0 = none
     keep: int = field(default=0, metadata=_at_least(0, 5))
+    # at the end, average the last N kept step_*.pt into average.pt and validate it; 0 = off
+    average_last: int = field(
+        default=0,
+        metadata={
+            **_at_least(0, 5),
+            **_relation(
+                lambda t: None if t.average_last <= t.keep else "give train.keep >= train.average_last (what it averages)"
+            ),
+        },
+    )
     # decay of an exponential moving average of the weights, written as ema.pt; 0 = off
     ema: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.999))
     # stop after this many updates in a row with a NaN/inf loss or gradient

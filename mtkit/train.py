@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from mtkit.batching import Batch, CorpusMix, ParallelIds, epoch_batches
-from mtkit.checkpoint import read_checkpoint
+from mtkit.checkpoint import atomic_save, average_checkpoints, read_checkpoint
 from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data import corpus_names
 from mtkit.distributed import (
@@ -379,12 +379,28 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     _start_message(trainer)
     try:
         progress = trainer.run()
+        if run_dir is not None and config.train.average_last and not trainer.diverged:
+            _average_last(trainer, run_dir, config.train.average_last)
     finally:
         shutdown(dist)
         if run_dir is not None:
             run_dir.close()
     _final_message(trainer)
     return progress
+
+
+def _average_last(trainer: Trainer, run_dir: RunDir, count: int) -> None:
+    """average.pt: the mean of the last `count` kept checkpoints, validated; reported next to best.pt."""
+    averaged, sources = average_checkpoints(run_dir.path, count)
+    trainer.model.load_state_dict(averaged["model"])  # training is over: the model may hold the average
+    result = validate(trainer.model, trainer.valid, trainer.tokenizers, trainer.config, trainer.device, trainer.amp_dtype)
+    averaged["valid_bleu"] = result.bleu
+    atomic_save(averaged, run_dir.path / "average.pt")
+    best = trainer.progress.best_bleu
+    record = {"step": trainer.progress.step, "averaged": [p.name for p in sources], "average_valid_bleu": result.bleu}
+    run_dir.append_log({**record, "best_valid_bleu": best})
+    chosen = "average.pt" if result.bleu >= best else "best.pt"
+    _say(f"average of the last {count} checkpoints: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
 
 
 def _start_message(trainer: Trainer) -> None:

@@ -225,3 +225,28 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
     assert found[True][0] == pytest.approx(found[False][0], rel=1e-5)
     for name, grad in found[False][1].items():  # summation order differs: compare to the tensor's scale
         assert (found[True][1][name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+
+
+def test_average_last_writes_a_validated_average_and_the_run_uses_the_better_checkpoint(tmp_path):
+    from mtkit.checkpoint import resolve_checkpoint
+
+    config = prepared_reverse_task(tmp_path, max_steps=30, validate_every=10, keep=2, average_last=2)
+    train(config)
+    average = read_checkpoint(config.run_path / "average.pt")
+    assert average["averaged_from"] == ["step_00000020.pt", "step_00000030.pt"] and 0 <= average["valid_bleu"] <= 100
+    records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
+    assert records[-1]["average_valid_bleu"] == average["valid_bleu"]
+    best_bleu = read_checkpoint(config.run_path / "best.pt")["progress"]["best_bleu"]
+    expected = "average.pt" if average["valid_bleu"] >= best_bleu else "best.pt"
+    assert resolve_checkpoint(config.run_path).name == expected
+    for bleu, chosen in ((best_bleu + 1, "average.pt"), (best_bleu - 1, "best.pt")):
+        atomic_save({**average, "valid_bleu": bleu}, config.run_path / "average.pt")
+        assert resolve_checkpoint(config.run_path).name == chosen
+    assert resolve_checkpoint(config.run_path / "best.pt").name == "best.pt"  # a file is taken as given
+
+
+def test_average_last_needs_the_checkpoints_it_averages():
+    from mtkit.config import config_from_dict
+
+    with pytest.raises(MtkitError, match="give train.keep >= train.average_last"):
+        config_from_dict({"train": {"average_last": 3, "keep": 2}})
