@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import os
@@ -123,3 +124,37 @@ def reverse_export(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Pat
     from mtkit.export import export_ctranslate2
 
     return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(translator, limits, name: str = "model"):  # noqa: ANN001, ANN201 - a test helper
+    """`mtkit serve`'s app over `translator` on a free loopback port, in a background thread; yields (port, app)."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from mtkit.serve import create_app, model_info
+
+    port = free_port()
+    app = create_app(translator, limits, model_info(translator, name))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield port, app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

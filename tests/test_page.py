@@ -9,17 +9,12 @@ The browser is Debian's `chromium` with its `chromedriver` (`make browser` insta
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
+from conftest import serving
 
-from mtkit.serve import ServeLimits, create_app, model_info
+from mtkit.serve import ServeLimits
 from mtkit.translate import Translator
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -97,30 +92,6 @@ def browser():
         driver.quit()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextmanager
-def serving(translator: Translator, limits: ServeLimits, name: str) -> Iterator[str]:
-    """A server on a free loopback port in a background thread; yields its base URL."""
-    port = free_port()
-    app = create_app(translator, limits, model_info(translator, name))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
 def text_of(driver, element_id: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -143,7 +114,8 @@ def open_page_and_translate(driver, url: str, text: str) -> None:
 def test_the_page_translates_a_german_sentence_into_english(browser, translator, de_en_run):
     from selenium.webdriver.support.ui import WebDriverWait
 
-    with serving(translator, ServeLimits(), str(de_en_run.run_path)) as url:
+    with serving(translator, ServeLimits(), str(de_en_run.run_path)) as (port, _):
+        url = f"http://127.0.0.1:{port}"
         open_page_and_translate(browser, url, GERMAN)
         WebDriverWait(browser, WAIT_S).until(lambda d: text_of(d, "result") or text_of(d, "error"))
         info, result, error = text_of(browser, "info"), text_of(browser, "result"), text_of(browser, "error")
@@ -156,7 +128,8 @@ def test_the_page_translates_a_german_sentence_into_english(browser, translator,
 def test_an_error_from_the_server_shows_on_the_page(browser, translator, de_en_run):
     from selenium.webdriver.support.ui import WebDriverWait
 
-    with serving(translator, ServeLimits(max_lines=1), str(de_en_run.run_path)) as url:
+    with serving(translator, ServeLimits(max_lines=1), str(de_en_run.run_path)) as (port, _):
+        url = f"http://127.0.0.1:{port}"
         open_page_and_translate(browser, url, f"{GERMAN}\nEin Mann sitzt auf einem Stein.")
         WebDriverWait(browser, WAIT_S).until(lambda d: text_of(d, "error"))
         error, result = text_of(browser, "error"), text_of(browser, "result")

@@ -9,19 +9,16 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
+from conftest import free_port, serving
 
 from mtkit.engine import Batch, SearchOptions
-from mtkit.serve import ServeLimits, create_app, model_info
+from mtkit.serve import ServeLimits, model_info
 from mtkit.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,12 +29,6 @@ class Reply:
     status: int
     body: dict
     headers: dict[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def request(port: int, method: str, path: str, body: object = None, headers: dict | None = None) -> Reply:
@@ -74,24 +65,6 @@ class SlowEngine:
 
     def __getattr__(self, name: str):
         return getattr(self.engine, name)
-
-
-@contextmanager
-def serving(translator: Translator, limits: ServeLimits) -> Iterator[tuple[int, object]]:
-    """A server on a free loopback port in a background thread; yields (port, app)."""
-    port = free_port()
-    app = create_app(translator, limits, model_info(translator, "reverse"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield port, app
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
