@@ -255,6 +255,10 @@ class TrainConfig:
     max_time: str | None = field(
         default=None, metadata=_pattern(rf"\s*|{DURATION}", "a duration (a number of seconds, or with s, m, h or d)", "90m")
     )
+    # also write the weights as RUN/at_<time>.pt once training has run each of these times ("15m,30m,60m")
+    snapshots: str = field(
+        default="", metadata=_pattern(rf"\s*|{DURATION}(,{DURATION})*", "durations separated by commas", "15m,30m,60m")
+    )
     validate_every: int = field(default=1000, metadata=_at_least(1))  # updates between validations (and checkpoints)
     valid_beam: int = field(default=1, metadata=_at_least(1))  # beam used to decode the valid set for BLEU
     # stop after this many validations without a better BLEU; 0 = never

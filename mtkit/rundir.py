@@ -68,7 +68,7 @@ class RunDir:
                     f"{self.path} already holds a run; use --resume to continue it, "
                     "--overwrite to start again, or --set run_dir=NEW_DIR"
                 )
-            for path in [*self.path.glob("step_*.pt"), *(self.path / name for name in RUN_FILES)]:
+            for path in [*self.path.glob("step_*.pt"), *self.path.glob("at_*.pt"), *(self.path / name for name in RUN_FILES)]:
                 path.unlink(missing_ok=True)
             shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
 
@@ -135,6 +135,19 @@ class RunDir:
         if checkpoint.ema_weights is not None:
             atomic_save(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.path / "ema.pt")
         atomic_save({**weights, **checkpoint.training_state}, self.last)
+
+    def snapshot_path(self, label: str) -> Path:
+        """RUN/at_<label>.pt: the weights once training had run `label` (a duration such as 15m)."""
+        return self.path / f"at_{label}.pt"
+
+    def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
+        """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
+        config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
+        payload = checkpoint_payload(config, tokenizers, checkpoint.weights, progress=checkpoint.progress, step=step)
+        try:
+            atomic_save(payload, self.snapshot_path(label))
+        except OSError as err:
+            raise MtkitError(f"{self.snapshot_path(label)}: could not write the snapshot ({err.strerror or err})") from None
 
 
 def lock_run_dir(run_dir: Path) -> IO[str]:

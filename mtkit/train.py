@@ -170,6 +170,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.max_time = parse_duration(self.train_config.max_time)
+        self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
         self.stop_requested = False
         self.diverged = False
 
@@ -217,6 +218,7 @@ class Trainer:
                     progress.batches_done += len(group)
                     window.add(*self.update([self.train_ids.collate(b, self.device.type == "cuda") for b in group]))
                     bar.update(1)
+                    take_due_snapshots(self)
                     if progress.step % config.log_every == 0:
                         self._log_window(window, bar)
                     if progress.step % config.validate_every == 0:
@@ -325,22 +327,41 @@ class Trainer:
                 f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f} "
                 f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
             )
-            self.run_dir.save(self._checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
+            self.run_dir.save(trainer_checkpoint(self), best=improved and not self.diverged, keep=self.train_config.keep)
         shared = [progress.best_bleu, progress.best_step, progress.bad_validations]
         progress.best_bleu, progress.best_step, progress.bad_validations = broadcast_from_main(shared, self.dist)
 
-    def _checkpoint(self) -> Checkpoint:
-        training_state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": torch.get_rng_state(),
-            "scaler": self.scaler.state_dict(),  # empty unless fp16
-        }
-        if self.ema is not None:
-            training_state["ema"] = self.ema.state_dict()
-        ema_weights = self.ema.weights() if self.ema is not None else None
-        weights = self.model.state_dict()
-        return Checkpoint(self.config, self.tokenizers, weights, dataclasses.asdict(self.progress), training_state, ema_weights)
+
+def trainer_checkpoint(trainer: Trainer) -> Checkpoint:
+    """Everything `--resume` needs: weights, optimiser, schedule, RNG, scaler, EMA and progress."""
+    training_state = {
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict(),
+        "rng": torch.get_rng_state(),
+        "scaler": trainer.scaler.state_dict(),  # empty unless fp16
+    }
+    if trainer.ema is not None:
+        training_state["ema"] = trainer.ema.state_dict()
+    ema_weights = trainer.ema.weights() if trainer.ema is not None else None
+    weights, progress = trainer.model.state_dict(), dataclasses.asdict(trainer.progress)
+    return Checkpoint(trainer.config, trainer.tokenizers, weights, progress, training_state, ema_weights)
+
+
+def pending_snapshots(snapshots: str, run_dir: RunDir | None) -> list[tuple[float, str]]:
+    """(seconds, label) of each `train.snapshots` time not yet written, soonest first; none without a run dir."""
+    labels = [label.strip() for label in snapshots.split(",") if label.strip()]
+    if run_dir is None:
+        return []
+    due = [(parse_duration(label) or 0.0, label) for label in labels if not run_dir.snapshot_path(label).is_file()]
+    return sorted(due)
+
+
+def take_due_snapshots(trainer: Trainer) -> None:
+    """Write at_<time>.pt for each snapshot time training has now run (after an update)."""
+    while trainer.snapshots and trainer.elapsed() >= trainer.snapshots[0][0]:
+        _, label = trainer.snapshots.pop(0)
+        trainer.run_dir.snapshot(trainer_checkpoint(trainer), label)
+        _say(f"snapshot after {label} of training (step {trainer.progress.step}): {trainer.run_dir.snapshot_path(label)}")
 
 
 def _progress_bar(max_steps: int, step: int, is_main: bool) -> tqdm:

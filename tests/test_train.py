@@ -250,3 +250,19 @@ def test_average_last_needs_the_checkpoints_it_averages():
 
     with pytest.raises(MtkitError, match="give train.keep >= train.average_last"):
         config_from_dict({"train": {"average_last": 3, "keep": 2}})
+
+
+def test_snapshots_hold_the_weights_at_each_training_time_and_a_bad_time_is_refused(tmp_path, monkeypatch):
+    from mtkit.config import config_from_dict
+
+    monkeypatch.setattr(Trainer, "elapsed", lambda self: float(self.progress.step))  # a clock of one second per update
+    config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=5, keep=4, snapshots="12s, 5s")
+    train(config)
+    for label, step in (("5s", 5), ("12s", 12)):
+        snapshot = read_checkpoint(config.run_path / f"at_{label}.pt")
+        assert snapshot["step"] == step == snapshot["progress"]["step"]
+    kept = read_checkpoint(config.run_path / "step_00000005.pt")["model"]
+    assert all(torch.equal(kept[name], value) for name, value in read_checkpoint(config.run_path / "at_5s.pt")["model"].items())
+    assert Translator.load(config.run_path / "at_12s.pt").translate(["a b"])  # loadable as any checkpoint
+    with pytest.raises(MtkitError, match=r"'train.snapshots' is '15m;30m'.*15m,30m,60m"):
+        config_from_dict({"train": {"snapshots": "15m;30m"}})
