@@ -187,6 +187,10 @@ class TokenizerConfig:
     joint: bool = True  # one model for both languages (needed for tied embeddings)
     character_coverage: float = field(default=1.0, metadata=_range(0.0, 1.0, open_low=True))
     max_sentences: int = field(default=2_000_000, metadata=_at_least(1))  # sentences sampled for SentencePiece training
+    # subword regularisation: training pairs re-segmented every epoch by SentencePiece sampling (BPE: the
+    # dropout probability, e.g. 0.1; unigram: the smoothing alpha, e.g. 0.1-0.5); 0 = off. Validation and
+    # decoding always use the best segmentation.
+    sampling_alpha: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.1))
 
 
 @dataclass

@@ -45,6 +45,10 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(texts)
 
+    def sample_batch(self, texts: list[str], alpha: float) -> list[list[int]]:
+        """One sampled segmentation per text (BPE-dropout or unigram sampling), from SentencePiece's seeded generator."""
+        return self._sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+
     def pieces(self, text: str) -> list[str]:
         return self._sp.encode(text, out_type=str)
 
@@ -70,6 +74,11 @@ class TokenizerPair:
     def of(cls, src: Tokenizer, tgt: Tokenizer) -> TokenizerPair:
         """The pair of two loaded tokenizers; the same object twice when they are one model (joint)."""
         return cls(src, src if tgt.model_proto == src.model_proto else tgt)
+
+
+def seed_sampling(seed: int) -> None:
+    """Seed SentencePiece's sampling generator (process-wide) so sampled segmentations repeat."""
+    spm.set_random_generator_seed(seed % 2**32)
 
 
 def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:

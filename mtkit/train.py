@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtkit.batching import Batch, CorpusMix, ParallelIds, epoch_batches
+from mtkit.batching import Batch, CorpusMix, ParallelIds, SampledIds, epoch_batches
 from mtkit.checkpoint import atomic_save, average_checkpoints, read_checkpoint
 from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data import corpus_names
@@ -157,6 +157,8 @@ class Trainer:
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
         train_split = load_prepared(config.data_path, "train")
         self.train_ids = ParallelIds(train_split)
+        alpha = config.tokenizer.sampling_alpha
+        self.sampled = SampledIds(train_split, self.tokenizers, alpha, self.train_config.seed) if alpha > 0 else None
         names = corpus_names(config.data.train)
         self.mix = CorpusMix(corpus_column(config.data_path, train_split, names), [s.weight for s in config.data.train], names)
         self.valid = load_prepared(config.data_path, "valid")
@@ -189,6 +191,8 @@ class Trainer:
     def epoch_batches(self) -> list[np.ndarray]:
         """This rank's batches (sentence indices) of the current epoch, in training order."""
         config, max_length = self.train_config, min(self.model.max_positions, 1_000_000)
+        if self.sampled is not None:  # subword regularisation: this epoch's segmentation
+            self.train_ids = self.sampled.for_epoch(self.progress.epoch)
         batches, drawn, skipped = epoch_batches(
             self.mix, self.train_ids, config.batch_tokens, config.seed, self.progress.epoch, max_length
         )

@@ -88,16 +88,17 @@ def test_existing_run_is_not_overwritten_without_resume(reverse_run):
         train(reverse_run)
 
 
-@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine"])
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine", "subword sampling"])
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, monkeypatch, schedule):
-    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300, "schedule": schedule}
-    settings |= {"min_lr": 1e-4, "warmup_steps": 10} if schedule == "cosine" else {}
+    settings = {"max_steps": 40, "validate_every": 20, "log_every": 5, "batch_tokens": 300}
+    settings |= {"schedule": "cosine", "min_lr": 1e-4, "warmup_steps": 10} if schedule == "cosine" else {}
     straight = prepared_reverse_task(tmp_path / "straight", **settings)
     straight.model.dropout = 0.2  # dropout makes the RNG state part of what must be restored
+    straight.tokenizer.sampling_alpha = 0.2 if schedule == "subword sampling" else 0.0  # the pieces must repeat too
     train(straight)
 
     interrupted = prepared_reverse_task(tmp_path / "interrupted", **settings)
-    interrupted.model.dropout = 0.2
+    interrupted.model.dropout, interrupted.tokenizer.sampling_alpha = 0.2, straight.tokenizer.sampling_alpha
     limit = Trainer._limit_reached  # stopped at update 20 as by Ctrl-C: the recipe (and its schedule) unchanged
     monkeypatch.setattr(Trainer, "_limit_reached", lambda trainer: trainer.progress.step >= 20 or limit(trainer))
     train(interrupted)
