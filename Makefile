@@ -69,5 +69,14 @@ BENCH_ARGS ?= --set train.batch_tokens=4096 --set decode.max_len_a=0 --set decod
 bench: install
 	$(BIN)/python benchmarks/speed.py $(RECIPE) $(LOCAL_DATA) $(BENCH_ARGS)
 
+# OpenNMT-py 3.5.1 beside mtkit (benchmarks/peers.py, in its own virtualenv under .peers/): the same
+# pieces, model and update size (make bench's), measured mtkit, OpenNMT-py, mtkit; about 20 minutes.
+# `make peers PEERS_ARGS="--budget 15m"` instead trains OpenNMT-py for 15 minutes with the recipe's
+# own settings and scores it on the test split.
+PEERS_ARGS ?= --set train.batch_tokens=4096
+.PHONY: peers
+peers: install
+	$(BIN)/python benchmarks/peers.py $(RECIPE) $(LOCAL_DATA) $(PEERS_ARGS)
+
 clean:
 	rm -rf $(VENV) runs data/multi30k_* .pytest_cache
