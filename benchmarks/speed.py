@@ -130,6 +130,9 @@ def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         for engine in engines:
             translator = load_engine(engine, model_dir, config.train.device, Path(workdir))
+            # the output cap of the recipe as given here (--set decode.max_len_a/b), not the one saved with the run
+            cap = {"max_len_a": config.decode.max_len_a, "max_len_b": config.decode.max_len_b}
+            translator.decode = dataclasses.replace(translator.decode, **cap)
             results[engine] = decode_split(config, translator)
     return results
 
