@@ -1,0 +1,151 @@
+"""Quality for the time you have: test BLEU of recipes after each training budget, as a table and JSON.
+
+    python benchmarks/budget.py RECIPE [RECIPE ...] [--times 15m,30m,60m] [--set KEY=VALUE ...]
+        [--runs runs/budget] [--output benchmarks/results/budget.json]
+
+Each recipe trains through the CLI (`mtkit train`, then `mtkit evaluate -m RUN/at_<time>.pt --split
+test --json`), so every figure comes with the command a user would type. A recipe whose schedule does
+not depend on the budget (`inverse_sqrt`, or a decay to `max_steps`) trains once, for the longest
+time, with `train.snapshots` at every time: the snapshot at 15 minutes holds the weights a 15-minute
+run would end with. A recipe that decays by the share of `train.max_time` (`linear`/`cosine` without
+`max_steps`) trains once per time, each run ending at its floor. Runs go to RUNS/<recipe file stem>
+(and /<time> for per-budget runs), prepared data where the recipe says (tokenizer training and
+`prepare` run first when it is missing). The fp32 matmul peak is measured before and after.
+
+Run it on an otherwise idle machine: the recipes are time-budgeted, so anything else running costs
+updates. Old recipes compare with new ones side by side in one call (`git show REV:recipes/... >
+old.yaml`; the stem names the run, so give old copies another file name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import speed  # noqa: E402 - benchmarks/speed.py, beside this file
+
+from mtkit.config import load_config, parse_duration  # noqa: E402
+from mtkit.errors import MtkitError  # noqa: E402
+
+MTKIT = [sys.executable, "-m", "mtkit"]
+
+
+def run_command(command: list[str]) -> str:
+    """Run an mtkit command, showing it; its standard output is returned, its progress shown as it goes."""
+    print("$ " + shlex.join(command), flush=True)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"budget: `{shlex.join(command)}` failed (exit {done.returncode})")
+    return done.stdout
+
+
+def budget_dependent(recipe: Path, overrides: list[str]) -> bool:
+    """Whether the recipe's schedule decays by the share of train.max_time (so each budget needs its own run)."""
+    train = load_config(recipe, overrides).train
+    return train.schedule != "inverse_sqrt" and not train.max_steps
+
+
+def ensure_prepared(recipe: Path, overrides: list[str]) -> None:
+    """Train the tokenizer and prepare the data when the recipe's data directory has none."""
+    config = load_config(recipe, overrides)
+    if not (config.data_path / "prepare_report.json").is_file():
+        run_command([*MTKIT, "tokenizer", "train", str(recipe), *set_args(overrides)])
+        run_command([*MTKIT, "prepare", str(recipe), *set_args(overrides)])
+
+
+def set_args(overrides: list[str]) -> list[str]:
+    return [part for override in overrides for part in ("--set", override)]
+
+
+def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path) -> list[tuple[str, Path]]:
+    """Train the recipe for the budgets; returns (time, snapshot file) for each."""
+    stem = recipe.stem
+    if budget_dependent(recipe, overrides):
+        plan = [(runs / stem / label, label, [label]) for label in times]
+    else:
+        plan = [(runs / stem, max(times, key=parse_duration), times)]
+    found = []
+    for run_dir, longest, snapshots in plan:
+        settings = [*overrides, f"run_dir={run_dir}", f"train.max_time={longest}", f"train.snapshots={','.join(snapshots)}"]
+        run_command([*MTKIT, "train", str(recipe), *set_args(settings), "--overwrite"])
+        found += [(label, run_dir / f"at_{label}.pt") for label in snapshots]
+    return found
+
+
+def evaluate(snapshot: Path) -> dict:
+    """Test scores of one snapshot (`mtkit evaluate --split test --json`) and its update count."""
+    import torch
+
+    step = torch.load(snapshot, map_location="cpu", weights_only=False)["step"]
+    command = [*MTKIT, "evaluate", "-m", str(snapshot), "--split", "test", "--json"]
+    scores = json.loads(run_command(command))["scores"]
+    return {
+        "snapshot": str(snapshot),
+        "updates": step,
+        "scores": {name: round(value["score"], 2) for name, value in scores.items()},
+        "command": shlex.join(["mtkit", *command[3:]]),
+    }
+
+
+def study(recipes: list[Path], overrides: list[str], times: list[str], runs: Path) -> list[dict]:
+    rows = []
+    for recipe in recipes:
+        ensure_prepared(recipe, overrides)
+        started = time.time()
+        for label, snapshot in train_runs(recipe, overrides, times, runs):
+            rows.append({"recipe": str(recipe), "time": label, **evaluate(snapshot)})
+            print(f"{recipe} after {label}: {rows[-1]['scores']} ({rows[-1]['updates']} updates)", flush=True)
+        rows[-1]["recipe_wall_s"] = round(time.time() - started, 1)
+    return rows
+
+
+def print_table(rows: list[dict], times: list[str]) -> None:
+    print("\ntest BLEU (updates) after each training budget")
+    print(f"{'recipe':<44}" + "".join(f"{label:>16}" for label in times))
+    for recipe in dict.fromkeys(row["recipe"] for row in rows):
+        cells = {row["time"]: f"{row['scores']['BLEU']:.2f} ({row['updates']})" for row in rows if row["recipe"] == recipe}
+        print(f"{recipe:<44}" + "".join(f"{cells.get(label, '-'):>16}" for label in times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipes", type=Path, nargs="+")
+    parser.add_argument("--times", default="15m,30m,60m", help="training budgets, comma-separated")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
+    parser.add_argument("--runs", type=Path, default=Path("runs/budget"))
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/budget.json"))
+    args = parser.parse_args()
+    times = [label.strip() for label in args.times.split(",") if label.strip()]
+    try:
+        for label in times:
+            parse_duration(label)
+        for recipe in args.recipes:
+            load_config(recipe, args.overrides)  # every recipe checked whole before anything trains
+    except MtkitError as err:
+        sys.exit(f"budget: error: {err}")
+    peak_before = speed.matmul_flops_per_s()
+    rows = study(args.recipes, args.overrides, times, args.runs)
+    report = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cores": os.cpu_count()},
+        "matmul_gflop_per_s": [round(peak_before / 1e9, 1), round(speed.matmul_flops_per_s() / 1e9, 1)],
+        "rows": rows,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print_table(rows, times)
+    print(f"fp32 matmul peak: {report['matmul_gflop_per_s'][0]} GFLOP/s before, {report['matmul_gflop_per_s'][1]} after")
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
