@@ -73,8 +73,8 @@ class SampledIds:
     """Subword regularisation: the training pairs' text re-segmented by SentencePiece sampling, once per epoch.
 
     The segmentation of epoch e depends only on (seed, e), so a resumed run sees the same pieces.
-    Encoding runs on one thread (SentencePiece's sampling repeats only then): about 30 s a million
-    sentences per side and epoch on this kind of CPU.
+    Encoding runs on one thread (SentencePiece's sampling repeats only then): 1.1 s for Multi30k's
+    29,000 pairs (both sides) here, so about 40 s a million pairs, each epoch.
     """
 
     def __init__(self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int) -> None:  # dataset: datasets.Dataset
