@@ -231,6 +231,7 @@ class Trainer:
                 if progress.batches_done >= len(batches):
                     progress.epoch, progress.batches_done = progress.epoch + 1, 0
             self._add_elapsed()
+            take_due_snapshots(self)  # a validation after the last update may have run the time out
             bar.close()
             never_saved = self.run_dir is not None and not self.run_dir.last.is_file()
             if progress.step > last_validated or broadcast_from_main([never_saved], self.dist)[0]:

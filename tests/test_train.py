@@ -253,6 +253,27 @@ def test_average_last_needs_the_checkpoints_it_averages():
         config_from_dict({"train": {"average_last": 3, "keep": 2}})
 
 
+def test_a_snapshot_due_when_the_last_validation_runs_out_the_time_holds_the_final_weights(tmp_path, monkeypatch):
+    import mtkit.train as train_module
+
+    clock = {"validating": 0.0}  # one second per update, and half a second per validation
+    monkeypatch.setattr(Trainer, "elapsed", lambda self: self.progress.step + clock["validating"])
+    original = train_module.validate
+
+    def slow_validate(*args, **kwargs):
+        clock["validating"] += 0.5
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "validate", slow_validate)
+    # at update 10 the clock says 10.5 s; its validation makes it 11 s, which ends the run
+    config = prepared_reverse_task(tmp_path, max_steps=50, validate_every=5, snapshots="11s", max_time="11s")
+    train(config)
+    snapshot = read_checkpoint(config.run_path / "at_11s.pt")
+    last = read_checkpoint(config.run_path / "last.pt")
+    assert snapshot["step"] == last["step"] == 10
+    assert all(torch.equal(last["model"][name], value) for name, value in snapshot["model"].items())
+
+
 def test_snapshots_hold_the_weights_at_each_training_time_and_a_bad_time_is_refused(tmp_path, monkeypatch):
     from mtkit.config import config_from_dict
 
