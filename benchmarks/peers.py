@@ -2,7 +2,8 @@
 
     python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] [--model RUN_DIR] [--onmt-model CHECKPOINT]
         [--warmup-updates 50] [--updates 200] [--max-len 100] [--output benchmarks/results/peers.json]
-    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] --budget 15m [--save-every 25]
+    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] --budget 15m [--save-every 25] [--model RUN]
+    (both: [--onmt-set KEY=VALUE ...], an onmt_train option over the matched ones, e.g. num_workers=0)
 
 RECIPE defaults to recipes/multi30k/transformer.yaml; `make peers` passes the local Multi30k files.
 A smoke test of the whole pipeline takes a few minutes: add `--set train.batch_tokens=512
@@ -49,7 +50,8 @@ Speed (the default), each measurement in the order A B A (mtkit, OpenNMT-py, mtk
 Budget (--budget 15m): onmt_train with the recipe's settings for that much wall-clock time, counted
 from its "Start training loop" line (OpenNMT-py has no time limit: it saves every --save-every
 updates, is stopped at the budget, and the newest checkpoint that loads is used), then beam-5 and
-greedy BLEU on the test split; beside them the mtkit run's at_<budget>.pt snapshot, when it has one.
+greedy BLEU on the test split; beside them the mtkit run's at_<budget>.pt snapshot, when it has one
+(--model RUN without such a snapshot: RUN itself, a run trained for the budget).
 The budget includes what OpenNMT-py does after that line before its first update (filling its first
 data bucket), as mtkit's train.max_time includes cutting its first epoch's batches.
 
@@ -230,8 +232,8 @@ def detokenise(lines: list[str], tokenizer: Tokenizer) -> list[str]:
     return [tokenizer.decode([ids.get(piece, UNK_ID) for piece in line.split()]) for line in lines]
 
 
-def onmt_options(config: Config, data: PieceData, run: Path, steps: int, report_every: int, save_every: int) -> dict:
-    """onmt_train's options for the recipe's model and training settings (see the module docstring)."""
+def onmt_options(config: Config, data: PieceData, run: Path, steps: int, report_every: int, save_every: int, extra: dict) -> dict:
+    """onmt_train's options for the recipe's model and training settings (see the module docstring), then `extra`."""
     model, train = config.model, config.train
     tied = model.tie_embeddings and data.joint
     return {
@@ -279,6 +281,7 @@ def onmt_options(config: Config, data: PieceData, run: Path, steps: int, report_
         "normalization": "tokens",
         "accum_count": [train.accumulate],
         "model_dtype": "fp32",
+        **extra,
     }
 
 
@@ -388,10 +391,13 @@ def onmt_parameters(log: Path) -> int | None:
     return int(match[1]) if match else None
 
 
-def onmt_training(bin_dir: Path, config: Config, data: PieceData, run: Path, warmup: int, updates: int, threads: int) -> dict:
+def onmt_training(
+    bin_dir: Path, config: Config, data: PieceData, run: Path, window: tuple[int, int], threads: int, extra: dict
+) -> dict:
     """OpenNMT-py's training speed over updates warmup+1..warmup+updates (it then saves its only checkpoint)."""
-    steps, report_every = warmup + updates, math.gcd(warmup, updates)
-    options = onmt_options(config, data, run, steps, report_every, save_every=steps)
+    (warmup, updates), steps = window, sum(window)
+    report_every = math.gcd(warmup, updates)
+    options = onmt_options(config, data, run, steps, report_every, steps, extra)
     command, _ = run_onmt_train(bin_dir, options, run, threads, budget=None)
     window = onmt_window(run / "train.log", warmup, steps, report_every * config.train.accumulate)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -508,7 +514,8 @@ def speed_report(args: argparse.Namespace, config: Config, bin_dir: Path, data: 
     report: dict = {"matmul_gflop_per_s": {"start": round(speed.matmul_flops_per_s() / 1e9, 1)}}
     runs = [{"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}]
     run_dir = PEERS_DIR / "runs" / f"{config.name}-speed"
-    onmt = onmt_training(bin_dir, config, data, run_dir, args.warmup_updates, args.updates, threads)
+    window = (args.warmup_updates, args.updates)
+    onmt = onmt_training(bin_dir, config, data, run_dir, window, threads, args.onmt_options)
     runs.append({"toolkit": "OpenNMT-py", "measure": "training", **onmt})
     runs.append(
         {"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}
@@ -529,7 +536,7 @@ def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data:
     """OpenNMT-py trained for the budget with the recipe's settings, its test BLEU, and mtkit's snapshot of that time."""
     budget = parse_duration(args.budget) or 0.0
     run_dir = PEERS_DIR / "runs" / f"{config.name}-budget-{args.budget}"
-    options = onmt_options(config, data, run_dir, 10_000_000, config.train.log_every, args.save_every)
+    options = onmt_options(config, data, run_dir, 10_000_000, config.train.log_every, args.save_every, args.onmt_options)
     command, started = run_onmt_train(bin_dir, options, run_dir, threads, budget)
     checkpoint = newest_loading_checkpoint(bin_dir, run_dir, threads)
     onmt = {
@@ -543,8 +550,11 @@ def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data:
     }
     report: dict = {"budget": args.budget, "budget_s": budget, "runs": [onmt]}
     snapshot = (args.model or config.run_path) / f"at_{args.budget}.pt"
-    if snapshot.is_file():
-        report["runs"].append({"toolkit": "mtkit", "decode": mtkit_decoding(config, snapshot, args.max_len)})
+    if not snapshot.is_file() and args.model is not None:
+        snapshot = args.model  # a run trained for the budget (train.max_time) is its own snapshot
+    if snapshot.exists():
+        decode = mtkit_decoding(config, snapshot, args.max_len)
+        report["runs"].append({"toolkit": "mtkit", "decode": decode})
     else:
         print(f"no mtkit snapshot {snapshot} (train.snapshots): OpenNMT-py's BLEU only", file=sys.stderr)
     report["onmt_commands"] = [onmt["command"], *onmt["decode"]["commands"]]
@@ -620,6 +630,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-len", type=int, default=100, help="output cap in pieces (EOS not counted), on both sides")
     parser.add_argument("--budget", help="instead of speed: train OpenNMT-py for this long (15m, 1h) and score it")
     parser.add_argument("--save-every", type=int, default=25, help="--budget: OpenNMT-py's updates between checkpoints")
+    parser.add_argument(
+        "--onmt-set", dest="onmt_set", action="append", default=[], help="an onmt_train option KEY=VALUE (num_workers=0)"
+    )
     parser.add_argument("--torch-spec", default="torch==2.13.0", help="the torch installed beside OpenNMT-py")
     parser.add_argument("--output", type=Path, help="JSON (default benchmarks/results/peers.json, or peers_budget.json)")
     args = parser.parse_args()
@@ -630,6 +643,12 @@ def parse_args() -> argparse.Namespace:
             parse_duration(args.budget)
         except MtkitError:
             parser.error(f"--budget {args.budget!r}: give a duration such as 15m, 1h or 600s")
+    args.onmt_options = {}
+    for option in args.onmt_set:
+        key, equals, value = option.partition("=")
+        if not equals or not key:
+            parser.error(f"--onmt-set {option!r}: give KEY=VALUE, e.g. num_workers=0")
+        args.onmt_options[key] = yaml.safe_load(value)
     args.output = args.output or Path("benchmarks/results") / ("peers_budget.json" if args.budget else "peers.json")
     return args
 
