@@ -601,3 +601,11 @@ def test_overrides_pick_one_corpus_of_a_list(tmp_path):
     assert (
         str(caught.value) == "--set data.train.weight: data.train is a list of 2; pick one, e.g. --set data.train[0].weight=..."
     )
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_recipe_loads_and_states_the_band_it_should_reach(recipe):
+    from mtkit.config import bleu_band
+
+    low, high = bleu_band(load_config(recipe, []))
+    assert 0 < low < high <= 100
