@@ -292,6 +292,11 @@ def differences(config: Config) -> list[str]:
         "Adam eps: OpenNMT-py 1e-8, mtkit 1e-9",
         "LayerNorm eps: OpenNMT-py 1e-6, mtkit 1e-5",
         "output layer: OpenNMT-py's has a bias (vocabulary-size more parameters), mtkit's none",
+        "initialisation: OpenNMT-py draws every matrix, embeddings included, Xavier-uniform (embedding std 0.016"
+        " for 8,000 x 256 before the sqrt(d_model) scale); mtkit draws embeddings from N(0, 1/d_model)",
+        "batches: OpenNMT-py reads the corpus in file order and stable-sorts it by length (one bucket of up to"
+        " 262,144 pairs), so the same batches recur every epoch in a new order; mtkit shuffles before sorting,"
+        " so pairs of equal length form new batches every epoch",
     ]
     if model.norm == "post":
         found.append("model.norm=post: OpenNMT-py's Transformer is pre-norm only")
@@ -399,10 +404,10 @@ def onmt_training(
     report_every = math.gcd(warmup, updates)
     options = onmt_options(config, data, run, steps, report_every, steps, extra)
     command, _ = run_onmt_train(bin_dir, options, run, threads, budget=None)
-    window = onmt_window(run / "train.log", warmup, steps, report_every * config.train.accumulate)
+    measured = onmt_window(run / "train.log", warmup, steps, report_every * config.train.accumulate)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {
-        **window,
+        **measured,
         "parameters": onmt_parameters(run / "train.log"),
         "peak_rss_mb": round(peak, 1),  # the largest finished child process so far (workers included)
         "checkpoint": str(run / f"model_step_{steps}.pt"),
