@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError
 from mtkit.rundir import RunDir
 from mtkit.schedule import schedule_factor
 from mtkit.tokenizer import PAD_ID
-from mtkit.train import Trainer, sequence_loss, setup_process, train
+from mtkit.train import Trainer, build_optimizer, sequence_loss, setup_process, train
 from mtkit.translate import Translator
 
 
@@ -288,3 +288,23 @@ def test_snapshots_hold_the_weights_at_each_training_time_and_a_bad_time_is_refu
     assert Translator.load(config.run_path / "at_12s.pt").translate(["a b"])  # loadable as any checkpoint
     with pytest.raises(MtkitError, match=r"'train.snapshots' is '15m;30m'.*15m,30m,60m"):
         config_from_dict({"train": {"snapshots": "15m;30m"}})
+
+
+def test_adam_is_fused_on_cpu_and_takes_the_same_step_as_the_loop():
+    """The trainer's CPU Adam uses torch's fused kernel (torch 2.4+) and updates as the per-tensor loop does."""
+    torch.manual_seed(0)
+    fused_model, loop_model = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    loop_model.load_state_dict(fused_model.state_dict())
+    start = fused_model.weight.detach().clone()
+    config = TrainConfig(lr=1e-2, warmup_steps=1)
+    optimizer, _ = build_optimizer(fused_model, config, torch.device("cpu"))
+    assert optimizer.defaults["fused"] is True
+    loop = torch.optim.Adam(loop_model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9, foreach=False)
+    inputs = torch.randn(16, 8)
+    for model, opt in ((fused_model, optimizer), (loop_model, loop)):
+        for _ in range(3):
+            opt.zero_grad()
+            model(inputs).square().mean().backward()
+            opt.step()
+    assert not torch.equal(fused_model.weight, start)  # the steps moved the weights
+    torch.testing.assert_close(fused_model.weight, loop_model.weight, rtol=1e-5, atol=1e-6)
