@@ -58,14 +58,15 @@ def checkpoint_payload(
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A run directory means its best.pt (or last.pt), or its average.pt when `train.average_last`
-    validated that better than best.pt; a file is taken as it is."""
+    """A run directory means its best-validated final checkpoint: best.pt, or average.pt
+    (`train.average_last`) or ema.pt (`train.ema`) where their validation BLEU is at least as high;
+    last.pt when nothing was validated. A file is taken as it is."""
     if path.is_dir():
-        if _average_is_better(path):
-            return path / "average.pt"
-        for name in ("best.pt", "last.pt"):
-            if (path / name).is_file():
-                return path / name
+        chosen = _best_validated(path)
+        if chosen is not None:
+            return chosen
+        if (path / "last.pt").is_file():
+            return path / "last.pt"
         raise MtkitError(f"{path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first")
     if not path.is_file():
         raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
@@ -89,13 +90,17 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
-def _average_is_better(run_dir: Path) -> bool:
-    """Whether the run's average.pt carries a validation BLEU (from `train.average_last`) at least best.pt's."""
-    average, best = run_dir / "average.pt", run_dir / "best.pt"
-    if not average.is_file() or not best.is_file():
-        return False
-    averaged_bleu = read_checkpoint(average).get("valid_bleu")
-    return averaged_bleu is not None and averaged_bleu >= read_checkpoint(best)["progress"]["best_bleu"]
+def _best_validated(run_dir: Path) -> Path | None:
+    """best.pt, or the end-of-training average.pt or ema.pt that validated at least as well (a tie goes to an average)."""
+    chosen = run_dir / "best.pt"
+    if not chosen.is_file():
+        return None
+    top = read_checkpoint(chosen)["progress"]["best_bleu"]
+    for path in (run_dir / "ema.pt", run_dir / "average.pt"):
+        bleu = read_checkpoint(path).get("valid_bleu") if path.is_file() else None
+        if bleu is not None and bleu >= top:
+            chosen, top = path, bleu
+    return chosen
 
 
 def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:

@@ -280,7 +280,7 @@ class TrainConfig:
             ),
         },
     )
-    # decay of an exponential moving average of the weights, written as ema.pt; 0 = off
+    # decay of an exponential moving average of the weights, written as ema.pt and validated at the end; 0 = off
     ema: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.999))
     # stop after this many updates in a row with a NaN/inf loss or gradient
     max_nonfinite: int = field(default=10, metadata=_at_least(1))

@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from mtkit.batching import Batch, CorpusMix, ParallelIds, SampledIds, epoch_batches
-from mtkit.checkpoint import atomic_save, average_checkpoints, read_checkpoint
+from mtkit.checkpoint import atomic_save, average_checkpoints, read_checkpoint, resolve_checkpoint
 from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data import corpus_names
 from mtkit.distributed import (
@@ -411,8 +411,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     _start_message(trainer)
     try:
         progress = trainer.run()
-        if run_dir is not None and config.train.average_last and not trainer.diverged:
-            _average_last(trainer, run_dir, config.train.average_last)
+        if run_dir is not None and not trainer.diverged:
+            _validate_final_weights(trainer, run_dir)
     finally:
         shutdown(dist)
         if run_dir is not None:
@@ -421,18 +421,32 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     return progress
 
 
-def _average_last(trainer: Trainer, run_dir: RunDir, count: int) -> None:
-    """average.pt: the mean of the last `count` kept checkpoints, validated; reported next to best.pt."""
-    averaged, sources = average_checkpoints(run_dir.path, count)
-    trainer.model.load_state_dict(averaged["model"])  # training is over: the model may hold the average
+def _validate_final_weights(trainer: Trainer, run_dir: RunDir) -> None:
+    """At the end of training: average.pt (`train.average_last`, the mean of the last kept checkpoints)
+    and ema.pt (`train.ema`), each validated and reported next to best.pt; `-m RUN` takes the best."""
+    count = trainer.train_config.average_last
+    if count:
+        averaged, sources = average_checkpoints(run_dir.path, count)
+        record = {"averaged": [p.name for p in sources]}
+        _validate_weights(trainer, run_dir, averaged, "average", f"average of the last {count} checkpoints", record)
+    if trainer.ema is not None:
+        ema = read_checkpoint(run_dir.path / "ema.pt")  # written with the final weights by the last save
+        _validate_weights(trainer, run_dir, ema, "ema", f"moving average of the weights (decay {trainer.ema.decay:g})")
+
+
+def _validate_weights(
+    trainer: Trainer, run_dir: RunDir, payload: dict[str, Any], stem: str, what: str, record: dict[str, Any] | None = None
+) -> None:
+    """Validate `payload`'s weights, store the BLEU in RUN/<stem>.pt, log it next to best.pt's and say which -m RUN uses."""
+    trainer.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
     result = validate(trainer.model, trainer.valid, trainer.tokenizers, trainer.config, trainer.device, trainer.amp_dtype)
-    averaged["valid_bleu"] = result.bleu
-    atomic_save(averaged, run_dir.path / "average.pt")
+    payload["valid_bleu"] = result.bleu
+    atomic_save(payload, run_dir.path / f"{stem}.pt")
     best = trainer.progress.best_bleu
-    record = {"step": trainer.progress.step, "averaged": [p.name for p in sources], "average_valid_bleu": result.bleu}
-    run_dir.append_log({**record, "best_valid_bleu": best})
-    chosen = "average.pt" if result.bleu >= best else "best.pt"
-    _say(f"average of the last {count} checkpoints: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+    scores = {f"{stem}_valid_bleu": result.bleu, "best_valid_bleu": best}
+    run_dir.append_log({"step": trainer.progress.step, **(record or {}), **scores})
+    chosen = resolve_checkpoint(run_dir.path).name
+    _say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
 
 
 def _start_message(trainer: Trainer) -> None:

@@ -1,16 +1,19 @@
-"""Exponential moving average of the weights: the arithmetic, tied weights, ema.pt and exact resume."""
+"""Exponential moving average of the weights: the arithmetic, tied weights, ema.pt, its final validation and exact resume."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 from conftest import prepared_reverse_task
 from torch import nn
 
-from mtkit.checkpoint import read_checkpoint
+from mtkit.checkpoint import atomic_save, read_checkpoint, resolve_checkpoint
 from mtkit.config import config_from_dict
 from mtkit.ema import WeightEMA
 from mtkit.errors import MtkitError
+from mtkit.evaluate import bleu
 from mtkit.train import train
 from mtkit.translate import Translator
 
@@ -81,3 +84,32 @@ def test_training_writes_ema_pt_and_resume_continues_the_average_exactly(tmp_pat
     assert not torch.equal(straight_ema["model"]["output.weight"], last["model"]["output.weight"])
     translator = Translator.load(straight.run_path / "ema.pt")
     assert len(translator.translate(["a b c", ""], beam=2)) == 2
+
+
+def test_the_final_ema_is_validated_and_the_run_uses_the_best_validated_checkpoint(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=30, validate_every=10, keep=2, average_last=2, ema=0.9)
+    train(config)
+    run = config.run_path
+    ema = read_checkpoint(run / "ema.pt")
+    sources = (tmp_path / "raw/valid.src").read_text().splitlines()
+    targets = (tmp_path / "raw/valid.tgt").read_text().splitlines()
+    decoded = Translator.load(run / "ema.pt").translate(sources, beam=config.train.valid_beam)
+    assert ema["valid_bleu"] == pytest.approx(bleu(decoded, targets))  # the BLEU of these very weights
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert records[-1]["ema_valid_bleu"] == ema["valid_bleu"] and "average_valid_bleu" in records[-2]
+    average = read_checkpoint(run / "average.pt")
+    best = read_checkpoint(run / "best.pt")["progress"]["best_bleu"]
+    for ema_bleu, average_bleu, chosen in (
+        (best + 2, best + 1, "ema.pt"),
+        (best + 1, best + 2, "average.pt"),
+        (best + 1, best + 1, "average.pt"),  # a tie between the two goes to the average
+        (best - 1, best - 2, "best.pt"),
+        (best, best - 2, "ema.pt"),  # a tie with best.pt goes to the moving average
+    ):
+        atomic_save({**ema, "valid_bleu": ema_bleu}, run / "ema.pt")
+        atomic_save({**average, "valid_bleu": average_bleu}, run / "average.pt")
+        assert resolve_checkpoint(run).name == chosen, (ema_bleu, average_bleu)
+    ema.pop("valid_bleu")  # as written during training: not validated yet, never chosen
+    atomic_save({**ema}, run / "ema.pt")
+    atomic_save({**average, "valid_bleu": best - 1}, run / "average.pt")
+    assert resolve_checkpoint(run).name == "best.pt"
