@@ -10,7 +10,9 @@ time, with `train.snapshots` at every time: the snapshot at 15 minutes holds the
 run would end with. A recipe that decays by the share of `train.max_time` (`linear`/`cosine` without
 `max_steps`) trains once per time, each run ending at its floor. Runs go to RUNS/<recipe file stem>
 (and /<time> for per-budget runs), prepared data where the recipe says (tokenizer training and
-`prepare` run first when it is missing). The fp32 matmul peak is measured before and after.
+`prepare` run first when it is missing). Where a run ends at its budget and `-m RUN` resolves to
+its `ema.pt` or `average.pt` (validated better than `best.pt`), that checkpoint is scored too.
+The fp32 matmul peak is measured before and after.
 
 Run it on an otherwise idle machine: the recipes are time-budgeted, so anything else running costs
 updates. Old recipes compare with new ones side by side in one call (`git show REV:recipes/... >
@@ -33,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402 - benchmarks/speed.py, beside this file
 
+from mtkit.checkpoint import resolve_checkpoint  # noqa: E402
 from mtkit.config import load_config, parse_duration  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 
@@ -66,8 +69,8 @@ def set_args(overrides: list[str]) -> list[str]:
     return [part for override in overrides for part in ("--set", override)]
 
 
-def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path) -> list[tuple[str, Path]]:
-    """Train the recipe for the budgets; returns (time, snapshot file) for each."""
+def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path) -> list[tuple[str, Path, Path | None]]:
+    """Train the recipe for the budgets; returns (time, snapshot file, run directory if the run ended there) for each."""
     stem = recipe.stem
     if budget_dependent(recipe, overrides):
         plan = [(runs / stem / label, label, [label]) for label in times]
@@ -77,8 +80,14 @@ def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path)
     for run_dir, longest, snapshots in plan:
         settings = [*overrides, f"run_dir={run_dir}", f"train.max_time={longest}", f"train.snapshots={','.join(snapshots)}"]
         run_command([*MTKIT, "train", str(recipe), *set_args(settings), "--overwrite"])
-        found += [(label, run_dir / f"at_{label}.pt") for label in snapshots]
+        found += [(label, run_dir / f"at_{label}.pt", run_dir if label == longest else None) for label in snapshots]
     return found
+
+
+def averaged_checkpoint(run_dir: Path | None) -> Path | None:
+    """The run's ema.pt or average.pt when `-m RUN` resolves to it (it validated better than best.pt at the end)."""
+    chosen = resolve_checkpoint(run_dir) if run_dir is not None else None
+    return chosen if chosen is not None and chosen.name in ("ema.pt", "average.pt") else None
 
 
 def evaluate(snapshot: Path) -> dict:
@@ -101,19 +110,30 @@ def study(recipes: list[Path], overrides: list[str], times: list[str], runs: Pat
     for recipe in recipes:
         ensure_prepared(recipe, overrides)
         started = time.time()
-        for label, snapshot in train_runs(recipe, overrides, times, runs):
+        for label, snapshot, run_dir in train_runs(recipe, overrides, times, runs):
             rows.append({"recipe": str(recipe), "time": label, **evaluate(snapshot)})
             print(f"{recipe} after {label}: {rows[-1]['scores']} ({rows[-1]['updates']} updates)", flush=True)
+            final = averaged_checkpoint(run_dir)
+            if final is not None:  # what `mtkit evaluate -m RUN` scores after this run
+                rows[-1]["final"] = {"checkpoint": final.name, **evaluate(final)}
+                print(f"{recipe} after {label}, {final.name}: {rows[-1]['final']['scores']}", flush=True)
         rows[-1]["recipe_wall_s"] = round(time.time() - started, 1)
     return rows
 
 
 def print_table(rows: list[dict], times: list[str]) -> None:
     print("\ntest BLEU (updates) after each training budget")
-    print(f"{'recipe':<44}" + "".join(f"{label:>16}" for label in times))
+    print(f"{'recipe':<44}" + "".join(f"{label:>28}" for label in times))
     for recipe in dict.fromkeys(row["recipe"] for row in rows):
-        cells = {row["time"]: f"{row['scores']['BLEU']:.2f} ({row['updates']})" for row in rows if row["recipe"] == recipe}
-        print(f"{recipe:<44}" + "".join(f"{cells.get(label, '-'):>16}" for label in times))
+        cells = {row["time"]: table_cell(row) for row in rows if row["recipe"] == recipe}
+        print(f"{recipe:<44}" + "".join(f"{cells.get(label, '-'):>28}" for label in times))
+
+
+def table_cell(row: dict) -> str:
+    """BLEU (updates) of the snapshot, and of the run's ema.pt or average.pt where `-m RUN` takes it."""
+    cell = f"{row['scores']['BLEU']:.2f} ({row['updates']})"
+    final = row.get("final")
+    return cell if final is None else f"{cell}, {final['checkpoint'].removesuffix('.pt')} {final['scores']['BLEU']:.2f}"
 
 
 def main() -> None:
