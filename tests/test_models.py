@@ -273,11 +273,17 @@ def test_dropout_is_active_only_in_training():
 def test_dropout_zeroes_a_share_p_and_keeps_the_expectation(p):
     torch.manual_seed(0)
     x = torch.full((400, 500), 2.0, requires_grad=True)
-    out = Dropout(p).train()(x)
+    dropout = Dropout(p).train()
+    out = dropout(x)
+    assert dropout.cpu_p == pytest.approx(p, abs=0.5 / 65536)  # p rounded to 16 bits on CPU
     dropped = out.eq(0).float().mean().item()
     assert dropped == pytest.approx(p, abs=0.005)
+    # each of the four 16-bit numbers cut from one 64-bit draw drops its share (none is biased)
+    for lane in range(4):
+        assert out.flatten()[lane::4].eq(0).float().mean().item() == pytest.approx(p, abs=0.01)
     kept = out[out.ne(0)]
-    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - p)))
+    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - dropout.cpu_p)))
+    assert out.mean().item() == pytest.approx(2.0, rel=0.02)  # the expectation is kept
     out.sum().backward()  # the gradient is the same mask and scale
     torch.testing.assert_close(x.grad, out.detach() / 2.0)
 

@@ -12,14 +12,18 @@ from torch import Tensor, nn
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState
 
+DROPOUT_LEVELS = 1 << 16  # on CPU a value is dropped when a random 16-bit number falls below p * 65,536
+
 
 class Dropout(nn.Module):
     """Inverted dropout: zero each value with probability p, scale the rest by 1 / (1 - p).
 
-    On CPU the mask is drawn as uniform floats (`rand_like(x) >= p`), which is about 3x faster
-    (forward + backward) than the `bernoulli_` that `nn.Dropout` draws; a model with dropout 0.3
-    spends about a tenth of a CPU training step drawing masks that way. Elsewhere it is
-    `F.dropout`, fused on the GPU.
+    On CPU each value's fate is one random 16-bit number, four cut from each 64-bit integer that
+    torch's generator draws: torch spends its time per element drawn, not per random bit, so this
+    makes a mask in about half the time of uniform floats (`rand_like(x) >= p`, itself 3x faster
+    than `nn.Dropout`'s `bernoulli_`). With dropout 0.1 the float masks took a tenth of a CPU
+    training step. p is rounded to a multiple of 1/65,536 (`self.cpu_p`) and the scale follows it,
+    so the expectation is kept exactly. Elsewhere it is `F.dropout`, fused on the GPU.
     """
 
     def __init__(self, p: float) -> None:
@@ -27,14 +31,23 @@ class Dropout(nn.Module):
         if not 0.0 <= p < 1.0:
             raise MtkitError(f"dropout {p} is not in [0, 1); set model.dropout to a rate such as 0.1")
         self.p = p
+        self.cpu_threshold = min(round(p * DROPOUT_LEVELS), DROPOUT_LEVELS - 1)
+        self.cpu_p = self.cpu_threshold / DROPOUT_LEVELS
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        keep = torch.rand_like(x).ge_(self.p).div_(1.0 - self.p)  # 0 or 1 / (1 - p), like x
-        return x * keep
+        return x * self.cpu_keep_scale(x)
+
+    def cpu_keep_scale(self, x: Tensor) -> Tensor:
+        """A tensor like x: 0 with probability `cpu_p`, else 1 / (1 - cpu_p)."""
+        count = x.numel()
+        words = torch.empty((count + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), None)  # all 64 bits random
+        lanes = words.view(torch.int16)[:count].view(x.shape)  # uniform over [-32768, 32767]
+        keep = lanes.ge(self.cpu_threshold - DROPOUT_LEVELS // 2)
+        return keep.to(x.dtype).mul_(1.0 / (1.0 - self.cpu_p))
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
