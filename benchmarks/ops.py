@@ -90,10 +90,11 @@ def main() -> None:
     }
     for case, steps in cases.items():
         times = {name: float("inf") for name in steps}
-        for _ in range(2):  # alternate the two sides so drift in machine speed hits both
+        for _ in range(2):  # alternate the sides so drift in machine speed hits all of them
             for name, step in steps.items():
                 times[name] = min(times[name], best_seconds(step, args.rounds, 3))
-        reference, mtkit = times[next(iter(steps))], times[list(steps)[-1]]  # the first against mtkit's, the last
+        names = list(steps)  # PyTorch's op first, mtkit's last
+        reference, mtkit = times[names[0]], times[names[-1]]
         milliseconds = {name: round(1e3 * t, 2) for name, t in times.items()}
         report["ops"][case] = {"ms": milliseconds, "speedup": round(reference / mtkit, 2)}
         print(f"{case}: " + ", ".join(f"{name} {1e3 * t:.1f} ms" for name, t in times.items()) + f" -> {reference / mtkit:.2f}x")
