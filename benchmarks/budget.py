@@ -30,6 +30,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,8 +106,11 @@ def evaluate(snapshot: Path) -> dict:
     }
 
 
-def study(recipes: list[Path], overrides: list[str], times: list[str], runs: Path) -> list[dict]:
-    rows = []
+def study(
+    recipes: list[Path], overrides: list[str], times: list[str], runs: Path, save: Callable[[list[dict]], None]
+) -> list[dict]:
+    """Train and score each recipe in turn; `save(rows)` after each, so a study stopped midway keeps what it measured."""
+    rows: list[dict] = []
     for recipe in recipes:
         ensure_prepared(recipe, overrides)
         started = time.time()
@@ -118,6 +122,7 @@ def study(recipes: list[Path], overrides: list[str], times: list[str], runs: Pat
                 rows[-1]["final"] = {"checkpoint": final.name, **evaluate(final)}
                 print(f"{recipe} after {label}, {final.name}: {rows[-1]['final']['scores']}", flush=True)
         rows[-1]["recipe_wall_s"] = round(time.time() - started, 1)
+        save(rows)
     return rows
 
 
@@ -152,19 +157,27 @@ def main() -> None:
             load_config(recipe, args.overrides)  # every recipe checked whole before anything trains
     except MtkitError as err:
         sys.exit(f"budget: error: {err}")
-    peak_before = speed.matmul_flops_per_s()
-    rows = study(args.recipes, args.overrides, times, args.runs)
     report = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cores": os.cpu_count()},
-        "matmul_gflop_per_s": [round(peak_before / 1e9, 1), round(speed.matmul_flops_per_s() / 1e9, 1)],
-        "rows": rows,
+        "matmul_gflop_per_s": [round(speed.matmul_flops_per_s() / 1e9, 1)],
+        "rows": [],
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"fp32 matmul peak before: {report['matmul_gflop_per_s'][0]} GFLOP/s", flush=True)
+    rows = study(args.recipes, args.overrides, times, args.runs, lambda rows: write_report(args.output, {**report, "rows": rows}))
+    report["matmul_gflop_per_s"].append(round(speed.matmul_flops_per_s() / 1e9, 1))
+    write_report(args.output, {**report, "rows": rows})
     print_table(rows, times)
     print(f"fp32 matmul peak: {report['matmul_gflop_per_s'][0]} GFLOP/s before, {report['matmul_gflop_per_s'][1]} after")
     print(f"written to {args.output}")
+
+
+def write_report(output: Path, report: dict) -> None:
+    """Write the JSON report atomically (a temporary file renamed over the old one)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    partial.write_text(json.dumps(report, indent=1) + "\n")
+    partial.replace(output)
 
 
 if __name__ == "__main__":

@@ -61,13 +61,13 @@ def count_over_ranks(count: int, context: Distributed, device: torch.device) -> 
     return int(sum_over_ranks(torch.tensor(float(count), device=device), context).item())
 
 
-def any_rank(flag: bool, context: Distributed, device: torch.device) -> bool:
-    """True on every rank when it is True on any rank, so all ranks stop together."""
+def max_over_ranks(values: list[float], context: Distributed, device: torch.device) -> list[float]:
+    """Each value's largest over all ranks, in one collective (the values themselves in a single process)."""
     if not context.enabled:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
 
 
 def broadcast_from_main(values: list, context: Distributed) -> list:

@@ -26,11 +26,11 @@ from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data import corpus_names
 from mtkit.distributed import (
     Distributed,
-    any_rank,
     barrier,
     broadcast_from_main,
     count_over_ranks,
     init_distributed,
+    max_over_ranks,
     shutdown,
     sum_over_ranks,
 )
@@ -173,8 +173,9 @@ class Trainer:
         ).to(device)
         self.forward_model = training_forward(self.model, self.dist, device, self.train_config.compile)
         self.progress = Progress()
-        self._clock = time.monotonic()  # when the training time not yet in progress.elapsed began
-        self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.elapsed)
+        # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
+        self._clock, self._agreed_elapsed = time.monotonic(), 0.0
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.schedule_clock)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.max_time = parse_duration(self.train_config.max_time)
@@ -296,13 +297,18 @@ class Trainer:
     def elapsed(self) -> float:
         return self.progress.elapsed + time.monotonic() - self._clock
 
+    def schedule_clock(self) -> float:
+        """Seconds trained, for a time-based decay; under torchrun the ranks' largest at the last stop check (one lr for all)."""
+        return self._agreed_elapsed if self.dist.enabled else self.elapsed()
+
     def _add_elapsed(self) -> None:
         now = time.monotonic()
         self.progress.elapsed, self._clock = self.progress.elapsed + now - self._clock, now
 
     def _should_stop(self) -> bool:
-        """Whether to stop; decided together, so every rank stops at the same update."""
-        return any_rank(self._limit_reached(), self.dist, self.device)
+        """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock)."""
+        stop, self._agreed_elapsed = max_over_ranks([float(self._limit_reached()), self.elapsed()], self.dist, self.device)
+        return bool(stop)
 
     def _limit_reached(self) -> bool:
         config, progress = self.train_config, self.progress

@@ -114,6 +114,44 @@ def test_resume_under_torchrun_matches_a_straight_run(tmp_path):
         torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
 
 
+# One rank of a job whose clocks disagree, as real ones do by a little: rank r's clock runs 0.37 s per rank ahead.
+SKEWED_CLOCK_RANK = """
+import sys
+import torch
+from mtkit.config import load_config
+from mtkit.distributed import shutdown
+from mtkit.train import Trainer, setup_process
+
+config = load_config(sys.argv[1])
+dist, device = setup_process(config.train)
+Trainer.elapsed = lambda self: float(self.progress.step) + 0.37 * self.dist.rank
+trainer = Trainer(config, device, dist)
+trainer.run()
+state = {"model": trainer.model.state_dict(), "lr": trainer.scheduler.get_last_lr()[0], "step": trainer.progress.step}
+torch.save(state, f"{sys.argv[2]}/rank{dist.rank}.pt")
+shutdown(dist)
+"""
+
+
+def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
+    settings = {"schedule": "linear", "min_lr": 0.0, "warmup_steps": 1, "max_steps": 0, "max_time": "8s", "batch_tokens": 300}
+    config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)
+    script = tmp_path / "rank.py"
+    script.write_text(SKEWED_CLOCK_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    result = subprocess.run(
+        [*command, str(write_recipe(config, tmp_path / "recipe.yaml")), str(tmp_path)], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+    assert first["step"] == second["step"] == 8  # rank 1's clock reads 8.37 s after update 8
+    # After update 8 the schedule reads the clocks of the last stop check, before it: the larger says 7.37 s.
+    assert first["lr"] == second["lr"] == pytest.approx(config.train.lr * (1 - 7.37 / 8))
+    for name, value in first["model"].items():
+        assert torch.equal(second["model"][name], value), name
+
+
 def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
     lines = Path(reverse_run.data.valid.src).read_text().splitlines()[:45]
     lines[10:10] = ["", "a b c d e f g h i j k l " * 3]  # an empty line and a long one among them
