@@ -39,7 +39,7 @@ import speed  # noqa: E402 - benchmarks/speed.py, beside this file
 from mtkit.checkpoint import resolve_checkpoint  # noqa: E402
 from mtkit.config import load_config, parse_duration  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
-from mtkit.textio import replace_with  # noqa: E402
+from mtkit.translate_file import atomic_output  # noqa: E402
 
 MTKIT = [sys.executable, "-m", "mtkit"]
 
@@ -174,11 +174,10 @@ def main() -> None:
 
 
 def write_report(output: Path, report: dict) -> None:
-    """Write the JSON report atomically (a temporary file renamed over the old one by mtkit's `replace_with`)."""
+    """Write the JSON report atomically, through mtkit's `atomic_output` (a temporary file that replaces the old one)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    partial.write_text(json.dumps(report, indent=1) + "\n")
-    replace_with(partial, output)
+    with atomic_output(output) as file:
+        file.write(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
