@@ -5,8 +5,9 @@
 
 Training: target tokens/s over a steady window of updates (by default updates 51-250, as in the
 peer measurements of issue 4; the first updates are warm-up), padding fraction of the batches,
-peak RSS, and model FLOPs utilisation (MFU): model FLOPs per target token x tokens/s / the fp32
-matrix-multiply FLOP/s measured by this script on this machine in the same run. Decoding:
+peak RSS (and peak GPU memory on CUDA), and model FLOPs utilisation (MFU): model FLOPs per target
+token x tokens/s / the matrix-multiply FLOP/s measured by this script on this machine in the same
+run (fp32 on CPU; on CUDA in the training's autocast dtype, bf16 or fp16, on 8192 x 8192 matrices). Decoding:
 sentences/s and target pieces/s at beam 5 and greedy on the recipe's test split (model loading
 excluded), with BLEU, using a trained run (default: the recipe's run_dir). Run it on an otherwise
 idle machine; compare figures as ratios taken in one run.
@@ -38,16 +39,26 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def matmul_flops_per_s(size: int = 1024, repeats: int = 20) -> float:
-    """Best-of-3 fp32 FLOP/s of a square matrix multiply with torch's current thread setting."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops_per_s(device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> float:
+    """Best-of-3 FLOP/s of a square matrix multiply: fp32 with torch's threads on CPU, `dtype` on CUDA."""
+    size, repeats = (8192, 10) if device.type == "cuda" else (1024, 20)
+    a = torch.randn(size, size, device=device, dtype=dtype or torch.float32)
+    b = torch.randn(size, size, device=device, dtype=dtype or torch.float32)
     for _ in range(3):
         a @ b  # warm-up
     best = float("inf")
     for _ in range(3):
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(repeats):
             a @ b
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 * repeats / best
 
@@ -84,6 +95,7 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
     sentences = 0
     for index, indices in enumerate(batches):
         if index == warmup_updates:
+            synchronize(device)
             start = time.perf_counter()
             tokens = 0
         batch = trainer.train_ids.collate(indices)
@@ -94,12 +106,13 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
             padded += batch.tgt_out.numel()
             source_tokens += int(batch.src_mask.sum())
             sentences += batch.src.size(0)
+    synchronize(device)
     seconds = time.perf_counter() - start
     tokens = int(tokens)
     flops = training_flops_per_target_token(
         config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
     )
-    peak = matmul_flops_per_s()
+    peak = matmul_flops_per_s(device, trainer.amp_dtype)
     return {
         "updates": measured_updates,
         "target_tokens_per_update": round(tokens / measured_updates, 1),
@@ -107,6 +120,8 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
         "padding_fraction": round(1 - real / padded, 4),
         "parameters": trainer.model.num_parameters(),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None,
+        "device": f"{device.type} ({str(trainer.amp_dtype or torch.float32).removeprefix('torch.')})",
         "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
         "matmul_gflop_per_s": round(peak / 1e9, 1),
         "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
@@ -208,9 +223,11 @@ def print_table(report: dict) -> None:
     )
     if train["mfu"] is not None:
         print(
-            f"          {train['model_mflop_per_target_token']:.1f} MFLOP per target token, fp32 matmul peak "
+            f"          {train['device']}: {train['model_mflop_per_target_token']:.1f} MFLOP per target token, matmul peak "
             f"{train['matmul_gflop_per_s']:.0f} GFLOP/s, MFU {100 * train['mfu']:.1f}%"
         )
+    if train.get("peak_gpu_mb") is not None:
+        print(f"          peak GPU memory {train['peak_gpu_mb']:.0f} MB")
     if "train_compiled" in report:
         compiled = report["train_compiled"]
         ratio = compiled["target_tokens_per_s"] / train["target_tokens_per_s"]

@@ -67,6 +67,19 @@ def enable_tf32(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def avoid_per_shape_attention_plans(device: torch.device) -> None:
+    """On CUDA, take cuDNN's kernel out of `scaled_dot_product_attention`'s choices (process-wide).
+
+    cuDNN builds an execution plan for every new (batch, length) shape, so training on shapes not
+    seen before ran 10x slower on an H100 (7,600-7,900 against 72,000-83,000 target tokens/s, the
+    Multi30k Transformer's first epoch, A B A B); once every shape has a plan, both kernels ran at
+    the same speed (103,000 against 104,000). The flash and memory-efficient kernels have no
+    per-shape cost. On CPU this does nothing.
+    """
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there). No side effects."""
     if device.type != "cuda" or precision == "fp32":

@@ -43,6 +43,7 @@ from mtkit.rundir import Checkpoint, RunDir
 from mtkit.runtime import (
     autocast,
     autocast_dtype,
+    avoid_per_shape_attention_plans,
     enable_tf32,
     resolve_device,
     retain_freed_memory,
@@ -82,12 +83,13 @@ class Progress:
 
 
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
-    """Join the torchrun job if there is one, then set this process's threads, memory reuse, TF32 and seed."""
+    """Join the torchrun job if there is one, then set threads, memory reuse, TF32, attention kernels and seed."""
     dist, device = init_distributed(resolve_device(config.device))
     set_threads(config.threads)
     if device.type == "cpu":
         retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
+    avoid_per_shape_attention_plans(device)
     seed_everything(config.seed)
     return dist, device
 

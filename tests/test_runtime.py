@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from mtkit.runtime import autocast_dtype, enable_tf32
+from mtkit.runtime import autocast_dtype, avoid_per_shape_attention_plans, enable_tf32
 
 CHURN = """
 import resource, sys
@@ -61,3 +61,15 @@ def test_tf32_is_enabled_explicitly_and_only_for_cuda(tf32_off):
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     enable_tf32(torch.device("cuda"))
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+
+
+def test_cudnn_attention_is_turned_off_only_for_cuda():
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        avoid_per_shape_attention_plans(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        avoid_per_shape_attention_plans(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
