@@ -20,21 +20,30 @@ endif
 # The demo recipe trains the same model for a fixed 15-minute budget: the whole job stays under 20 minutes.
 DEMO_RECIPE ?= recipes/multi30k/demo.yaml
 
-.PHONY: install browser demo test recipe lint bench clean
+.PHONY: install browser demo test test-fast recipe lint bench clean
 
+# Set-up prints one line a step; pip's own output goes to $(INSTALL_LOG).
+INSTALL_LOG ?= /tmp/mtkit-install.log
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[dev]"
-	touch $@
+	@echo "set-up: virtualenv $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip >$(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@echo "set-up: $(TORCH_SPEC)"
+	@$(BIN)/pip install --quiet "$(TORCH_SPEC)" >>$(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@echo "set-up: mtkit and its dependencies (log: $(INSTALL_LOG))"
+	@$(BIN)/pip install --quiet -e ".[dev]" >>$(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@touch $@
 
 install: $(VENV)/.installed
 
 demo: install
+	@echo "== 1/4 tokenizer"
 	$(MTKIT) tokenizer train $(DEMO_RECIPE) $(LOCAL_DATA)
+	@echo "== 2/4 prepare"
 	$(MTKIT) prepare $(DEMO_RECIPE) $(LOCAL_DATA)
+	@echo "== 3/4 train (15 minutes)"
 	$(MTKIT) train $(DEMO_RECIPE) $(LOCAL_DATA) --overwrite
+	@echo "== 4/4 evaluate"
 	$(MTKIT) evaluate -m runs/multi30k_demo --split test
 
 # A full recipe (about 90 minutes on 2 CPU cores); scores are in recipes/multi30k/README.md.
@@ -58,8 +67,13 @@ browser:
 			|| echo "could not install chromium (see $(BROWSER_LOG)); the browser test will say what is missing"; \
 	fi
 
+# The full suite (what CI runs), with the 15 slowest tests listed at the end.
 test: install browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+# The fast tier for the inner loop: every test not marked slow (no training, servers, browsers or subprocesses).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow" --durations=5
 
 lint: install
 	$(BIN)/ruff check mtkit tests benchmarks
@@ -71,6 +85,10 @@ bench: install
 
 # OpenNMT-py 3.5.1 beside mtkit (benchmarks/peers.py, in its own virtualenv under .peers/): the same
 # pieces, model and update size (make bench's), measured mtkit, OpenNMT-py, mtkit; about 20 minutes.
+# On a fresh clone it first runs `mtkit tokenizer train` and `mtkit prepare` for the recipe and, with no
+# trained run in $(RUN) to decode with, trains the recipe for 5 minutes into $(RUN)_peers_5m (kept and
+# reused by later calls). Add `--model RUN_DIR` to PEERS_ARGS to decode another run instead, or
+# `--train-budget 10m` for a longer short run (`--train-budget 0`: train none, stop without a run).
 # `make peers PEERS_ARGS="--budget 15m"` instead trains OpenNMT-py for 15 minutes with the recipe's
 # own settings and scores it on the test split.
 PEERS_ARGS ?= --set train.batch_tokens=4096

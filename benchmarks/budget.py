@@ -36,10 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402 - benchmarks/speed.py, beside this file
 
-from mtkit.checkpoint import resolve_checkpoint  # noqa: E402
 from mtkit.config import load_config, parse_duration  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
-from mtkit.translate_file import atomic_output  # noqa: E402
+from mtkit.models.checkpoint import resolve_checkpoint  # noqa: E402
+from mtkit.textio import atomic_output  # noqa: E402
 
 MTKIT = [sys.executable, "-m", "mtkit"]
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mtkit.loss import sequence_loss
+from mtkit.data.tokenizer import PAD_ID
 from mtkit.models.layers import Dropout
 from mtkit.runtime import retain_freed_memory, set_threads
-from mtkit.tokenizer import PAD_ID
+from mtkit.training.loss import sequence_loss
 
 
 def best_seconds(step: Callable[[], None], rounds: int, repeats: int) -> float:
@@ -52,7 +52,7 @@ def loss_steps(tokens: int, vocab: int) -> dict[str, Callable[[], None]]:
         logits.grad = None
         sequence_loss(logits, target, 0.1).backward()
 
-    return {"F.cross_entropy": reference, "mtkit.loss.sequence_loss": mtkit}
+    return {"F.cross_entropy": reference, "mtkit.training.loss.sequence_loss": mtkit}
 
 
 def dropout_steps(tokens: int, width: int) -> dict[str, Callable[[], None]]:

@@ -1,13 +1,25 @@
 """mtkit beside OpenNMT-py 3.5.1 on one machine: training and decoding speed, or BLEU after a time budget, as JSON.
 
-    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] [--model RUN_DIR] [--onmt-model CHECKPOINT]
-        [--warmup-updates 50] [--updates 200] [--max-len 100] [--output benchmarks/results/peers.json]
+    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] [--model RUN_DIR | --train-budget 5m]
+        [--onmt-model CHECKPOINT] [--warmup-updates 50] [--updates 200] [--max-len 100]
+        [--output benchmarks/results/peers.json]
     python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] --budget 15m [--save-every 25] [--model RUN]
     (both: [--onmt-set KEY=VALUE ...], an onmt_train option over the matched ones, e.g. num_workers=0)
 
 RECIPE defaults to recipes/multi30k/transformer.yaml; `make peers` passes the local Multi30k files.
-A smoke test of the whole pipeline takes a few minutes: add `--set train.batch_tokens=512
---set data.test.limit=20 --warmup-updates 2 --updates 4 --output /tmp/peers.json`.
+A smoke test of the whole pipeline on a fresh clone, about 10 minutes on 2 cores once OpenNMT-py is set up:
+add `--set data_dir=/tmp/peers/data --set run_dir=/tmp/peers/run --set train.batch_tokens=512
+--set data.test.limit=20 --warmup-updates 2 --updates 4 --train-budget 30s --output /tmp/peers.json`.
+
+On a fresh clone it prepares what it needs, each step shown as the command a user would type:
+`mtkit tokenizer train` and `mtkit prepare` when the recipe's data directory has no tokenizer model
+or prepared data; and, for the decoding comparison, the mtkit model to decode. That is --model
+RUN_DIR when given, else the recipe's run_dir when it holds a checkpoint, else RUN_DIR_peers_<T>
+beside it: a short run of the recipe trained by `mtkit train` for --train-budget T (default 5m:
+train.max_time=T, its progress shown as it goes, then a validation; no EMA or averaging),
+trained once and reused by later calls (delete it to train again). A few minutes of training give a
+poor model with long outputs, like OpenNMT-py's 250-update one: compare decoding speeds with the
+BLEU and output lengths beside them. --train-budget 0 trains nothing and stops without a run.
 
 Set-up, once (the marker .peers/onmt-venv/.installed; pip's output goes to .peers/onmt-setup.log):
 OpenNMT-py pins torch<2.3, so it is installed with --no-deps into its own virtualenv beside the torch
@@ -42,10 +54,10 @@ Speed (the default), each measurement in the order A B A (mtkit, OpenNMT-py, mtk
    not timed. OpenNMT-py: onmt_translate's own -report_time clock, which also starts after loading.
    Sentences/s, output pieces/s (EOS counted once a sentence, as speed.py counts) and cased BLEU
    (mtkit's sacreBLEU scoring, the outputs detokenised by the same SentencePiece model, against the
-   references `mtkit evaluate` reads). mtkit decodes --model (default: the recipe's run_dir);
-   OpenNMT-py decodes --onmt-model (say, the checkpoint of a --budget run) or else the checkpoint of
-   its 250-update training run above, whose outputs are poor and long: compare decoding speeds with
-   the BLEU and output lengths beside them.
+   references `mtkit evaluate` reads). mtkit decodes the model chosen above (--model, the recipe's
+   run_dir or the short run); OpenNMT-py decodes --onmt-model (say, the checkpoint of a --budget run)
+   or else the checkpoint of its 250-update training run above, whose outputs are poor and long:
+   compare decoding speeds with the BLEU and output lengths beside them.
 
 Budget (--budget 15m): onmt_train with the recipe's settings for that much wall-clock time, counted
 from its "Start training loop" line (OpenNMT-py has no time limit: it saves every --save-every
@@ -62,7 +74,9 @@ tokens of an update therefore differ by a few percent, either way: both are repo
 are the non-pad decoder outputs, EOS included, on both sides.
 
 Run it on an otherwise idle machine: on 2 cores the speed comparison takes about 20 minutes and the
-budget mode the budget plus about 2 minutes; the first run adds the set-up (a few minutes).
+budget mode the budget plus about 2 minutes; the first run adds the set-up (a few minutes) and, on a
+fresh clone, the data preparation (a minute or two) and the short mtkit run (--train-budget, plus its
+validations).
 """
 
 from __future__ import annotations
@@ -75,7 +89,7 @@ import math
 import os
 import platform
 import re
-import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -86,14 +100,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mtkit.batching import IdColumn, ParallelIds
 from mtkit.config import Config, load_config, parse_duration
-from mtkit.data import iter_split
+from mtkit.data.corpora import iter_split
+from mtkit.data.store import REPORT_FILE, load_prepared
+from mtkit.data.tokenizer import UNK_ID, Tokenizer, load_tokenizers, tokenizer_files
 from mtkit.errors import MtkitError, one_line
-from mtkit.evaluate import score_corpus
-from mtkit.prepared import load_prepared
+from mtkit.evaluation.metrics import score_corpus
 from mtkit.runtime import cpu_cores, set_threads
-from mtkit.tokenizer import UNK_ID, Tokenizer, load_tokenizers
+from mtkit.textio import atomic_file, write_file
+from mtkit.training.batches import IdColumn, ParallelIds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  benchmarks/speed.py measures mtkit's side
@@ -101,6 +116,7 @@ import speed  # noqa: E402  benchmarks/speed.py measures mtkit's side
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / ".peers"
 ONMT_SPEC = "OpenNMT-py==3.5.1"
+TRAIN_BUDGET = "5m"  # the short mtkit run trained to decode with, when there is no trained run
 # What onmt_train and onmt_translate import (found by trying): onmt/transforms/* are all imported at start-up.
 ONMT_REQUIREMENTS = (
     "pyonmttok==1.38.1",
@@ -157,9 +173,10 @@ def setup_onmt(venv: Path, torch_spec: str) -> Path:
     """Install OpenNMT-py into `venv` unless its marker says it is there; returns the bin directory."""
     marker, wanted = venv / ".installed", "\n".join([torch_spec, ONMT_SPEC, *ONMT_REQUIREMENTS]) + "\n"
     if marker.is_file() and marker.read_text() == wanted:
+        say(f"{ONMT_SPEC}: set up in {venv}")
         return venv / "bin"
     log = venv.parent / "onmt-setup.log"
-    print(f"setting up {ONMT_SPEC} in {venv} (pip's output: {log})", file=sys.stderr)
+    say(f"setting up {ONMT_SPEC} in {venv}, once (a few minutes; pip's output: {log})")
     venv.parent.mkdir(parents=True, exist_ok=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     steps = [
@@ -176,8 +193,78 @@ def setup_onmt(venv: Path, torch_spec: str) -> Path:
         check = subprocess.run([str(venv / "bin" / tool), "-h"], capture_output=True, text=True, env=onmt_env(1))
         if check.returncode != 0:
             raise MtkitError(f"{tool} does not start ({last_line(check.stderr)}); a requirement may be missing, see {log}")
-    marker.write_text(wanted)
+    write_file(marker, wanted)
     return venv / "bin"
+
+
+def say(message: str) -> None:
+    """A progress line on stderr: standard output is left to the results."""
+    print(f"peers: {message}", file=sys.stderr, flush=True)
+
+
+def run_mtkit(arguments: list[str]) -> None:
+    """An mtkit command, shown as a user would type it; its output (progress included) goes to stderr as it comes."""
+    print("$ " + shlex.join(["mtkit", *arguments]), file=sys.stderr, flush=True)
+    done = subprocess.run([sys.executable, "-m", "mtkit", *arguments], stdout=sys.stderr, check=False)
+    if done.returncode != 0:
+        raise MtkitError(f"`mtkit {shlex.join(arguments)}` failed (exit status {done.returncode}); see its output above")
+
+
+def set_args(overrides: list[str]) -> list[str]:
+    return [part for override in overrides for part in ("--set", override)]
+
+
+def ensure_prepared(recipe: Path, overrides: list[str], config: Config) -> None:
+    """`mtkit tokenizer train` and `mtkit prepare` for the recipe, where its data directory lacks their output."""
+    data = config.data_path
+    tokenizer_missing = not all(path.is_file() for path in tokenizer_files(data, config.tokenizer.joint))
+    if tokenizer_missing:
+        say(f"{data}: no tokenizer model yet; training it, then preparing the data")
+        run_mtkit(["tokenizer", "train", str(recipe), *set_args(overrides)])
+    if tokenizer_missing or not (data / REPORT_FILE).is_file():
+        say(f"{data}: preparing the recipe's data (mtkit's pieces, the same for both toolkits)")
+        run_mtkit(["prepare", str(recipe), *set_args(overrides)])
+    else:
+        say(f"{data}: tokenizer model and prepared data found")
+
+
+def trained(run: Path) -> bool:
+    """Whether `run` holds a checkpoint to decode (best.pt or last.pt, which `mtkit translate -m RUN` takes)."""
+    return (run / "best.pt").is_file() or (run / "last.pt").is_file()
+
+
+def decoding_model(args: argparse.Namespace, config: Config) -> Path:
+    """The mtkit model to decode: --model, the recipe's trained run, or a short run of the recipe (trained here once)."""
+    if args.model is not None:
+        say(f"mtkit decodes {args.model} (--model)")
+        return args.model
+    if trained(config.run_path):
+        say(f"mtkit decodes the recipe's run {config.run_path} (--model RUN_DIR decodes another)")
+        return config.run_path
+    short = Path(f"{config.run_path}_peers_{args.train_budget}")
+    if trained(short):
+        say(f"mtkit decodes {short}, trained for {args.train_budget} by an earlier call (delete it to train again)")
+        return short
+    if not parse_duration(args.train_budget):
+        raise MtkitError(
+            f"{config.run_path}: no trained mtkit run to decode with; run `mtkit train {args.recipe}` first, "
+            "pass --model RUN_DIR, or give --train-budget 5m to train a short one here"
+        )
+    say(
+        f"{config.run_path}: no trained mtkit run; training the recipe for {args.train_budget} into {short} to decode "
+        "with (--train-budget; --model RUN_DIR decodes another)"
+    )
+    train_short_run(args.recipe, args.overrides, short, args.train_budget)
+    return short
+
+
+def train_short_run(recipe: Path, overrides: list[str], run: Path, budget: str) -> None:
+    """`mtkit train` of the recipe into `run` for `budget` (train.max_time), on the CPU as everything here.
+
+    No EMA or averaging: they would only add validations to a run that is only decoded.
+    """
+    settings = [f"run_dir={run}", f"train.max_time={budget}", "train.ema=0", "train.average_last=0", "train.device=cpu"]
+    run_mtkit(["train", str(recipe), *set_args([*overrides, *settings])])
 
 
 def last_line(text: str) -> str:
@@ -191,14 +278,14 @@ def piece_table(tokenizer: Tokenizer) -> np.ndarray:
 
 
 def write_pieces(path: Path, column: IdColumn, table: np.ndarray) -> None:
-    with path.open("w", encoding="utf-8") as out:
+    with atomic_file(path) as out:
         for index in range(len(column.lengths)):
             out.write(" ".join(table[column[index]]) + "\n")
 
 
 def write_vocab(path: Path, table: np.ndarray) -> None:
     """OpenNMT-py's vocabulary file: the pieces after mtkit's 4 specials; OpenNMT-py adds its own 4."""
-    path.write_text("".join(f"{piece}\n" for piece in table[4:]), encoding="utf-8")
+    write_file(path, "".join(f"{piece}\n" for piece in table[4:]))
 
 
 def write_piece_data(config: Config, directory: Path) -> PieceData:
@@ -213,7 +300,7 @@ def write_piece_data(config: Config, directory: Path) -> PieceData:
     write_vocab(directory / "vocab.tgt", tgt_table)
     assert config.data.test is not None  # checked in check_inputs
     pairs = list(iter_split(config.data.test, config.src_lang, config.tgt_lang, config.data.normalize, "data.test"))
-    with (directory / "test.src").open("w", encoding="utf-8") as out:
+    with atomic_file(directory / "test.src") as out:
         for ids in tokenizers.src.encode_batch([source for source, _ in pairs]):
             out.write(" ".join(src_table[ids]) + "\n")
     return PieceData(
@@ -313,24 +400,30 @@ def differences(config: Config) -> list[str]:
     return found
 
 
-def run_onmt_train(bin_dir: Path, options: dict, run: Path, threads: int, budget: float | None) -> tuple[list[str], float]:
-    """onmt_train with `options` (written to run/train.yaml, its output to run/train.log), to its end or for `budget` seconds.
+@dataclass
+class OnmtTrainRun:
+    """What run_onmt_train reports: the command, when its training loop started, its peak memory."""
 
-    Returns the command and the time its training loop started (epoch seconds).
-    """
+    command: list[str]
+    started: float  # epoch seconds
+    peak_rss_mb: float | None  # onmt_train's own, its data-loader workers included; None when stopped at a budget
+
+
+def run_onmt_train(bin_dir: Path, options: dict, run: Path, threads: int, budget: float | None) -> OnmtTrainRun:
+    """onmt_train with `options` (written to run/train.yaml, its output to run/train.log), to its end or for `budget` seconds."""
     run.mkdir(parents=True, exist_ok=True)
     for old in [*run.glob("model_step_*.pt"), run / "train.log"]:
         old.unlink(missing_ok=True)
-    (run / "train.yaml").write_text(yaml.safe_dump(options, sort_keys=False), encoding="utf-8")
+    write_file(run / "train.yaml", yaml.safe_dump(options, sort_keys=False))
     command = [str(bin_dir / "onmt_train"), "-config", str(run / "train.yaml")]
-    log = run / "train.log"
-    with log.open("w") as out:
+    log, peak = run / "train.log", None
+    with log.open("w") as out:  # written by onmt_train as it goes, and read here meanwhile
         # A session of its own: stopping it stops its data-loader workers too.
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=onmt_env(threads), start_new_session=True)
         try:
             started = wait_for_start(process, log)
             if budget is None:
-                process.wait()
+                peak = wait_with_peak_rss(process)
             else:
                 stop_at(process, started + budget)
         finally:
@@ -339,7 +432,18 @@ def run_onmt_train(bin_dir: Path, options: dict, run: Path, threads: int, budget
                 process.wait()
     if budget is None and process.returncode != 0:
         raise MtkitError(f"onmt_train failed ({last_line(log.read_text(errors='replace'))}); see {log}")
-    return command, started
+    return OnmtTrainRun(command, started, peak)
+
+
+def wait_with_peak_rss(process: subprocess.Popen) -> float:
+    """Wait for `process` to end; its peak resident memory in MB, its own children's included once it reaped them.
+
+    Measured for this process alone (wait4), not for every child so far: the mtkit commands run
+    before it (tokenizer training, prepare, a short training run) may have used more.
+    """
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss / 1024  # Linux reports KiB
 
 
 def wait_for_start(process: subprocess.Popen, log: Path) -> float:
@@ -403,15 +507,15 @@ def onmt_training(
     (warmup, updates), steps = window, sum(window)
     report_every = math.gcd(warmup, updates)
     options = onmt_options(config, data, run, steps, report_every, steps, extra)
-    command, _ = run_onmt_train(bin_dir, options, run, threads, budget=None)
+    trained = run_onmt_train(bin_dir, options, run, threads, budget=None)
     measured = onmt_window(run / "train.log", warmup, steps, report_every * config.train.accumulate)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert trained.peak_rss_mb is not None  # it ran to its end
     return {
         **measured,
         "parameters": onmt_parameters(run / "train.log"),
-        "peak_rss_mb": round(peak, 1),  # the largest finished child process so far (workers included)
+        "peak_rss_mb": round(trained.peak_rss_mb, 1),  # onmt_train's own (its data-loader workers included)
         "checkpoint": str(run / f"model_step_{steps}.pt"),
-        "command": shell_line(command),
+        "command": shell_line(trained.command),
         "options": options,
     }
 
@@ -473,7 +577,7 @@ def onmt_translation_seconds(output: str, words: int) -> float:
 
 def mtkit_decoding(config: Config, model: Path, max_len: int) -> dict:
     """speed.py's decoding of the test split, with the recipe's decode settings and the fixed output cap."""
-    from mtkit.translate import Translator
+    from mtkit.decoding.translator import Translator
 
     translator = Translator.load(model, device="cpu")
     translator.decode = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=max_len)
@@ -514,21 +618,29 @@ def machine(bin_dir: Path) -> dict:
     }
 
 
-def speed_report(args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int) -> dict:
-    """Training, then decoding, each as mtkit, OpenNMT-py, mtkit; the fp32 matmul peak before and after."""
+def speed_report(args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int, model: Path) -> dict:
+    """Training, then decoding (mtkit's `model`), each as mtkit, OpenNMT-py, mtkit; the fp32 matmul peak before and after."""
+    say("measuring the fp32 matmul peak")
     report: dict = {"matmul_gflop_per_s": {"start": round(speed.matmul_flops_per_s() / 1e9, 1)}}
+    window = f"updates {args.warmup_updates + 1}-{args.warmup_updates + args.updates}"
+    say(f"training speed 1/3: mtkit, {window}")
     runs = [{"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}]
     run_dir = PEERS_DIR / "runs" / f"{config.name}-speed"
-    window = (args.warmup_updates, args.updates)
-    onmt = onmt_training(bin_dir, config, data, run_dir, window, threads, args.onmt_options)
+    say(f"training speed 2/3: OpenNMT-py, {window} (its log: {run_dir / 'train.log'})")
+    onmt = onmt_training(bin_dir, config, data, run_dir, (args.warmup_updates, args.updates), threads, args.onmt_options)
     runs.append({"toolkit": "OpenNMT-py", "measure": "training", **onmt})
+    say(f"training speed 3/3: mtkit, {window}")
     runs.append(
         {"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}
     )
-    model, onmt_model = args.model or config.run_path, args.onmt_model or Path(onmt["checkpoint"])
+    onmt_model = args.onmt_model or Path(onmt["checkpoint"])
+    searches = f"beam 5 and greedy on {len(data.references)} test sentences"
+    say(f"decoding speed 1/3: mtkit, {searches} ({model})")
     runs.append({"toolkit": "mtkit", "measure": "decoding", **mtkit_decoding(config, model, args.max_len)})
+    say(f"decoding speed 2/3: OpenNMT-py, {searches} ({onmt_model})")
     onmt_decode = onmt_decoding(bin_dir, config, data, onmt_model, args.max_len, threads)
     runs.append({"toolkit": "OpenNMT-py", "measure": "decoding", **onmt_decode})
+    say(f"decoding speed 3/3: mtkit, {searches}")
     runs.append({"toolkit": "mtkit", "measure": "decoding", **mtkit_decoding(config, model, args.max_len)})
     report["matmul_gflop_per_s"]["end"] = round(speed.matmul_flops_per_s() / 1e9, 1)
     report["runs"] = runs
@@ -542,14 +654,16 @@ def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data:
     budget = parse_duration(args.budget) or 0.0
     run_dir = PEERS_DIR / "runs" / f"{config.name}-budget-{args.budget}"
     options = onmt_options(config, data, run_dir, 10_000_000, config.train.log_every, args.save_every, args.onmt_options)
-    command, started = run_onmt_train(bin_dir, options, run_dir, threads, budget)
+    say(f"training OpenNMT-py for {args.budget} (its log: {run_dir / 'train.log'})")
+    trained = run_onmt_train(bin_dir, options, run_dir, threads, budget)
     checkpoint = newest_loading_checkpoint(bin_dir, run_dir, threads)
+    say(f"decoding the test split with OpenNMT-py's {checkpoint}, beam 5 and greedy")
     onmt = {
         "toolkit": "OpenNMT-py",
         "updates": int(checkpoint.stem.rsplit("_", 1)[1]),
-        "checkpoint_written_after_s": round(checkpoint.stat().st_mtime - started, 1),
+        "checkpoint_written_after_s": round(checkpoint.stat().st_mtime - trained.started, 1),
         "parameters": onmt_parameters(run_dir / "train.log"),
-        "command": shell_line(command),
+        "command": shell_line(trained.command),
         "options": options,
         "decode": onmt_decoding(bin_dir, config, data, checkpoint, args.max_len, threads),
     }
@@ -558,10 +672,11 @@ def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data:
     if not snapshot.is_file() and args.model is not None:
         snapshot = args.model  # a run trained for the budget (train.max_time) is its own snapshot
     if snapshot.exists():
+        say(f"decoding the test split with mtkit's {snapshot}, beam 5 and greedy")
         decode = mtkit_decoding(config, snapshot, args.max_len)
         report["runs"].append({"toolkit": "mtkit", "decode": decode})
     else:
-        print(f"no mtkit snapshot {snapshot} (train.snapshots): OpenNMT-py's BLEU only", file=sys.stderr)
+        say(f"no mtkit snapshot {snapshot} (train.snapshots, or --model RUN trained for {args.budget}): OpenNMT-py's BLEU only")
     report["onmt_commands"] = [onmt["command"], *onmt["decode"]["commands"]]
     return report
 
@@ -628,7 +743,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", type=Path, nargs="?", default=Path("recipes/multi30k/transformer.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
-    parser.add_argument("--model", type=Path, help="mtkit run to decode with (default: the recipe's run_dir)")
+    parser.add_argument(
+        "--model", type=Path, help="mtkit run to decode with (default: the recipe's run_dir, else a short run: --train-budget)"
+    )
+    parser.add_argument(
+        "--train-budget",
+        default=TRAIN_BUDGET,
+        help=f"without --model or a trained run_dir: train the recipe this long to decode (default {TRAIN_BUDGET}; 0: never)",
+    )
     parser.add_argument("--onmt-model", type=Path, help="OpenNMT-py checkpoint to decode with (default: its speed run's)")
     parser.add_argument("--warmup-updates", type=int, default=50, help="updates before the timed window (at least 1)")
     parser.add_argument("--updates", type=int, default=200, help="updates in the timed window")
@@ -643,11 +765,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if min(args.warmup_updates, args.updates, args.max_len, args.save_every) < 1:
         parser.error("--warmup-updates, --updates, --max-len and --save-every must be at least 1")
-    if args.budget is not None:
+    for option, value in (("--budget", args.budget), ("--train-budget", args.train_budget)):
         try:
-            parse_duration(args.budget)
+            parse_duration(value)
         except MtkitError:
-            parser.error(f"--budget {args.budget!r}: give a duration such as 15m, 1h or 600s")
+            parser.error(f"{option} {value!r}: give a duration such as 15m, 1h or 600s")
     args.onmt_options = {}
     for option in args.onmt_set:
         key, equals, value = option.partition("=")
@@ -659,19 +781,13 @@ def parse_args() -> argparse.Namespace:
 
 
 def check_inputs(args: argparse.Namespace, config: Config) -> None:
-    """One-line errors, before anything long runs, for what the benchmark needs and does not find."""
+    """One-line errors, before anything long runs, for what the benchmark needs, cannot make itself and does not find."""
     if config.model.arch != "transformer":
         raise MtkitError(f"{args.recipe}: model.arch is {config.model.arch}; peers.py compares Transformers")
     if config.data.test is None:
         raise MtkitError(f"{args.recipe}: the recipe has no data.test; set it to the test split (test2016)")
-    load_tokenizers(config.data_path, config.tokenizer.joint)  # names `mtkit tokenizer train` when missing
-    for split in ("train", "valid"):
-        load_prepared(config.data_path, split)  # names `mtkit prepare` when missing
-    model = args.model or config.run_path
-    if args.budget is None and not model.exists():
-        raise MtkitError(
-            f"{model}: no trained mtkit run to decode with; run `mtkit train {args.recipe}` first or pass --model RUN_DIR"
-        )
+    if args.model is not None and not args.model.exists():
+        raise MtkitError(f"{args.model}: no such mtkit run or checkpoint; give a run_dir trained by `mtkit train`")
     if args.onmt_model is not None and not args.onmt_model.is_file():
         raise MtkitError(f"{args.onmt_model}: no such OpenNMT-py checkpoint; give one written by a --budget run")
 
@@ -684,7 +800,10 @@ def main() -> None:
         check_inputs(args, config)
         threads = config.train.threads or cpu_cores()
         set_threads(threads)
+        ensure_prepared(args.recipe, args.overrides, config)
         bin_dir = setup_onmt(PEERS_DIR / "onmt-venv", args.torch_spec)
+        model = None if args.budget else decoding_model(args, config)
+        say(f"writing mtkit's pieces and vocabulary for OpenNMT-py to {PEERS_DIR / 'data' / config.name}")
         data = write_piece_data(config, PEERS_DIR / "data" / config.name)
         report = {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -694,12 +813,14 @@ def main() -> None:
             "counts": COUNTS,
             "not_matched": differences(config),
         }
-        run = budget_report if args.budget else speed_report
-        report.update(run(args, config, bin_dir, data, threads))
+        if model is None:
+            report.update(budget_report(args, config, bin_dir, data, threads))
+        else:
+            report.update(speed_report(args, config, bin_dir, data, threads, model))
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        write_file(args.output, json.dumps(report, indent=1) + "\n")
     except MtkitError as err:
         sys.exit(f"peers: error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
     (print_budget if args.budget else print_speed)(report)
     print(f"written to {args.output}")
 

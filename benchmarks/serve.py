@@ -41,10 +41,10 @@ from typing import IO
 import torch
 from speed import matmul_flops_per_s
 
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.runtime import set_threads
 from mtkit.textio import file_lines
-from mtkit.translate import Translator
 
 DEFAULT_SRC = Path("../shared/data/multi30k/test_2016_flickr.de.gz")
 WARMUP_SENTENCES = 16

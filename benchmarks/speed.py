@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 
 from mtkit.config import load_config
-from mtkit.data import iter_split
+from mtkit.data.corpora import iter_split
+from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
-from mtkit.evaluate import score_corpus
-from mtkit.train import Trainer, setup_process
-from mtkit.translate import Decoding, Translator
+from mtkit.evaluation.metrics import score_corpus
+from mtkit.training.trainer import Trainer, setup_process
 
 
 def peak_rss_mb() -> float:
@@ -88,7 +88,8 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
     """
     dist, device = setup_process(config.train)
     trainer = Trainer(config, device, dist)
-    batches = trainer.epoch_batches()
+    epoch = trainer.epoch()
+    batches = epoch.batches
     needed = warmup_updates + measured_updates
     batches = (batches * (needed // len(batches) + 1))[:needed]
     real = padded = source_tokens = 0
@@ -98,7 +99,7 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
             synchronize(device)
             start = time.perf_counter()
             tokens = 0
-        batch = trainer.train_ids.collate(indices)
+        batch = epoch.ids.collate(indices)
         _, batch_tokens = trainer.update([batch])
         if index >= warmup_updates:
             tokens += batch_tokens
@@ -132,7 +133,7 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
     """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
     if engine == "pytorch":
         return Translator.load(model_dir, device=device)
-    from mtkit.export import export_ctranslate2
+    from mtkit.decoding.export import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None
     exported = export_ctranslate2(model_dir, workdir / engine, quantization)

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtkit.constraints import Sampling
-    from mtkit.translate import Decoding, Translator
+    from mtkit.decoding.constraints import Sampling
+    from mtkit.decoding.translator import Decoding, Translator
 
+# each public name and the module that defines it, imported on first use so that `import mtkit`
+# (and `mtkit --help`) does not load torch
+_PUBLIC = {
+    "Decoding": "mtkit.decoding.translator",
+    "Sampling": "mtkit.decoding.constraints",
+    "Translator": "mtkit.decoding.translator",
+}
 __all__ = ["Decoding", "Sampling", "Translator"]
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use so `import mtkit` (and `mtkit --help`) does not load torch.
-    if name in __all__:
-        import mtkit.translate
-
-        return getattr(mtkit.translate, name)
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'mtkit' has no attribute {name!r}")

@@ -14,8 +14,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from mtkit.choices import BadBytes, EngineName, ExportFormat, Quantization, Split
 from mtkit.errors import MtkitError
+from mtkit.options import BadBytes, EngineName, ExportFormat, Quantization, Split
 
 
 class _Group(TyperGroup):
@@ -74,7 +74,7 @@ def _config(recipe: Path, overrides: list[str] | None):
 def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
-    from mtkit.prepare import train_tokenizers
+    from mtkit.data.prepare import train_tokenizers
 
     pair = train_tokenizers(config)
     sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
@@ -88,8 +88,8 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
 def prepare(recipe: Recipe, overrides: Overrides = None) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
-    from mtkit.data import clean_table
-    from mtkit.prepare import prepare_corpus
+    from mtkit.data.corpora import clean_table
+    from mtkit.data.prepare import prepare_corpus
 
     report = prepare_corpus(config)
     typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))
@@ -106,7 +106,7 @@ def train(
 ) -> None:
     """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
-    from mtkit.train import train as run_training
+    from mtkit.training.trainer import train as run_training
 
     run_training(config, resume=resume, overwrite=overwrite)
 
@@ -148,11 +148,11 @@ def translate(
 
     Under `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines.
     """
-    from mtkit.constraints import Sampling
+    from mtkit.decoding.constraints import Sampling
+    from mtkit.decoding.files import FileOptions, translate_file
+    from mtkit.decoding.translator import Decoding, Translator
     from mtkit.distributed import translation_job
     from mtkit.runtime import resolve_device
-    from mtkit.translate import Decoding, Translator
-    from mtkit.translate_file import FileOptions, translate_file
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
     decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer)
@@ -174,9 +174,9 @@ def score(
     device: Device = "auto",
 ) -> None:
     """Score given translations: per pair, the total log-probability, its per-token average and the token count."""
+    from mtkit.decoding.files import score_files
+    from mtkit.decoding.translator import Translator
     from mtkit.runtime import resolve_device
-    from mtkit.scoring import score_files
-    from mtkit.translate import Translator
 
     truncated = score_files(Translator.load(model, engine, str(resolve_device(device))), src, tgt, output, as_json)
     if truncated:
@@ -205,7 +205,7 @@ def serve(
     device: Device = "auto",
 ) -> None:
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
-    from mtkit.serve import ServeLimits, run_server
+    from mtkit.serving.app import ServeLimits, run_server
 
     limits = ServeLimits(max_lines, max_chars, max_queue, max_wait_ms, batch_lines, workers, api_key)
     run_server(model, engine, device, host, port, limits)
@@ -238,13 +238,17 @@ def evaluate(
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    save_scores: Annotated[
+        bool, typer.Option(help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).")
+    ] = True,
     device: Device = "auto",
 ) -> None:
     """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU), flag problem
     sentences, and compare several systems with the first by paired significance tests."""
-    from mtkit.evaluate_run import EvaluateRequest
-    from mtkit.evaluate_run import evaluate as run_evaluation
-    from mtkit.flags import parse_rules
+    from mtkit.evaluation.problems import parse_rules
+    from mtkit.evaluation.report import EvaluateRequest, scores_directory
+    from mtkit.evaluation.report import evaluate as run_evaluation
+    from mtkit.evaluation.report import save_scores as record_scores
 
     request = EvaluateRequest(
         hyp or [], ref or [], model or [], split.value if split else None, src, beam, output, device, compare, flags,
@@ -252,6 +256,9 @@ def evaluate(
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
+    directory = scores_directory(request)
+    if save_scores and directory is not None and request.split is not None:
+        record_scores(directory, request.split, report.systems[0].result)
 
 
 @app.command()
@@ -263,7 +270,7 @@ def export(
     force: Annotated[bool, typer.Option(help="Replace an earlier export in --output.")] = False,
 ) -> None:
     """Export a trained Transformer for CTranslate2; `mtkit translate -m DIR` then uses it."""
-    from mtkit.export import export_ctranslate2
+    from mtkit.decoding.export import export_ctranslate2
 
     weights = quantization.value if quantization else None
     written = export_ctranslate2(model, output, weights, force=force)
@@ -276,7 +283,7 @@ def plot(
     output: Annotated[Path, typer.Option("--output", "-o", help="The PNG to write.")] = Path("curves.png"),
 ) -> None:
     """Learning curves: training loss, validation loss and BLEU against updates and training time."""
-    from mtkit.curves import plot_runs
+    from mtkit.training.curves import plot_runs
 
     labels = plot_runs(runs, output)
     typer.echo(f"drew {', '.join(labels)} into {output}")
@@ -289,11 +296,11 @@ def average(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: RUN/average.pt).")] = None,
 ) -> None:
     """Average the last N checkpoints of a run into one model for translate and evaluate."""
-    from mtkit.checkpoint import atomic_save, average_checkpoints
+    from mtkit.models.checkpoint import average_checkpoints, save_checkpoint
 
     averaged, sources = average_checkpoints(model, last)
     target = output or model / "average.pt"
-    atomic_save(averaged, target)
+    save_checkpoint(averaged, target)
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from mtkit.choices import BadBytes
 from mtkit.errors import MtkitError, one_line
+from mtkit.options import BadBytes
 
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
@@ -288,7 +288,7 @@ class TrainConfig:
     device: str = field(default="auto", metadata=_pattern(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N", "cpu"))
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))
     threads: int = field(default=0, metadata=_range(0, 1024, example=4))  # CPU threads for torch; 0 = all cores
-    compile: bool = False  # torch.compile the training forward pass (see README "Performance")
+    compile: bool = False  # torch.compile the training forward pass (see docs/performance.md)
     # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
     tensorboard: bool = False
 

@@ -1,16 +1,19 @@
-"""Plain-text lines in and out (files, gzip files or stdin/stdout): UTF-8 decoding with one-line
-errors for bad bytes, and the line as the model reads it. Corpora, hypotheses, references and
-`translate` input are all read through `text_lines`.
+"""Files in and out: plain-text lines (files, gzip files or stdin/stdout) with UTF-8 decoding, one-line
+errors for bad bytes and the line as the model reads it; and the one writer of every file mtkit
+writes (`atomic_file`). Corpora, hypotheses, references and `translate` input are all read through
+`text_lines`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
 import select
 import stat
 import sys
+import tempfile
 import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -86,13 +89,76 @@ def file_lines(path: Path, bad_bytes: str = "error", fix: str = "", progress: bo
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
 
-def replace_with(temporary: Path | str, path: Path | str) -> None:
-    """Rename a finished temporary file (mkstemp makes it private) onto `path`, with the permissions
-    a newly created file gets (0666 less the umask), so others can read what the user wrote."""
-    mask = os.umask(0)
+@contextlib.contextmanager
+def atomic_file(path: Path | str, binary: bool = False) -> Iterator[IO]:
+    """The one writer of every file mtkit writes: a temporary file in `path`'s directory, flushed to
+    disk (fsync), then renamed onto `path` with the mode a new file gets (0666 less the umask).
+
+    A reader sees the old file or the whole new one, never a part. If the block raises, `path` is
+    left as it was and the temporary file is removed. A failed write is a `MtkitError` naming `path`.
+    """
+    path = Path(path)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory exists and is writable") from None
+    try:
+        with os.fdopen(handle, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+        _fsync_directory(path.parent)
+    except OSError as err:
+        raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory is writable and has space") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def write_file(path: Path | str, data: str | bytes) -> None:
+    """Replace `path` with `data` (text as UTF-8) through `atomic_file`."""
+    with atomic_file(path, binary=isinstance(data, bytes)) as file:
+        file.write(data)
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]:
+    """Standard output, or `atomic_file(path)` (or nowhere: `discard`, for ranks other than the first)."""
+    if discard:
+        with open(os.devnull, "w", encoding="utf-8") as nowhere:
+            yield nowhere
+    elif path is None:
+        yield sys.stdout
+        sys.stdout.flush()
+    else:
+        with atomic_file(path) as file:
+            yield file
+
+
+def _umask() -> int:
+    """The process's umask. Linux reports it in /proc without changing it; elsewhere it is set and restored."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
     os.umask(mask)
-    os.chmod(temporary, 0o666 & ~mask)
-    os.replace(temporary, path)
+    return mask
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (where the system allows opening a directory)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
 
 
 def count_lines(path: Path) -> int:
@@ -176,13 +242,6 @@ class _LineSource:
 
 
 def write_lines(lines: list[str], path: Path | None) -> None:
-    """Write one line per item (inner newlines become spaces) to `path` or standard output."""
-    text = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines)
-    if path is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory exists and is writable") from None
+    """Write one line per item (inner newlines become spaces) to `path` (through `atomic_file`) or standard output."""
+    with atomic_output(path) as out:
+        out.write("".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines))

@@ -1,4 +1,4 @@
-"""Shared test fixtures: small slices of the real Multi30k corpus."""
+"""Shared test fixtures and helpers: small slices of the real Multi30k corpus, trained reverse-task runs, the CLI."""
 
 from __future__ import annotations
 
@@ -12,6 +12,25 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.config import config_from_dict
+from mtkit.decoding.translator import Translator
+
+# The fixtures that train a model or start a server or a browser: a test that uses one is slow.
+SLOW_FIXTURES = {
+    *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid"),
+    *("workspace", "de_en_run", "rnn_run", "server", "browser"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that uses a slow fixture (other slow tests carry the marker themselves)."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 # CI explores the same (thousands of) hypothesis cases on every run; locally each run draws new ones.
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -86,7 +105,7 @@ def reverse_task_config(directory: Path, **train: object):
 
 def prepared_reverse_task(directory: Path, **train: object):
     """Write, tokenise and prepare the reverse task; returns its config (nothing trained yet)."""
-    from mtkit.prepare import prepare_corpus, train_tokenizers
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
 
     write_reverse_task(directory / "raw")
     config = reverse_task_config(directory, **train)
@@ -98,7 +117,7 @@ def prepared_reverse_task(directory: Path, **train: object):
 @pytest.fixture(scope="session")
 def reverse_run(tmp_path_factory: pytest.TempPathFactory):
     """A tiny Transformer trained on the reverse task (shared by the train and translate tests)."""
-    from mtkit.train import train
+    from mtkit.training.trainer import train
 
     # At the template's lr 0.003 the model hovers at 46-48 of 50 exact; a lower peak lets it settle.
     config = prepared_reverse_task(tmp_path_factory.mktemp("reverse"), max_steps=750, batch_tokens=1600, lr=0.001)
@@ -110,7 +129,7 @@ def reverse_run(tmp_path_factory: pytest.TempPathFactory):
 def reverse_rnn_run(tmp_path_factory: pytest.TempPathFactory):
     """A tiny GRU with Bahdanau attention trained on the reverse task (shared by the RNN and decoding tests)."""
     from mtkit.config import ModelConfig
-    from mtkit.train import train
+    from mtkit.training.trainer import train
 
     config = prepared_reverse_task(tmp_path_factory.mktemp("reverse_rnn"), max_steps=300, validate_every=150, lr=0.005)
     config.model = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=64, embed_dim=32, dropout=0.0)
@@ -121,7 +140,7 @@ def reverse_rnn_run(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def reverse_export(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reverse-task Transformer exported to CTranslate2 (float32), for the export and engine tests."""
-    from mtkit.export import export_ctranslate2
+    from mtkit.decoding.export import export_ctranslate2
 
     return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
 
@@ -143,7 +162,7 @@ def serving(translator, limits, name: str = "model"):  # noqa: ANN001, ANN201 - 
 
     import uvicorn
 
-    from mtkit.serve import create_app, model_info
+    from mtkit.serving.app import create_app, model_info
 
     port = free_port()
     app = create_app(translator, limits, model_info(translator, name))
@@ -158,3 +177,63 @@ def serving(translator, limits, name: str = "model"):  # noqa: ANN001, ANN201 - 
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@pytest.fixture(params=["reverse_run", "reverse_rnn_run"], scope="module")
+def model_run(request):
+    """A trained reverse-task run of each architecture (the test runs once for each)."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="module")
+def model_translator(model_run) -> Translator:
+    return Translator.load(model_run.run_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def model_valid(model_run) -> tuple[list[str], list[str]]:
+    """The reverse task's validation sources and targets."""
+    raw = model_run.data_path.parent / "raw"
+    return (raw / "valid.src").read_text().splitlines(), (raw / "valid.tgt").read_text().splitlines()
+
+
+@pytest.fixture
+def test200(multi30k_slice) -> tuple[Path, Path]:
+    """The first 200 Multi30k test2016 sentences, German and English."""
+    return multi30k_slice("test_2016_flickr", "de", 200), multi30k_slice("test_2016_flickr", "en", 200)
+
+
+def cli_output(*arguments: object) -> str:
+    """Run an mtkit command in-process; it must succeed; its standard output."""
+    result = CliRunner().invoke(app, [str(a) for a in arguments])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def write_text_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def multi30k_recipe(
+    tmp_path: Path,
+    multi30k_slice: Callable[[str, str, int], Path],
+    joint: bool = True,
+    with_test: bool = True,
+    train_lines: int = 1000,
+):
+    """A recipe over Multi30k slices: `train_lines` training pairs (1000), 100 validation and 100 test pairs."""
+
+    def files(split: str, count: int) -> dict[str, str]:
+        return {"src": str(multi30k_slice(split, "de", count)), "tgt": str(multi30k_slice(split, "en", count))}
+
+    data = {"train": files("train", train_lines), "valid": files("val", 100)}
+    if with_test:
+        data["test"] = files("test_2016_flickr", 100)
+    recipe = {"name": "tiny", "src_lang": "de", "tgt_lang": "en", "data_dir": str(tmp_path / "data"), "data": data}
+    return config_from_dict({**recipe, "tokenizer": {"vocab_size": 300, "joint": joint}})
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.writelines(f"{line}\n" for line in lines)

@@ -19,8 +19,8 @@ import yaml
 from click.testing import Result
 from typer.testing import CliRunner
 
-from mtkit.checkpoint import read_checkpoint
 from mtkit.cli import app
+from mtkit.models.checkpoint import read_checkpoint
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 REPO = Path(__file__).resolve().parents[1]
@@ -148,6 +148,7 @@ def test_help_lists_every_command():
     assert "train" in succeeded(invoke("tokenizer", "--help")).stdout
 
 
+@pytest.mark.slow
 def test_tokenizer_train_writes_one_joint_model(workspace):
     result = succeeded(workspace["results"]["tokenizer"])
     assert "joint" in result.stdout
@@ -266,7 +267,7 @@ def test_translate_nbest_prints_translations_and_scores(run):
 
 
 def test_python_api_translator(run):
-    from mtkit import Translator
+    from mtkit.decoding.translator import Translator
 
     translator = Translator.load(run, device="cpu")
     outputs = translator.translate(SOURCES, beam=1)
@@ -276,6 +277,7 @@ def test_python_api_translator(run):
     assert outputs == cli
 
 
+@pytest.mark.slow
 def test_console_script_translates_one_line(run):
     completed = subprocess.run(
         [sys.executable, "-m", "mtkit", "translate", "-m", str(run)],
@@ -357,6 +359,7 @@ def test_train_into_an_existing_run_needs_resume(workspace, run_copy):
     assert read_checkpoint(run_copy / "last.pt")["step"] == MAX_STEPS  # untouched
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_step(workspace, run_copy):
     result = succeeded(
         invoke("train", workspace["recipe"], "--resume", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=40")
@@ -370,6 +373,7 @@ def test_resume_continues_from_the_last_step(workspace, run_copy):
     assert yaml.safe_load((run_copy / "config.yaml").read_text(encoding="utf-8"))["train"]["max_steps"] == 40
 
 
+@pytest.mark.slow
 def test_overwrite_starts_the_run_again(workspace, run_copy):
     result = invoke("train", workspace["recipe"], "--overwrite", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=5")
     succeeded(result)

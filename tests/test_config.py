@@ -497,7 +497,8 @@ def test_every_number_declares_its_range_and_every_model_key_its_architecture():
 
 
 def test_arch_keys_are_the_constructor_arguments():
-    from mtkit.models import RNNSeq2Seq, Transformer
+    from mtkit.models.rnn import RNNSeq2Seq
+    from mtkit.models.transformer import Transformer
 
     for arch, model in (("transformer", Transformer), ("rnn", RNNSeq2Seq)):
         parameters = set(inspect.signature(model.__init__).parameters) - {

@@ -15,8 +15,8 @@ import torch
 import yaml
 from conftest import prepared_reverse_task
 
-from mtkit.checkpoint import read_checkpoint
 from mtkit.config import config_to_dict
+from mtkit.models.checkpoint import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +42,7 @@ def first_loss(run: Path) -> float:
     return next(r["train_loss"] for r in records if r.get("step") == 1 and "train_loss" in r)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_over_the_combined_batch(tmp_path):
     settings = {"max_steps": 1, "validate_every": 1, "log_every": 1, "batch_tokens": 300, "label_smoothing": 0.1}
     single = prepared_reverse_task(tmp_path / "single", accumulate=2, **settings)
@@ -68,6 +69,7 @@ def test_two_processes_equal_one_process_over_the_combined_batch(tmp_path):
     assert result.stderr.count("training finished") == 1
 
 
+@pytest.mark.slow
 def test_killing_one_rank_ends_the_whole_job(tmp_path):
     config = prepared_reverse_task(tmp_path, max_steps=1_000_000, validate_every=1_000_000, log_every=5)
     recipe = write_recipe(config, tmp_path / "recipe.yaml")
@@ -93,6 +95,7 @@ def test_killing_one_rank_ends_the_whole_job(tmp_path):
     assert "Signal 9" in stderr or "SIGKILL" in stderr or "failed" in stderr.lower()
 
 
+@pytest.mark.slow
 def test_resume_under_torchrun_matches_a_straight_run(tmp_path):
     settings = {"validate_every": 2, "log_every": 1, "batch_tokens": 300}
     straight = prepared_reverse_task(tmp_path / "straight", max_steps=6, **settings)
@@ -120,7 +123,7 @@ import sys
 import torch
 from mtkit.config import load_config
 from mtkit.distributed import shutdown
-from mtkit.train import Trainer, setup_process
+from mtkit.training.trainer import Trainer, setup_process
 
 config = load_config(sys.argv[1])
 dist, device = setup_process(config.train)
@@ -133,6 +136,7 @@ shutdown(dist)
 """
 
 
+@pytest.mark.slow
 def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
     settings = {"schedule": "linear", "min_lr": 0.0, "warmup_steps": 1, "max_steps": 0, "max_time": "8s", "batch_tokens": 300}
     config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 
 from mtkit.cli import app
 from mtkit.config import Config, DataConfig, SplitConfig, arch_keys, config_to_dict, load_config
-from mtkit.data import clean_pairs, iter_split
+from mtkit.data.corpora import clean_pairs, iter_split
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
-from mtkit.evaluate import score_corpus
+from mtkit.evaluation.metrics import score_corpus
 from mtkit.textio import decode_lines
-from mtkit.translate import Translator
 
 
 def read_split(*args, **options) -> list:
@@ -49,6 +49,7 @@ def has_surrogate(text: str) -> bool:
     return any(unicodedata.category(c) == "Cs" for c in text)
 
 
+@pytest.mark.slow
 @FAST
 @given(pairs=st.lists(st.tuples(LINE, LINE), max_size=8))
 def test_reading_parallel_files_keeps_pairs_aligned_or_names_the_bad_line(tmp_path, pairs):
@@ -72,6 +73,7 @@ def test_reading_parallel_files_keeps_pairs_aligned_or_names_the_bad_line(tmp_pa
         )
 
 
+@pytest.mark.slow
 @FAST
 @given(pairs=st.lists(st.tuples(LINE, LINE), max_size=12), max_len=st.integers(1, 10), max_ratio=st.floats(1.0, 4.0))
 def test_cleaning_accounts_for_every_pair(pairs, max_len, max_ratio):
@@ -106,6 +108,7 @@ def greedy_translator(reverse_run) -> Translator:
     return translator
 
 
+@pytest.mark.slow
 @FAST
 @given(lines=LINES)
 def test_translate_returns_exactly_one_line_per_input_line(greedy_translator, lines):
@@ -129,6 +132,7 @@ def test_translate_command_never_shows_a_traceback(reverse_run, data):
         assert result.stderr.startswith("mtkit: error: <stdin>:") and result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 @FAST
 @given(rows=st.lists(st.tuples(LINE, LINE, LINE), min_size=1, max_size=6))
 def test_scores_are_finite_for_any_text(rows):
@@ -184,7 +188,7 @@ OVERRIDE = st.sampled_from(sorted(KEY_VALUES)).flatmap(lambda key: st.tuples(st.
 @pytest.fixture(scope="module")
 def tiny_recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny Transformer and a tiny RNN recipe over one prepared reverse task (300 pairs)."""
-    from mtkit.prepare import prepare_corpus, train_tokenizers
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
 
     directory = tmp_path_factory.mktemp("recipe_values")
     write_reverse_task(directory / "raw", train_pairs=300, valid_pairs=10)
@@ -215,22 +219,23 @@ def affordable(config: Config) -> bool:
 def first_update(config: Config) -> Any:
     """A `Trainer` for `config` (no run directory) after its first update, over the first `accumulate` batches."""
     from mtkit.runtime import resolve_device
-    from mtkit.train import Trainer
+    from mtkit.training.trainer import Trainer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: more threads only wait for each other on a busy machine
     try:
         trainer = Trainer(config, resolve_device(config.train.device))
-        batches = trainer.epoch_batches()
+        epoch = trainer.epoch()
+        batches = epoch.batches
         assume(batches)  # a learned max_positions may be shorter than every pair: skipped by design
-        trainer.update([trainer.train_ids.collate(batch) for batch in batches[: config.train.accumulate]])
+        trainer.update([epoch.ids.collate(batch) for batch in batches[: config.train.accumulate]])
     finally:
         torch.set_num_threads(threads)
     return trainer
 
 
 def layers_of(model: torch.nn.Module) -> int:
-    from mtkit.models import Transformer
+    from mtkit.models.transformer import Transformer
 
     if isinstance(model, Transformer):
         return min(len(model.encoder_layers), len(model.decoder_layers))
@@ -243,10 +248,11 @@ def layers_of(model: torch.nn.Module) -> int:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+@pytest.mark.slow
 @given(arch=st.sampled_from(["transformer", "rnn"]), overrides=st.lists(OVERRIDE, max_size=3))
 def test_any_recipe_values_fail_at_load_in_one_line_or_train(tiny_recipes, arch, overrides):
     """Never a traceback and never a silent absurd model: one error line at load, or a real first update."""
-    from mtkit.schedule import schedule_factor
+    from mtkit.training.schedule import schedule_factor
 
     recipe = tiny_recipes[arch]
     items = [f"{key}={yaml.safe_dump(value)}" for key, value in overrides]

@@ -31,6 +31,7 @@ def page_faults(mode: str) -> tuple[str, int]:
     return out[0], int(out[1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's; elsewhere it is a no-op")
 def test_retained_memory_is_reused_without_page_faults():
     _, default_faults = page_faults("default")

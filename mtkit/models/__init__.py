@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from mtkit.config import ModelConfig, arch_keys
+from mtkit.data.tokenizer import PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.rnn import RNNSeq2Seq
 from mtkit.models.transformer import Transformer
-from mtkit.tokenizer import PAD_ID
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> EncoderDecoder:
@@ -22,6 +22,3 @@ def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, s
     if config.arch == "rnn":
         return RNNSeq2Seq(src_vocab_size, tgt_vocab_size, share_vocab=share_vocab, pad_id=PAD_ID, **arguments)
     raise MtkitError(f"model.arch={config.arch!r} is not known; choose transformer or rnn")
-
-
-__all__ = ["EncoderDecoder", "RNNSeq2Seq", "Transformer", "build_model"]

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
-from mtkit.tokenizer import Tokenizer, TokenizerPair
 
 
 class Ensemble(EncoderDecoder):

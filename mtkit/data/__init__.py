@@ -1,0 +1,1 @@
+"""Data: reading corpora, cleaning and deduplication, SentencePiece tokenizers, `prepare`, and the prepared store."""

@@ -1,0 +1,280 @@
+"""Reading parallel corpora (text, TSV, JSONL, Hugging Face datasets) and cleaning the training pairs.
+
+`iter_split` turns one `SplitConfig` into normalized (source, target) pairs and reports any bad
+file, line or column as a one-line `MtkitError`; `clean_pairs` applies the recipe's filters and
+counts what each rule removed in a `CleanReport`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtkit.config import DataConfig, SplitConfig, TrainSource, choices
+from mtkit.data.dedup import SeenHashes, pair_hashes
+from mtkit.errors import MtkitError, one_line
+from mtkit.textio import file_lines, model_text
+
+Pair = tuple[str, str]
+
+PROGRESS_MIN_BYTES = 4_000_000  # roughly 100k lines: smaller files are read without a progress bar
+
+
+def iter_split(
+    split: SplitConfig,
+    src_lang: str,
+    tgt_lang: str,
+    normalize: str = "NFC",
+    recipe_key: str = "data.<split>",
+    bad_bytes: str = "error",
+) -> Iterator[Pair]:
+    """The sentence pairs of one split, normalized and stripped, read lazily, at most `split.limit` of them.
+
+    The split's settings are checked before the first pair. Reading stops after `split.limit`
+    pairs, so parallel files are only checked that far. `recipe_key` (such as "data.train") names
+    the split in error messages. `bad_bytes="replace"` replaces bytes that are not UTF-8 (and warns
+    with the count of lines) instead of stopping. `list(iter_split(...))` reads a whole split.
+    """
+    if normalize not in choices(DataConfig, "normalize"):
+        raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(choices(DataConfig, 'normalize'))}")
+    if split.limit is not None and split.limit < 1:
+        raise MtkitError(f"{recipe_key}.limit is {split.limit}; give a positive number of pairs or leave it unset")
+    kind = _source_kind(split, recipe_key)
+    if kind == "src/tgt":
+        raw_pairs = _read_parallel_files(Path(split.src), Path(split.tgt), recipe_key, bad_bytes)
+    elif kind == "tsv":
+        raw_pairs = _read_tsv(Path(split.tsv), f"{recipe_key}.tsv", bad_bytes)
+    elif kind == "jsonl":
+        raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
+    else:
+        raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
+    return ((model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit))
+
+
+def corpus_names(sources: list[TrainSource]) -> list[str]:
+    """Each training corpus's name: its `name`, else its file (or dataset) name, numbered when repeated."""
+    names = []
+    for source in sources:
+        given = source.name or Path(source.src or source.tsv or source.jsonl or "").name.removesuffix(".gz") or source.hf
+        names.append(given or "train")
+    return [name if names.count(name) == 1 else f"{name}#{names[: index + 1].count(name)}" for index, name in enumerate(names)]
+
+
+def _source_kind(split: SplitConfig, recipe_key: str) -> str:
+    if (split.src is None) != (split.tgt is None):
+        given, missing = ("src", "tgt") if split.tgt is None else ("tgt", "src")
+        raise MtkitError(f"{recipe_key}.{given} is set but {recipe_key}.{missing} is not; set both (one file per language)")
+    kinds = [
+        name
+        for name, value in (("src/tgt", split.src), ("tsv", split.tsv), ("jsonl", split.jsonl), ("hf", split.hf))
+        if value is not None
+    ]
+    if len(kinds) != 1:
+        found = " and ".join(kinds) if kinds else "none"
+        raise MtkitError(f"{recipe_key}: set exactly one source: src and tgt, tsv, jsonl or hf (found {found})")
+    return kinds[0]
+
+
+def _read_lines(path: Path, recipe_key: str, bad_bytes: str = "error") -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text) without the line ending and the file's byte-order mark."""
+    if not path.is_file():
+        raise MtkitError(f"{path}: file not found; check {recipe_key} in the recipe")
+    progress = sys.stderr.isatty() and path.stat().st_size >= PROGRESS_MIN_BYTES
+    return file_lines(path, bad_bytes, " or set data.bad_bytes=replace", progress)
+
+
+def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
+    src_lines = _read_lines(src_path, f"{recipe_key}.src", bad_bytes)
+    tgt_lines = _read_lines(tgt_path, f"{recipe_key}.tgt", bad_bytes)
+    for count, (src_item, tgt_item) in enumerate(itertools.zip_longest(src_lines, tgt_lines)):
+        if src_item is None or tgt_item is None:
+            # One file ended early: count the rest of the other to say how long each is.
+            src_count = count + (src_item is not None) + sum(1 for _ in src_lines)
+            tgt_count = count + (tgt_item is not None) + sum(1 for _ in tgt_lines)
+            raise MtkitError(
+                f"{src_path} has {src_count} lines but {tgt_path} has {tgt_count}; "
+                "parallel files must have the same number of lines"
+            )
+        yield src_item[1], tgt_item[1]
+
+
+def _read_tsv(path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
+    for number, line in _read_lines(path, recipe_key, bad_bytes):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise MtkitError(
+                f"{path}:{number}: expected 'source<TAB>target' but found {len(fields) - 1} tabs; "
+                "write one tab-separated pair per line"
+            )
+        yield fields[0], fields[1]
+
+
+def _read_jsonl(path: Path, src_lang: str, tgt_lang: str, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
+    """Yield pairs from JSON objects, one a line; blank lines are skipped."""
+    for number, line in _read_lines(path, recipe_key, bad_bytes):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise MtkitError(
+                f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno}); write one JSON object per line"
+            ) from None
+        yield _pair_from_row(row, src_lang, tgt_lang, f"{path}:{number}")
+
+
+def _pair_from_row(row: Any, src_lang: str, tgt_lang: str, where: str) -> Pair:
+    """The pair in {src_lang: .., tgt_lang: ..} or {"translation": {src_lang: .., tgt_lang: ..}}."""
+    if isinstance(row, dict) and isinstance(row.get("translation"), dict):
+        row = row["translation"]
+    if not isinstance(row, dict) or src_lang not in row or tgt_lang not in row:
+        found = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+        raise MtkitError(
+            f"{where}: expected keys '{src_lang}' and '{tgt_lang}' (or a 'translation' object "
+            f"with them) but found {found or 'no keys'}; check src_lang and tgt_lang in the recipe"
+        )
+    src, tgt = row[src_lang], row[tgt_lang]
+    if not isinstance(src, str) or not isinstance(tgt, str):
+        raise MtkitError(f"{where}: '{src_lang}' and '{tgt_lang}' must be strings; fix the corpus")
+    return src, tgt
+
+
+def _read_hf(split: SplitConfig, src_lang: str, tgt_lang: str, recipe_key: str) -> Iterator[Pair]:
+    dataset = _load_hf(split, recipe_key)
+    if split.limit is not None:
+        dataset = dataset.select(range(min(split.limit, len(dataset))))
+    columns = dataset.column_names
+    if src_lang in columns and tgt_lang in columns:
+        # A missing value (None) becomes an empty sentence, which cleaning then drops.
+        yield from ((src or "", tgt or "") for src, tgt in zip(dataset[src_lang], dataset[tgt_lang], strict=True))
+    elif "translation" in columns:
+        for number, row in enumerate(dataset["translation"], start=1):
+            yield _pair_from_row(row, src_lang, tgt_lang, f"{split.hf}: row {number}")
+    else:
+        raise MtkitError(
+            f"{split.hf}: no columns '{src_lang}' and '{tgt_lang}' nor 'translation'; the dataset has "
+            f"columns {', '.join(columns)}; set src_lang and tgt_lang in the recipe to match"
+        )
+
+
+def _load_hf(split: SplitConfig, recipe_key: str) -> Any:
+    """The `datasets.Dataset` of a save_to_disk directory or of a hub name."""
+    import datasets  # slow to import: only when a recipe reads a Hugging Face dataset
+
+    if not Path(split.hf).is_dir():
+        return _load_hub(split, recipe_key)
+    try:
+        loaded = datasets.load_from_disk(split.hf)
+    except FileNotFoundError:
+        raise MtkitError(f"{split.hf}: not a dataset saved with save_to_disk; check {recipe_key}.hf in the recipe") from None
+    if isinstance(loaded, datasets.Dataset):
+        return loaded
+    names = ", ".join(loaded)
+    if split.split is None:
+        raise MtkitError(f"{split.hf}: the dataset has splits {names}; set {recipe_key}.split to one of them")
+    if split.split not in loaded:
+        raise MtkitError(f"{split.hf}: no split '{split.split}'; set {recipe_key}.split to one of {names}")
+    return loaded[split.split]
+
+
+def _load_hub(split: SplitConfig, recipe_key: str) -> Any:
+    import datasets
+
+    if split.split is None:
+        raise MtkitError(f"{recipe_key}.split is not set; name the split of {split.hf} to read (train, validation, ...)")
+    try:
+        return datasets.load_dataset(split.hf, split=split.split)
+    except Exception as err:  # noqa: BLE001 - the hub fails in many ways; all mean "use local files"
+        reason = one_line(err, limit=200)
+        raise MtkitError(
+            f"{split.hf}: the Hugging Face dataset could not be loaded ({type(err).__name__}: {reason}); "
+            f"the hub may be unreachable; point {recipe_key}.src/tgt at local files instead"
+        ) from None
+
+
+@dataclass
+class CleanReport:
+    """How many training pairs each cleaning rule removed (each pair counted under the first rule)."""
+
+    total: int = 0
+    empty: int = 0
+    too_long: int = 0
+    ratio: int = 0
+    duplicate: int = 0
+    copy: int = 0
+    kept: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def total_of(cls, reports: list[CleanReport]) -> CleanReport:
+        """One report counting what all of `reports` count."""
+        return cls(**{key: sum(getattr(report, key) for report in reports) for key in cls.__dataclass_fields__})
+
+
+def clean_table(reports: dict[str, dict[str, int]]) -> str:
+    """What cleaning removed, a column per corpus (`CleanReport.to_dict()` by name) and a total when several."""
+    if len(reports) > 1:
+        reports = {**reports, "total": CleanReport.total_of([CleanReport(**r) for r in reports.values()]).to_dict()}
+    width = max(9, *(len(name) for name in reports))
+    rows = ["empty", "too_long", "ratio", "copy", "duplicate", "kept", "total"]  # in the order the rules apply
+    lines = [f"{'removed by':<10}" + "".join(f" {name:>{width}}" for name in reports)]
+    lines += [f"{row:<10}" + "".join(f" {report[row]:>{width}}" for report in reports.values()) for row in rows]
+    return "\n".join(lines)
+
+
+class Cleaner:
+    """The recipe's cleaning rules over a stream of chunks, counted per report (one per corpus).
+
+    Repeated pairs are found across every chunk given to one `Cleaner` (so across corpora too) by
+    a 64-bit hash of the pair, so memory holds 8 bytes per kept pair, not the pairs.
+    """
+
+    def __init__(self, config: DataConfig) -> None:
+        self.config = config
+        self.seen = SeenHashes()
+
+    def clean(self, pairs: list[Pair], report: CleanReport) -> list[Pair]:
+        """The pairs to keep, in order; `report` counts each removed pair under the first rule it breaks."""
+        report.total += len(pairs)
+        candidates = []
+        for pair in pairs:
+            rule = _rejecting_rule(pair, self.config)
+            if rule is None:
+                candidates.append(pair)
+            else:
+                setattr(report, rule, getattr(report, rule) + 1)
+        if self.config.dedup and candidates:
+            new = self.seen.add_new(pair_hashes(candidates))
+            report.duplicate += len(candidates) - int(new.sum())
+            candidates = list(itertools.compress(candidates, new))
+        report.kept += len(candidates)
+        return candidates
+
+
+def clean_pairs(pairs: list[Pair], config: DataConfig) -> tuple[list[Pair], CleanReport]:
+    """Drop empty, too long, badly proportioned, copied and repeated pairs of one list; keep the others in order."""
+    report = CleanReport()
+    return Cleaner(config).clean(list(pairs), report), report
+
+
+def _rejecting_rule(pair: Pair, config: DataConfig) -> str | None:
+    """The first rule other than `duplicate` that removes `pair`, or None. Lengths are whitespace tokens."""
+    src, tgt = pair
+    src_length, tgt_length = len(src.split()), len(tgt.split())
+    if src_length == 0 or tgt_length == 0:
+        return "empty"
+    if max(src_length, tgt_length) > config.max_len:
+        return "too_long"
+    if max(src_length, tgt_length) / min(src_length, tgt_length) > config.max_ratio:
+        return "ratio"
+    if config.drop_copies and src == tgt:
+        return "copy"
+    return None

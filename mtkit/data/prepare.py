@@ -1,0 +1,156 @@
+"""The drivers behind `mtkit tokenizer train` and `mtkit prepare`.
+
+`train_tokenizers` learns the SentencePiece models from the training corpora; `prepare_corpus`
+streams every split through read -> normalise -> clean -> encode -> write in chunks of
+`CHUNK_PAIRS`, so its memory does not grow with the corpus. Encoding (SentencePiece's threads,
+one per core) runs in the background while the next chunk is read and cleaned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from tqdm import tqdm
+
+from mtkit.config import Config, SplitConfig
+from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_split
+from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
+from mtkit.data.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
+from mtkit.errors import MtkitError
+
+__all__ = ["load_prepared", "prepare_corpus", "train_tokenizers"]
+CHUNK_PAIRS = 20_000  # pairs read, cleaned, encoded and written together
+
+
+def train_tokenizers(config: Config) -> TokenizerPair:
+    """Train the SentencePiece model(s) on the training split and save them in the data directory.
+
+    The corpus is streamed: only a uniform sample of `tokenizer.max_sentences` sentences (per model)
+    is held in memory, so a corpus of any size can be read.
+    """
+    settings = config.tokenizer
+
+    def train(sentences: Iterable[str]) -> Tokenizer:
+        return train_sentencepiece(
+            sentences,
+            settings.vocab_size,
+            model_type=settings.type,
+            character_coverage=settings.character_coverage,
+            max_sentences=settings.max_sentences,
+            seed=config.train.seed,
+        )
+
+    def pairs() -> Iterator[Pair]:
+        for index, source in enumerate(config.data.train):
+            yield from _pairs(config, _train_key(config, index), source)
+
+    if settings.joint:
+        joint = train(sentence for pair in pairs() for sentence in pair)
+        tokenizers = TokenizerPair(joint, joint)
+    else:
+        tokenizers = TokenizerPair(train(src for src, _ in pairs()), train(tgt for _, tgt in pairs()))
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    src_path, tgt_path = tokenizer_files(config.data_path, settings.joint)
+    tokenizers.src.save(src_path)
+    if not settings.joint:
+        tokenizers.tgt.save(tgt_path)
+    return tokenizers
+
+
+def prepare_corpus(config: Config) -> dict:
+    """Clean the training corpora, encode every split and write them under the data directory.
+
+    Writes data_dir/{train,valid,test} and data_dir/prepare_report.json, replacing the old ones
+    only when every split is written; returns the report: {"clean": CleanReport.to_dict() of all
+    corpora, "corpora": [{"name", "weight", "clean"}], "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
+    """
+    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    with PreparedWrite(config.data_path) as output, ThreadPoolExecutor(max_workers=1) as encoder:
+        pipeline = _Pipeline(tokenizers, encoder)
+        report = {"splits": {"train": _prepare_train(config, output.split("train", TRAIN_FEATURES), pipeline)}}
+        report |= report["splits"]["train"].pop("report")
+        tests = {"valid": config.data.valid} | ({"test": config.data.test} if config.data.test is not None else {})
+        for name, split in tests.items():
+            writer = output.split(name, FEATURES)
+            for chunk in _chunks(_pairs(config, f"data.{name}", split), name):
+                pipeline.put(writer, chunk, corpus=0)
+            report["splits"][name] = pipeline.finish(writer)
+            if not report["splits"][name]["pairs"]:
+                raise MtkitError(f"data.{name}: the split has no sentence pairs; check data.{name} in the recipe")
+        output.commit(report)
+    return report
+
+
+class _Pipeline:
+    """Encodes and writes chunks in a background thread while the caller reads and cleans the next one."""
+
+    def __init__(self, tokenizers: TokenizerPair, encoder: ThreadPoolExecutor) -> None:
+        self.tokenizers = tokenizers
+        self.encoder = encoder
+        self.pending: Future | None = None  # at most one chunk waits, so memory holds about two
+
+    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int) -> None:
+        self.wait()
+        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus)
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def finish(self, writer: SplitWriter) -> dict[str, int]:
+        self.wait()
+        return writer.close()
+
+
+def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> dict:
+    """Stream every training corpus through one `Cleaner` (duplicates are found across corpora)."""
+    cleaner = Cleaner(config.data)
+    names = corpus_names(config.data.train)
+    reports = [CleanReport() for _ in names]
+    for index, source in enumerate(config.data.train):
+        for chunk in _chunks(_pairs(config, _train_key(config, index), source), f"train {names[index]}"):
+            kept = cleaner.clean(chunk, reports[index])
+            if kept:
+                pipeline.put(writer, kept, corpus=index)
+        if not reports[index].total:
+            key = _train_key(config, index)
+            raise MtkitError(f"{key}: the corpus has no sentence pairs; check {key} in the recipe")
+    counts = pipeline.finish(writer)
+    total = CleanReport.total_of(reports)
+    if not total.kept:
+        rules = ", ".join(f"{rule} {count}" for rule, count in total.to_dict().items())
+        raise MtkitError(
+            f"data.train: cleaning removed every pair ({rules}); relax data.max_len or data.max_ratio, or check the corpus"
+        )
+    corpora = [
+        {"name": name, "weight": source.weight, "clean": report.to_dict()}
+        for name, source, report in zip(names, config.data.train, reports, strict=True)
+    ]
+    return {**counts, "report": {"clean": total.to_dict(), "corpora": corpora}}
+
+
+def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
+    """Lists of `CHUNK_PAIRS` pairs, with a pairs/s progress bar (hidden when stderr is not a terminal)."""
+    chunk: list[Pair] = []
+    with tqdm(desc=f"preparing {description}", unit=" pairs", unit_scale=True, disable=None, leave=False) as progress:
+        for pair in pairs:
+            chunk.append(pair)
+            if len(chunk) == CHUNK_PAIRS:
+                progress.update(len(chunk))
+                yield chunk
+                chunk = []
+        if chunk:
+            progress.update(len(chunk))
+            yield chunk
+
+
+def _pairs(config: Config, key: str, split: SplitConfig) -> Iterator[Pair]:
+    normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
+    return iter_split(split, config.src_lang, config.tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
+
+
+def _train_key(config: Config, index: int) -> str:
+    """How the recipe names one training corpus: data.train, or data.train[i] in a list of several."""
+    return "data.train" if len(config.data.train) == 1 else f"data.train[{index}]"

@@ -1,0 +1,211 @@
+"""The translation engine interface, and the PyTorch engine.
+
+An `Engine` searches batches of source ids (`SourceBatch`) as `SearchOptions` say, scores given
+translations, and declares what it can do (`Capability`); the `mtkit.decoding.translator.Translator`
+pipeline does everything else (text, segments, batching, order). `PyTorchEngine` drives any model
+of the encode / decode contract with `mtkit.decoding.search`; `mtkit.decoding.ct2_engine.CT2Engine` drives a
+CTranslate2 export.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mtkit.config import Config, DecodeConfig
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+from mtkit.decoding.alignment import link_hypotheses
+from mtkit.decoding.constraints import Constraints, Sampling, draw
+from mtkit.decoding.search import Hypothesis, beam_search, greedy_search
+from mtkit.errors import MtkitError
+from mtkit.models.base import EncoderDecoder
+
+
+class Capability(str, Enum):
+    """What an engine can do beyond searching for the best translation."""
+
+    NBEST = "n-best lists"
+    ATTENTION = "attention weights"
+    SCORE = "scoring given translations"
+    PREFIX = "target prefixes"
+    SAMPLING = "sampling"
+    NO_REPEAT_NGRAM = "n-gram blocking"
+    ALIGNMENTS = "word alignments"
+    ENSEMBLE = "ensembles"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What an engine's search is asked for, with the recipe's defaults filled in."""
+
+    beam: int = 1
+    nbest: int = 1
+    alpha: float = 0.0  # the length penalty's exponent
+    sampling: Sampling | None = None
+    no_repeat_ngram: int = 0
+    attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
+
+    @property
+    def width(self) -> int:
+        """Rows searched per source: the beam, or the number of samples."""
+        return self.nbest if self.sampling is not None else self.beam
+
+
+@dataclass
+class SourceBatch:
+    """Segments searched together: their places in `Plan.sources`, their ids, caps and prefixes."""
+
+    indices: list[int]
+    sources: list[list[int]]  # ids without EOS, longest first
+    max_len: list[int]  # most output tokens of each, EOS excluded
+    prefixes: list[list[int]] | None = None  # target ids each output must start with ([]: none)
+
+
+def require(engine: Engine, capability: Capability, option: str) -> None:
+    """One clear error when `option` needs a capability `engine` lacks."""
+    if capability not in engine.capabilities:
+        raise MtkitError(f"{option} needs {capability.value}, which the {engine.name} engine lacks; {engine.alternative}")
+
+
+class Engine(ABC):
+    """Searches batches of source ids; the `Translator` pipeline does everything else."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[Capability]]
+    alternative: ClassVar[str]  # how to get a capability this engine lacks
+    max_positions: int  # longest source or target sequence, EOS/BOS included
+
+    @abstractmethod
+    def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses (best first) of each source, in batch order.
+
+        Beam 1 is greedy; with `options.sampling`, `nbest` drawn samples (best first).
+        """
+
+    @abstractmethod
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Log-probability of each target token and of the final EOS, given its source (ids, no EOS)."""
+
+    @abstractmethod
+    def check_alignment_layer(self, layer: int) -> None:
+        """One clear error (`MtkitError`) unless hypotheses can be linked through decoder layer `layer`."""
+
+
+class PyTorchEngine(Engine):
+    """A model of the encode / decode contract, searched by `mtkit.decoding.search` on a torch device.
+
+    The model is used in whatever mode it is in (validation switches a training model to eval
+    itself); `Translator.load` puts a loaded model in eval mode.
+    """
+
+    name = "pytorch"
+    capabilities = frozenset(Capability)
+    alternative = "every feature is available in the PyTorch engine"
+
+    def __init__(self, model: EncoderDecoder, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
+        self.model = model.to(self.device)
+        self.max_positions = model.max_positions
+
+    def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
+        src, src_mask = self._source(batch.sources)
+        caps = torch.tensor(batch.max_len, device=self.device)  # (B,)
+        if options.sampling is not None:
+            found = self._sample(src, src_mask, caps, batch.prefixes, options)
+        else:
+            constraints = Constraints.build(batch.prefixes, options.no_repeat_ngram, self.device)
+            if options.beam == 1:
+                found = [[h] for h in greedy_search(self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints)]
+            else:
+                found = beam_search(
+                    self.model, src, src_mask, caps, options.beam, options.alpha, options.nbest, BOS_ID, EOS_ID, constraints
+                )
+        if options.attention_layer is not None:
+            link_hypotheses(self.model, src, src_mask, found, options.attention_layer)
+        return found
+
+    @torch.inference_mode()
+    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        src, src_mask = self._source(sources)
+        tgt = torch.full((len(targets), max(len(t) for t in targets) + 1), PAD_ID, dtype=torch.long)  # (B, T)
+        gold = tgt.clone()  # (B, T) the token each position predicts
+        for row, target in enumerate(targets):
+            tgt[row, : len(target) + 1] = torch.tensor([BOS_ID, *target])
+            gold[row, : len(target) + 1] = torch.tensor([*target, EOS_ID])
+        logits = self.model(src, src_mask, tgt.to(self.device))  # (B, T, V)
+        log_probs = torch.log_softmax(logits.float(), dim=-1).gather(2, gold.to(self.device).unsqueeze(2)).squeeze(2)
+        return [log_probs[row, : len(target) + 1].tolist() for row, target in enumerate(targets)]
+
+    def check_alignment_layer(self, layer: int) -> None:
+        layers = self.model.attention_layers
+        if layers == 0:
+            raise MtkitError("--alignments: this model has no attention to align with (model.attention: none)")
+        if not -layers <= layer < layers:
+            raise MtkitError(
+                f"--alignment-layer {layer}: the model's decoder has {layers} attention layer(s); give 0 to {layers - 1}, "
+                "or -1 for the last"
+            )
+
+    def _source(self, sources: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """(B, S) padded ids with EOS, and their mask."""
+        src = torch.full((len(sources), max(len(s) for s in sources) + 1), PAD_ID, dtype=torch.long)  # (B, S)
+        for row, source in enumerate(sources):
+            src[row, : len(source) + 1] = torch.tensor([*source, EOS_ID])
+        src = src.to(self.device)
+        return src, src.ne(PAD_ID)
+
+    def _sample(
+        self, src: Tensor, src_mask: Tensor, caps: Tensor, prefixes: list[list[int]] | None, options: SearchOptions
+    ) -> list[list[Hypothesis]]:
+        """`nbest` samples of each source, drawn as rows of one greedy search, best first."""
+        assert options.sampling is not None
+        count = options.nbest
+        rows = torch.arange(src.size(0), device=self.device).repeat_interleave(count)  # (B*N,)
+        repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
+        constraints = Constraints.build(repeated, options.no_repeat_ngram, self.device)
+        generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
+        pick = partial(draw, sampling=options.sampling, generator=generator, never=(PAD_ID, BOS_ID))
+        drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick)
+        return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
+
+
+@dataclass
+class LoadedModel:
+    """An engine and what a `Translator` needs around it: tokenizers, decoding defaults, text normalisation, recipe."""
+
+    engine: Engine
+    tokenizers: TokenizerPair
+    decode: DecodeConfig
+    normalize: str = "NFC"
+    config: Config | None = None  # the training recipe, when loaded from a run or an export
+
+
+def output_cap(source_length: int, decode: DecodeConfig, max_positions: int) -> int:
+    """The one output-length rule: at most `max_len_a * |src| + max_len_b` tokens (EOS excluded).
+
+    |src| counts the source's EOS; the product is taken in float32, at least 1, and the output
+    (with BOS) must fit the model's positions.
+    """
+    length = int(np.float32(source_length) * np.float32(decode.max_len_a) + np.float32(decode.max_len_b))
+    return min(max(length, 1), max_positions - 1)
+
+
+def length_batches(lengths: Sequence[int], beam: int, batch_tokens: int) -> Iterator[list[int]]:
+    """Indices sorted by length (longest first) in batches of at most `batch_tokens` source tokens x beam."""
+    batch: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True):
+        width = lengths[batch[0]] + 1 if batch else lengths[index] + 1  # + EOS
+        if batch and (len(batch) + 1) * width * beam > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch

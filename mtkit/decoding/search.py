@@ -1,0 +1,244 @@
+"""Greedy and beam search over the encode / decode / reorder_state contract, and the length penalty.
+
+Search never asks which architecture it drives: it encodes once, then decodes incrementally, one
+token per step, starting from an empty `state` dict. `Constraints` (prefixes, n-gram blocking)
+steer each step's log-probabilities; greedy search may draw its tokens (`pick`) instead of taking
+the most probable one. Finished sentences leave the active batch at
+once; `model.reorder_state` both shrinks the decoder cache and reorders beams.
+
+A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, its next token is
+forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
+a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mtkit.decoding.constraints import Constraints
+from mtkit.errors import MtkitError
+from mtkit.models.base import DecoderState, EncoderDecoder
+
+
+@dataclass
+class Hypothesis:
+    """One finished translation."""
+
+    tokens: list[int]  # output ids, without BOS and without the final EOS
+    score: float  # length-normalised score used for ranking
+    log_prob: float  # total log-probability, EOS included
+    links: list[int] | None = None  # per output token, the source token it attends to most (when asked)
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """`length ** alpha`, the divisor of a log-probability; `length` counts the EOS (as in fairseq).
+
+    alpha 0 ranks by total log-probability; alpha 1 by the average log-probability per token.
+    """
+    return length**alpha
+
+
+def beam_step(log_probs: Tensor, running: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The best 2K one-token extensions of K beams, over beam x vocabulary.
+
+    log_probs (N, K, V) next-token log-probabilities; running (N, K) total log-probability of each beam.
+    Returns scores, beam_index and token, each (N, 2K), sorted by score (descending). Twice K
+    candidates guarantee K that do not end in EOS, since each beam offers a single EOS candidate.
+    """
+    batch, beam_size, vocab_size = log_probs.shape
+    candidates = running.unsqueeze(2) + log_probs  # (N, K, V)
+    scores, flat_index = candidates.view(batch, beam_size * vocab_size).topk(2 * beam_size, dim=1)  # (N, 2K)
+    return scores, flat_index // vocab_size, flat_index % vocab_size
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: Tensor,
+    bos_id: int,
+    eos_id: int,
+    alpha: float = 0.0,
+    constraints: Constraints | None = None,
+    pick: Callable[[Tensor], Tensor] | None = None,
+) -> list[Hypothesis]:
+    """Pick the most probable token at every step; one hypothesis per sentence, in input order.
+
+    src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
+    `alpha` only sets `Hypothesis.score` (as in `beam_search`); the tokens do not depend on it.
+    `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
+    """
+    batch_size = src.size(0)
+    memory = model.encode(src, src_mask)  # (B, S, D)
+    sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
+    tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
+    log_prob = torch.zeros(batch_size, device=src.device)  # (A,)
+    state: DecoderState = {}
+    results: list[Hypothesis | None] = [None] * batch_size
+    step = 0
+    while sentence.numel() > 0:
+        log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state)  # (A, V)
+        if constraints is not None:
+            log_probs = constraints.apply(log_probs, tokens, sentence, step)
+        next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
+        log_prob = log_prob + log_probs.gather(1, next_token.unsqueeze(1)).squeeze(1)
+        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
+        done = next_token.eq(eos_id)  # (A,)
+        for row in done.nonzero().flatten().tolist():
+            results[int(sentence[row])] = _hypothesis(tokens[row, 1:-1].tolist(), log_prob[row].item(), alpha)
+        if done.any():
+            keep = (~done).nonzero().flatten()  # (A',)
+            sentence, max_len, tokens, log_prob = (x.index_select(0, keep) for x in (sentence, max_len, tokens, log_prob))
+            memory, src_mask = memory.index_select(0, keep), src_mask.index_select(0, keep)
+            state = model.reorder_state(state, keep)
+        step += 1
+    return [result for result in results if result is not None]  # all set: max_len ends every sentence
+
+
+@dataclass
+class _Beams:
+    """The active part of a beam search: row `a * K + k` holds beam k of active sentence a."""
+
+    sentence: Tensor  # (A,) input index of each active sentence
+    max_len: Tensor  # (A,)
+    num_finished: Tensor  # (A,) finished hypotheses so far
+    running: Tensor  # (A, K) total log-probability of each beam
+    tokens: Tensor  # (A*K, 1 + step) BOS and the tokens so far
+    memory: Tensor  # (A*K, S, D)
+    src_mask: Tensor  # (A*K, S)
+    state: DecoderState
+
+
+@torch.inference_mode()
+def beam_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: Tensor,
+    beam_size: int,
+    alpha: float,
+    nbest: int,
+    bos_id: int,
+    eos_id: int,
+    constraints: Constraints | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
+
+    src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
+    Beams are ranked by total log-probability; finished hypotheses by `log_prob / length_penalty`.
+    A sentence is finished once it holds `beam_size` finished hypotheses (fairseq's rule), reaches
+    `max_len`, or has no beam left with a non-zero probability.
+    """
+    if beam_size < 1 or not 1 <= nbest <= beam_size:
+        raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
+    batch_size, device = src.size(0), src.device
+    memory = model.encode(src, src_mask)  # (B, S, D)
+    rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B*K,)
+    # Only beam 0 is alive at the first step, so the K beams do not start as K copies.
+    running = torch.full((batch_size, beam_size), float("-inf"), device=device)  # (B, K)
+    running[:, 0] = 0.0
+    beams = _Beams(
+        sentence=torch.arange(batch_size, device=device),
+        max_len=max_len,
+        num_finished=torch.zeros(batch_size, dtype=torch.long, device=device),
+        running=running,
+        tokens=torch.full((batch_size * beam_size, 1), bos_id, dtype=torch.long, device=device),
+        memory=memory.index_select(0, rows),  # (B*K, S, D)
+        src_mask=src_mask.index_select(0, rows),  # (B*K, S)
+        state={},
+    )
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    step = 0
+    while beams.sentence.numel() > 0:
+        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints)
+        step += 1
+    return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[:nbest] for hypotheses in finished]
+
+
+def _advance_beams(
+    model: EncoderDecoder,
+    beams: _Beams,
+    step: int,
+    alpha: float,
+    eos_id: int,
+    finished: list[list[Hypothesis]],
+    constraints: Constraints | None,
+) -> _Beams:
+    """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""
+    active, beam_size = beams.running.shape
+    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state)
+    if constraints is not None:
+        log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
+    log_probs = _force_eos(log_probs.view(active, beam_size, -1), beams.max_len <= step, eos_id)  # (A, K, V)
+    scores, beam_index, token = beam_step(log_probs, beams.running)  # (A, 2K)
+    offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)
+    rows = offsets + beam_index  # (A, 2K) row in beams.tokens of each candidate's beam
+
+    # 1. As in fairseq, an EOS candidate is finalised only if it ranks among the top K.
+    is_final = token[:, :beam_size].eq(eos_id) & scores[:, :beam_size].isfinite()  # (A, K)
+    _record_finished(finished, beams, rows, scores, is_final, alpha)
+    num_finished = beams.num_finished + is_final.sum(dim=1)  # (A,)
+
+    # 2. The best K candidates that do not end in EOS continue (a stable sort keeps score order).
+    order = torch.sort(token.eq(eos_id).int(), dim=1, stable=True).indices[:, :beam_size]  # (A, K)
+    running, rows, token = scores.gather(1, order), rows.gather(1, order), token.gather(1, order)  # (A, K)
+
+    # 3. Finished sentences leave the batch; the kept beams are reordered in every cached tensor.
+    done = (beams.max_len <= step) | (num_finished >= beam_size) | running.isneginf().all(dim=1)  # (A,)
+    keep = (~done).nonzero().flatten()  # (A',)
+    rows, token = rows.index_select(0, keep).flatten(), token.index_select(0, keep).flatten()  # (A'*K,)
+    memory, src_mask = beams.memory, beams.src_mask
+    if keep.numel() < active:
+        sentence_rows = (offsets.index_select(0, keep) + torch.arange(beam_size, device=keep.device)).flatten()
+        memory, src_mask = memory.index_select(0, sentence_rows), src_mask.index_select(0, sentence_rows)
+    return _Beams(
+        sentence=beams.sentence.index_select(0, keep),
+        max_len=beams.max_len.index_select(0, keep),
+        num_finished=num_finished.index_select(0, keep),
+        running=running.index_select(0, keep),
+        tokens=torch.cat([beams.tokens.index_select(0, rows), token.unsqueeze(1)], dim=1),  # (A'*K, 2 + step)
+        memory=memory,
+        src_mask=src_mask,
+        state=model.reorder_state(state, rows),
+    )
+
+
+def _next_log_probs(
+    model: EncoderDecoder, tokens: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState
+) -> tuple[Tensor, DecoderState]:
+    """Feed the newest token of each row (rows, 1); float32 next-token log-probabilities (rows, V)."""
+    logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state)  # (rows, 1, V)
+    assert new_state is not None, "incremental decoding must return a state dict"
+    return torch.log_softmax(logits[:, -1].float(), dim=-1), new_state
+
+
+def _force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
+    """log_probs (N, K, V) with every token but EOS made impossible in sentences at_limit (N,)."""
+    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)  # (V,)
+    not_eos[eos_id] = False
+    return log_probs.masked_fill(at_limit.view(-1, 1, 1) & not_eos, float("-inf"))
+
+
+def _record_finished(
+    finished: list[list[Hypothesis]], beams: _Beams, rows: Tensor, scores: Tensor, is_final: Tensor, alpha: float
+) -> None:
+    """Append the candidates marked in is_final (A, K) to their sentence's hypotheses.
+
+    rows and scores (A, 2K) give each candidate's beam row and total log-probability; the loop runs
+    over the finalised candidates only.
+    """
+    sentence = beams.sentence.tolist()
+    for active_index, candidate in is_final.nonzero().tolist():
+        tokens = beams.tokens[rows[active_index, candidate], 1:].tolist()
+        log_prob = scores[active_index, candidate].item()
+        finished[sentence[active_index]].append(_hypothesis(tokens, log_prob, alpha))
+
+
+def _hypothesis(tokens: list[int], log_prob: float, alpha: float) -> Hypothesis:
+    """A finished hypothesis; its length for the penalty counts the EOS."""
+    return Hypothesis(tokens=tokens, score=log_prob / length_penalty(len(tokens) + 1, alpha), log_prob=log_prob)

@@ -1,0 +1,330 @@
+"""Text in, text out: one pipeline over any translation engine, for `translate`, `evaluate`,
+validation and the Python API.
+
+    from mtkit import Translator
+    Translator.load("runs/multi30k_transformer").translate(["Ein Hund läuft."])
+
+The pipeline is written once (`Translator`): clean each line as the model reads it, cut over-long
+lines into segments, sort the segments into length batches of a token budget, let the engine
+search each batch, detokenise, and put segments and lines back in input order. An `Engine` only
+searches a batch of source ids and declares what else it can do (`Capability`); `Translator.load`
+picks the engine for a path. A feature an engine lacks is one clear error (`Translator.require`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+from tqdm import tqdm
+
+from mtkit.config import Config, DecodeConfig
+from mtkit.data.tokenizer import TokenizerPair
+from mtkit.decoding.alignment import word_alignment
+from mtkit.decoding.constraints import Sampling
+from mtkit.decoding.ct2_engine import is_ctranslate2_export, load_export
+from mtkit.decoding.engine import (
+    Capability,
+    Engine,
+    LoadedModel,
+    PyTorchEngine,
+    SearchOptions,
+    SourceBatch,
+    length_batches,
+    output_cap,
+    require,
+)
+from mtkit.decoding.pair_scores import PairScore, score_pairs
+from mtkit.decoding.search import Hypothesis
+from mtkit.errors import MtkitError
+from mtkit.models.checkpoint import load_model
+from mtkit.models.ensemble import Ensemble, check_same_vocabularies
+from mtkit.options import EngineName
+from mtkit.runtime import resolve_device
+from mtkit.textio import model_text
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float
+    tokens: list[int]
+    links: list[int] | None = None  # per token, the line's source token it attends to most (--alignments)
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, 0-based (--alignments)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How to decode (None: the recipe's value). Sampling draws `nbest` samples instead of searching."""
+
+    beam: int | None = None
+    nbest: int = 1
+    length_penalty: float | None = None
+    sampling: Sampling | None = None
+    no_repeat_ngram: int = 0
+    alignments: bool = False
+    alignment_layer: int = -1  # the decoder layer whose cross-attention aligns (-1: the last)
+
+
+class Translator:
+    """An engine with its tokenizers, text normalisation and decoding defaults: lines in, lines out."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        tokenizers: TokenizerPair,
+        decode: DecodeConfig,
+        normalize: str = "NFC",
+        config: Config | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tokenizers = tokenizers
+        self.decode = decode
+        self.normalize = normalize
+        self.config = config  # the training recipe, when loaded from a run or an export
+
+    @classmethod
+    def load(
+        cls, path: Path | str | Sequence[Path | str], engine: EngineName | str = EngineName.AUTO, device: str = "auto"
+    ) -> Translator:
+        """A run directory (its best.pt, else last.pt), a checkpoint file, or an `mtkit export` directory.
+
+        Several paths make an ensemble (PyTorch engine): the models' next-token log-probabilities are
+        averaged at every step, and the first model's tokenizers, recipe and decoding defaults are used.
+        """
+        paths, engine = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)], EngineName(engine)
+        exported = [p for p in paths if is_ctranslate2_export(p)]
+        if len(paths) > 1 and (exported or engine is EngineName.CTRANSLATE2):
+            raise MtkitError(
+                f"{(exported or paths)[0]}: ensembles need the PyTorch engine; give each model's run directory "
+                "(not an export) with -m, and leave out --engine ctranslate2"
+            )
+        if engine is EngineName.CTRANSLATE2 or (engine is EngineName.AUTO and exported):
+            return cls.over(load_export(paths[0], device=device))
+        if exported:
+            path = paths[0]
+            raise MtkitError(f"{path}: a CTranslate2 export has no PyTorch checkpoint; use --engine ctranslate2 or -m RUN_DIR")
+        return cls.over(_load_checkpoints(paths, device))
+
+    @classmethod
+    def over(cls, loaded: LoadedModel) -> Translator:
+        """A translator over a loaded engine (`ct2_engine.load_export`, or checkpoints)."""
+        return cls(loaded.engine, loaded.tokenizers, loaded.decode, loaded.normalize, loaded.config)
+
+    def require(self, capability: Capability, option: str) -> None:
+        """One clear error when `option` needs a capability this engine lacks."""
+        require(self.engine, capability, option)
+
+    def translate(self, lines: Sequence[str], beam: int | None = None, progress: bool = False) -> list[str]:
+        """One output line per input line, in order; empty inputs give empty outputs."""
+        return [best[0].text for best in self.translate_nbest(lines, Decoding(beam=beam), progress=progress)]
+
+    def translate_nbest(
+        self,
+        lines: Sequence[str],
+        decoding: Decoding | None = None,
+        prefixes: Sequence[str] | None = None,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
+        """The `decoding.nbest` best translations (or samples) of each line, best first, in input order.
+
+        prefixes: one per line (an empty string for none); each translation starts with its prefix.
+        """
+        return self.search(self.plan(lines, decoding, prefixes), progress)
+
+    def search(self, plan: Plan, progress: bool = False) -> list[list[Translation]]:
+        """Let the engine search each batch of `plan`; the translations of its lines, in input order."""
+        bar = tqdm(total=len(plan.sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
+        for batch in plan.batches():
+            plan.put(batch, self.engine.search(batch, plan.options))
+            bar.update(len(batch.sources))
+        bar.close()
+        return plan.results()
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
+        """The model's log-probability of each target given its source, in input order."""
+        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_tokens, sources, targets)
+
+    def plan(self, lines: Sequence[str], decoding: Decoding | None = None, prefixes: Sequence[str] | None = None) -> Plan:
+        """The way of `lines` through the engine; see `Plan`."""
+        options = self.search_options(decoding or Decoding())
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise MtkitError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one prefix per line (empty for none)")
+        prefix_ids = None
+        if prefixes is not None and any(prefixes):
+            self.require(Capability.PREFIX, "--prefix")
+            prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
+        segments = [self.segments(line) or ([[]] if prefix_ids and prefix_ids[n] else []) for n, line in enumerate(lines)]
+        return Plan(segments, prefix_ids, options, self)
+
+    def search_options(self, decoding: Decoding) -> SearchOptions:
+        """The engine's options for `decoding`, checked against what the engine can do."""
+        if decoding.sampling is not None:
+            self.require(Capability.SAMPLING, "--sampling")
+            if decoding.beam not in (None, 1):
+                raise MtkitError(f"--beam {decoding.beam} with --sampling: sampling draws one token at a time; leave --beam out")
+        beam = 1 if decoding.sampling is not None else decoding.beam or self.decode.beam
+        nbest = decoding.nbest if decoding.sampling is not None else min(decoding.nbest, beam)
+        if nbest > 1:
+            self.require(Capability.NBEST, "--nbest")
+        if decoding.no_repeat_ngram < 0:
+            raise MtkitError(f"--no-repeat-ngram {decoding.no_repeat_ngram}: give an n-gram size >= 1, such as 3 (0: off)")
+        if decoding.no_repeat_ngram:
+            self.require(Capability.NO_REPEAT_NGRAM, "--no-repeat-ngram")
+        if decoding.alignments:
+            self.require(Capability.ALIGNMENTS, "--alignments")
+            self.engine.check_alignment_layer(decoding.alignment_layer)
+        alpha = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
+        layer = decoding.alignment_layer if decoding.alignments else None
+        return SearchOptions(beam, nbest, alpha, decoding.sampling, decoding.no_repeat_ngram, layer)
+
+    def target_prefix(self, prefix: str) -> list[int]:
+        """Target ids a translation must start with; a prefix longer than the model allows is an error."""
+        ids = self.tokenizers.tgt.encode(model_text(prefix, self.normalize)) if prefix else []
+        if len(ids) >= self.engine.max_positions - 1:
+            raise MtkitError(
+                f"prefix {prefix[:40]!r}...: {len(ids)} pieces, more than the model's {self.engine.max_positions - 2}; shorten it"
+            )
+        return ids
+
+    def segments(self, line: str) -> list[list[int]]:
+        """Source ids (EOS not included) of a line: none if empty, several if over-long."""
+        text = model_text(line, self.normalize)
+        if not text:
+            return []
+        ids = self.tokenizers.src.encode(text)
+        limit = min(self.decode.max_input_tokens, self.engine.max_positions - 1)  # room for EOS
+        if len(ids) <= limit:
+            return [ids]
+        cuts = split_points(self.tokenizers.src.id_to_piece(ids), limit)
+        return [ids[start:end] for start, end in pairwise(cuts)]
+
+
+class Plan:
+    """One list of lines on its way through an engine, the pipeline's bookkeeping written once.
+
+    1. `segments_of_line`: the source ids of each line (none if empty, several if over-long); a
+       line's target prefix goes with its first segment;
+    2. `batches()`: the segments sorted by length into batches of `decode.batch_tokens` x beam;
+    3. `put()` records what the engine found for a batch; `results()` detokenises and puts
+       segments and lines back together, in input order (with word alignments when asked).
+    The caller runs the loop: `for batch in plan.batches(): plan.put(batch, engine.search(batch, plan.options))`.
+    """
+
+    def __init__(
+        self,
+        segments_of_line: list[list[list[int]]],
+        prefixes_of_line: list[list[int]] | None,
+        options: SearchOptions,
+        translator: Translator,
+    ) -> None:
+        self.segments_of_line = segments_of_line
+        self.sources = [segment for segments in segments_of_line for segment in segments]
+        self.prefixes = None
+        if prefixes_of_line is not None:
+            self.prefixes = [
+                prefix if n == 0 else []
+                for segments, prefix in zip(segments_of_line, prefixes_of_line, strict=True)
+                for n in range(len(segments))
+            ]
+        self.options = options
+        self.found: list[list[Translation]] = [[] for _ in self.sources]
+        self._translator = translator
+
+    @property
+    def split_lines(self) -> int:
+        """How many of the lines are longer than decode.max_input_tokens and translated in segments."""
+        return sum(len(segments) > 1 for segments in self.segments_of_line)
+
+    def batches(self) -> Iterator[SourceBatch]:
+        decode, max_positions = self._translator.decode, self._translator.engine.max_positions
+        for indices in length_batches([len(s) for s in self.sources], self.options.width, decode.batch_tokens):
+            sources = [self.sources[i] for i in indices]
+            caps = [output_cap(len(source) + 1, decode, max_positions) for source in sources]
+            if self.prefixes is None:
+                yield SourceBatch(indices, sources, caps)
+                continue
+            prefixes = [self.prefixes[i] for i in indices]
+            caps = [max(cap, len(prefix)) for cap, prefix in zip(caps, prefixes, strict=True)]
+            yield SourceBatch(indices, sources, caps, prefixes)
+
+    def put(self, batch: SourceBatch, hypotheses: list[list[Hypothesis]]) -> None:
+        detokenize = self._translator.tokenizers.tgt.decode
+        for index, found in zip(batch.indices, hypotheses, strict=True):
+            self.found[index] = [Translation(detokenize(h.tokens), h.score, h.tokens, h.links) for h in found]
+
+    def results(self) -> list[list[Translation]]:
+        lines = regroup(self.segments_of_line, self.found, self.options.nbest)
+        if self.options.attention_layer is not None:
+            tokenizers = self._translator.tokenizers
+            for segments, translations in zip(self.segments_of_line, lines, strict=True):
+                source_pieces = tokenizers.src.id_to_piece([i for segment in segments for i in segment])
+                for translation in translations:
+                    target_pieces = tokenizers.tgt.id_to_piece(translation.tokens)
+                    translation.alignment = word_alignment(source_pieces, target_pieces, translation.links or [])
+        return lines
+
+
+def _load_checkpoints(paths: list[Path], device: str) -> LoadedModel:
+    """The PyTorch engine over one model, or over an ensemble of several that share vocabularies."""
+    loaded = [load_model(path) for path in paths]
+    model, config, tokenizers, _ = loaded[0]
+    if len(loaded) > 1:
+        check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
+        model = Ensemble([m for m, _, _, _ in loaded])
+    engine = PyTorchEngine(model.eval(), resolve_device(device))
+    return LoadedModel(engine, tokenizers, config.decode, config.data.normalize, config)
+
+
+def split_points(pieces: Sequence[str], limit: int) -> list[int]:
+    """Cut positions [0, ..., len(pieces)] of segments of at most `limit` pieces.
+
+    Each cut falls after the last sentence end (else before the last word start) in the second
+    half of its window, else at the window's end.
+    """
+    cuts = [0]
+    while len(pieces) - cuts[-1] > limit:
+        start = cuts[-1]
+        window = range(start + limit, start + limit // 2, -1)
+        cut = next((i for i in window if pieces[i - 1].rstrip().endswith((".", "!", "?", ";"))), None)
+        cuts.append(cut or next((i for i in window if pieces[i].startswith("\u2581")), start + limit))
+    return [*cuts, len(pieces)]
+
+
+def regroup(
+    segments_of_line: Sequence[Sequence[Sequence[int]]], found: list[list[Translation]], nbest: int
+) -> list[list[Translation]]:
+    """The translations of each line, in input order, from those of its segments (`found`, flat)."""
+    results, position = [], 0
+    for segments in segments_of_line:
+        results.append(_join(found[position : position + len(segments)], [len(s) for s in segments], nbest))
+        position += len(segments)
+    return results
+
+
+def _join(parts: list[list[Translation]], source_lengths: list[int], nbest: int) -> list[Translation]:
+    """The k-th translation of a line is its segments' k-th translations (or their best) joined;
+    links point into the line's source tokens (the segments' tokens, one after another)."""
+    if not parts:
+        return [Translation("", 0.0, [])] * nbest
+    if len(parts) == 1:
+        return parts[0]
+    offsets = [sum(source_lengths[:n]) for n in range(len(parts))]
+    joined = []
+    for rank in range(max(len(p) for p in parts)):
+        chosen = [p[rank] if rank < len(p) else p[0] for p in parts]
+        links = None
+        if all(t.links is not None for t in chosen):
+            links = [link + offset for t, offset in zip(chosen, offsets, strict=True) for link in t.links or []]
+        joined.append(
+            Translation(
+                " ".join(t.text for t in chosen),
+                sum(t.score for t in chosen),
+                [token for t in chosen for token in t.tokens],
+                links,
+            )
+        )
+    return joined

@@ -1,0 +1,1 @@
+"""Evaluation: sacreBLEU metrics with signatures, paired significance tests, problem flags, and the `evaluate` report."""

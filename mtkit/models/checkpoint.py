@@ -1,0 +1,127 @@
+"""Self-describing run directories: atomic checkpoint writes and safe loading.
+
+A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
+position, so `mtkit translate -m RUN_DIR` needs nothing else. `last.pt` also holds the optimiser
+and scheduler for `--resume`; `best.pt` holds the weights with the best validation BLEU.
+Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never run code.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtkit.config import Config, config_from_dict, config_to_dict
+from mtkit.data.tokenizer import Tokenizer, TokenizerPair
+from mtkit.errors import MtkitError, one_line
+from mtkit.models import build_model
+from mtkit.models.base import EncoderDecoder
+from mtkit.textio import atomic_file
+
+FORMAT = "mtkit-checkpoint-1"
+
+
+def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
+    """Write a checkpoint through mtkit's one atomic writer (`textio.atomic_file`), creating its directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path, binary=True) as file:
+        torch.save(payload, file)
+
+
+def checkpoint_payload(
+    config: Config, tokenizers: TokenizerPair, weights: dict[str, torch.Tensor], **extra: Any
+) -> dict[str, Any]:
+    """What every checkpoint holds: format marker, config, tokenizers and the model's state dict."""
+    return {
+        "format": FORMAT,
+        "config": config_to_dict(config),
+        "tokenizers": {"src": tokenizers.src.model_proto, "tgt": tokenizers.tgt.model_proto},
+        "model": weights,
+        **extra,
+    }
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A run directory means its best-validated final checkpoint: best.pt, or average.pt
+    (`train.average_last`) or ema.pt (`train.ema`) where their validation BLEU is at least as high;
+    last.pt when nothing was validated. A file is taken as it is."""
+    if path.is_dir():
+        chosen = _best_validated(path)
+        if chosen is not None:
+            return chosen
+        if (path / "last.pt").is_file():
+            return path / "last.pt"
+        raise MtkitError(f"{path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first")
+    if not path.is_file():
+        raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
+    return path
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint file safely (no arbitrary unpickling)."""
+    path = resolve_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise MtkitError(
+            f"{path}: refused to load: the file contains objects other than weights and plain data "
+            f"(possibly code); only load checkpoints written by mtkit ({one_line(err)})"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as err:
+        raise MtkitError(f"{path}: not a readable checkpoint ({one_line(err)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise MtkitError(f"{path}: not an mtkit checkpoint (missing format marker {FORMAT!r})")
+    return payload
+
+
+def _best_validated(run_dir: Path) -> Path | None:
+    """best.pt, or the end-of-training average.pt or ema.pt that validated at least as well (a tie goes to an average)."""
+    chosen = run_dir / "best.pt"
+    if not chosen.is_file():
+        return None
+    top = read_checkpoint(chosen)["progress"]["best_bleu"]
+    for path in (run_dir / "ema.pt", run_dir / "average.pt"):
+        bleu = read_checkpoint(path).get("valid_bleu") if path.is_file() else None
+        if bleu is not None and bleu >= top:
+            chosen, top = path, bleu
+    return chosen
+
+
+def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:
+    """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
+    payload = read_checkpoint(path)
+    config = config_from_dict(payload["config"], source=str(path), saved=True)
+    tokenizers = TokenizerPair.of(Tokenizer(payload["tokenizers"]["src"]), Tokenizer(payload["tokenizers"]["tgt"]))
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model.load_state_dict(payload["model"])
+    return model, config, tokenizers, payload
+
+
+def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[Path]]:
+    """The element-wise mean of the weights in the run's `last` newest step_*.pt checkpoints.
+
+    Config, tokenizers and progress come from the newest one, so the result loads like any checkpoint.
+    """
+    if last < 1:
+        raise MtkitError(f"--last {last}: give the number of checkpoints to average (at least 1)")
+    paths = sorted(Path(run_dir).glob("step_*.pt"))[-last:]
+    if len(paths) < last:
+        raise MtkitError(
+            f"{run_dir}: {len(paths)} step_*.pt checkpoints found but --last {last} asked for; "
+            f"train with --set train.keep={last} (or more) to keep them"
+        )
+    payloads = [read_checkpoint(path) for path in paths]
+    averaged = dict(payloads[-1])
+    averaged["model"] = {
+        name: torch.stack([p["model"][name].float() for p in payloads]).mean(dim=0).to(value.dtype)
+        if value.is_floating_point()
+        else value
+        for name, value in payloads[-1]["model"].items()
+    }
+    averaged["averaged_from"] = [path.name for path in paths]
+    for key in ("optimizer", "scheduler", "rng"):
+        averaged.pop(key, None)
+    return averaged, paths

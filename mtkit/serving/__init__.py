@@ -1,0 +1,1 @@
+"""Serving: the FastAPI app (`mtkit serve`), its request batcher and its page."""

@@ -1,0 +1,262 @@
+"""`mtkit serve`: a translation HTTP server (FastAPI + uvicorn) over any engine, with dynamic batching.
+
+    POST /translate  {"text": ["...", ...], "beam": 5, "nbest": 1, ...}  ->  {"translations": [...]}
+    GET  /health     ready or not;   GET /info  the model;   GET /  a page to try it;   /docs  OpenAPI
+
+Requests from many clients are merged into batches by one worker (`mtkit.serving.batcher`). Limits and
+failures are answered with a status and a one-line reason, and the server keeps serving: a full
+queue is 503 with Retry-After, too many lines or characters 413, a malformed body 422, a bad option
+or text the model cannot read 400, a wrong or missing API key 401. SIGTERM stops accepting, answers
+what is in flight, and exits 0 (uvicorn's graceful shutdown; the worker stops last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, Field
+
+from mtkit.decoding.constraints import Sampling
+from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.errors import MtkitError, one_line
+from mtkit.evaluation.report import known_scores
+from mtkit.runtime import cpu_cores, resolve_device
+from mtkit.serving.batcher import Batcher, QueueFull
+
+API_KEY_VARIABLE = "MTKIT_API_KEY"
+
+
+@dataclass
+class ServeLimits:
+    """What one server accepts and how it batches."""
+
+    max_lines: int = 64  # lines per request
+    max_chars: int = 20_000  # characters per request
+    max_queue: int = 256  # requests waiting for the worker; more get 503
+    max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
+    batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
+    workers: int = 0  # decoding threads, each with its share of the cores (0: 2 for PyTorch on CPU, else 1)
+    api_key: str | None = None  # when set, /translate and /info need "Authorization: Bearer KEY"
+
+
+class TranslateRequest(BaseModel):
+    """The body of POST /translate; options left out take the model's decoding defaults."""
+
+    text: list[str] = Field(description="Sentences to translate, one translation each, in order.")
+    beam: int | None = Field(None, ge=1, le=64)
+    nbest: int = Field(1, ge=1, le=64)
+    length_penalty: float | None = Field(None, ge=0.0, le=10.0)
+    prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
+    sampling: str | None = Field(None, description="topk:K, topp:P or full.")
+    temperature: float = Field(1.0, gt=0.0)
+    seed: int = 0
+    no_repeat_ngram: int = Field(0, ge=0)
+    alignments: bool = False
+
+
+def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
+    """The application: the routes over one translator and its batcher."""
+    limits = batching_for(translator, limits)
+    batcher = Batcher(translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines, limits.workers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker = asyncio.create_task(batcher.run())
+        app.state.ready = True
+        yield
+        app.state.ready = False
+        worker.cancel()
+        batcher.close()
+
+    app = FastAPI(title="mtkit", summary="Neural machine translation", lifespan=lifespan)
+    app.state.ready, app.state.batcher = False, batcher
+    authorised = _key_check(limits.api_key)
+    app.add_exception_handler(RequestValidationError, _invalid_body)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> str:
+        return resources.files("mtkit.serving").joinpath("static/index.html").read_text(encoding="utf-8")
+
+    @app.get("/health")
+    def health() -> JSONResponse:
+        ready = bool(app.state.ready)
+        return JSONResponse({"status": "ready" if ready else "starting"}, status_code=200 if ready else 503)
+
+    @app.get("/info", dependencies=[Depends(authorised)])
+    def describe() -> dict[str, Any]:
+        return info
+
+    @app.post("/translate", dependencies=[Depends(authorised)])
+    async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
+        decoding = _decoding(translator, body, limits)
+        try:
+            found = await _unless_gone(request, batcher.translate(body.text, decoding, body.prefix))
+        except QueueFull:
+            raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
+        except MtkitError as err:
+            raise HTTPException(400, one_line(err)) from None
+        return {"translations": [_render(translations, body) for translations in found]}
+
+    return app
+
+
+def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
+    """Limits with `workers` and `batch_lines` chosen where left at 0.
+
+    On CPU, small matrix products use two cores poorly: two workers of one thread each, each
+    decoding batches of up to 16 sentences, served 32 one-sentence clients at 77% of offline
+    throughput where one two-thread worker with batches of 32 reached 60-64% (benchmarks/serve.py).
+    A GPU (or CTranslate2, which threads itself) wants one worker and large batches.
+    """
+
+    device = getattr(translator.engine, "device", None)
+    on_cpu = translator.engine.name == "pytorch" and device is not None and device.type == "cpu" and cpu_cores() >= 2
+    workers = limits.workers or (2 if on_cpu else 1)
+    return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
+
+
+def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> Decoding:
+    """The request's decoding, checked against the limits and the engine before it is queued."""
+    if len(body.text) > limits.max_lines:
+        raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
+    characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
+    if characters > limits.max_chars:
+        raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
+    if body.prefix is not None and len(body.prefix) != len(body.text):
+        raise HTTPException(400, f"{len(body.prefix)} prefixes for {len(body.text)} sentences; give one per sentence")
+    for line in [*body.text, *(body.prefix or [])]:
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+    try:
+        sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
+        decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, body.no_repeat_ngram, body.alignments)
+        translator.search_options(decoding)  # refuses what the engine cannot do
+    except MtkitError as err:
+        raise HTTPException(400, one_line(err).replace("--", "")) from None
+    return decoding
+
+
+async def _unless_gone(request: Request, pending: Any) -> list[list[Translation]]:
+    """Await the translations, cancelling the job if the client disconnects meanwhile.
+
+    The disconnect is awaited, not polled: polling every pending request wakes the event loop
+    hundreds of times a second, which takes the interpreter lock from the decoding thread.
+    """
+    task, gone = asyncio.ensure_future(pending), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise HTTPException(499, "the client closed the connection")
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _render(translations: list[Translation], body: TranslateRequest) -> Any:
+    """A string, or with nbest > 1 or alignments, objects with text, score and alignment."""
+    if body.nbest == 1 and not body.alignments:
+        return translations[0].text
+    found = [
+        {"text": t.text, "score": t.score, "alignment": t.alignment} if body.alignments else {"text": t.text, "score": t.score}
+        for t in translations
+    ]
+    return found if body.nbest > 1 else found[0]
+
+
+def _key_check(api_key: str | None):  # noqa: ANN202 - a FastAPI dependency
+    """A dependency that requires `Authorization: Bearer KEY` when a key is set (constant-time compare)."""
+
+    def check(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), api_key.encode()):
+            raise HTTPException(
+                401,
+                "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+async def _invalid_body(request: Request, error: Exception) -> JSONResponse:
+    """422 with one line naming the first bad field, instead of FastAPI's list of errors."""
+    assert isinstance(error, RequestValidationError)
+    first = error.errors()[0] if error.errors() else {"loc": ["body"], "msg": "invalid body"}
+    where = ".".join(str(part) for part in first.get("loc", []) if part != "body" and not isinstance(part, int)) or "body"
+    return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
+
+
+def model_info(translator: Translator, path: str) -> dict[str, Any]:
+    """What GET /info says: languages, architecture, parameters, engine, known test scores."""
+
+    config = translator.config
+    engine = translator.engine
+    model = getattr(engine, "model", None)
+    parameters = model.num_parameters() if hasattr(model, "num_parameters") else None
+    return {
+        "model": path,
+        "engine": engine.name,
+        "source_language": config.src_lang if config else None,
+        "target_language": config.tgt_lang if config else None,
+        "architecture": config.model.arch if config else None,
+        "parameters": parameters,
+        "capabilities": sorted(capability.value for capability in engine.capabilities),
+        "decoding": {"beam": translator.decode.beam, "length_penalty": translator.decode.length_penalty},
+        "test_scores": known_scores(path),
+    }
+
+
+def run_server(models: list[Path], engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
+    """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered)."""
+
+    translator = Translator.load(models, engine, str(resolve_device(device)))
+    limits = batching_for(translator, limits)
+    if limits.workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, cpu_cores() // limits.workers))  # each worker decodes on its share
+    app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)))
+    print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
+    _GracefulServer(config).run()
+    print("mtkit: stopped; every request in flight was answered", file=sys.stderr)
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn's server, except that SIGINT/SIGTERM end it with status 0 (uvicorn raises the signal
+    again once it has shut down, which would end the process as killed by it)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,117 @@
+"""Dynamic batching for `mtkit serve`: requests from many clients merged into one engine's batches.
+
+Each request becomes a `Job` in a bounded queue. One worker takes the first waiting job, waits at
+most `max_wait` for more (up to `batch_lines` lines), groups the jobs that ask for the same
+decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
+lines by length into token-budget batches. The model runs on one worker thread, off the event
+loop, and each job gets its own translations back in its own order. A job whose client has gone
+(its future cancelled) is dropped before it is translated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mtkit.decoding.translator import Decoding, Translation, Translator
+
+
+class QueueFull(Exception):
+    """The queue holds `max_queue` requests already; the client should retry later."""
+
+
+@dataclass
+class Job:
+    lines: list[str]
+    decoding: Decoding
+    prefixes: list[str] | None
+    future: asyncio.Future = field(repr=False)
+
+
+class Batcher:
+    """Merges concurrent requests into batches for one translator (start with `run()` as a task)."""
+
+    def __init__(self, translator: Translator, max_wait: float, max_queue: int, batch_lines: int, workers: int = 1) -> None:
+        self.translator = translator
+        self.max_wait, self.batch_lines, self.workers = max_wait, batch_lines, workers
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
+        self.batches = 0  # engine calls made, for tests and logs
+
+    async def translate(
+        self, lines: Sequence[str], decoding: Decoding, prefixes: Sequence[str] | None = None
+    ) -> list[list[Translation]]:
+        """The translations of `lines`, once a batch holding them is done; `QueueFull` at once if full."""
+        job = Job(
+            list(lines), decoding, list(prefixes) if prefixes is not None else None, asyncio.get_running_loop().create_future()
+        )
+        try:
+            self.queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise QueueFull from None
+        return await job.future
+
+    async def run(self) -> None:
+        """The workers, each on its own thread: collect, group, translate, answer; forever (cancel to stop)."""
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await self._collect()
+            for decoding, group in _by_decoding(jobs).items():
+                await self._translate_group(loop, decoding, group)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+    async def _collect(self) -> list[Job]:
+        """The first waiting job and those that arrive within `max_wait`, up to `batch_lines` lines."""
+        jobs = [await self.queue.get()]
+        deadline = time.monotonic() + self.max_wait
+        while sum(len(job.lines) for job in jobs) < self.batch_lines:
+            try:
+                jobs.append(self.queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                jobs.append(await asyncio.wait_for(self.queue.get(), remaining))
+            except TimeoutError:
+                break
+        return [job for job in jobs if not job.future.done()]  # a cancelled job's client has gone
+
+    async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, jobs: list[Job]) -> None:
+        jobs = [job for job in jobs if not job.future.done()]
+        if not jobs:
+            return
+        lines = [line for job in jobs for line in job.lines]
+        prefixes = None
+        if any(job.prefixes is not None for job in jobs):
+            prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.lines))]
+        try:
+            found = await loop.run_in_executor(self.executor, self.translator.translate_nbest, lines, decoding, prefixes)
+        except Exception as err:  # noqa: BLE001 - every waiting client gets the error, the worker goes on
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        self.batches += 1
+        start = 0
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_result(found[start : start + len(job.lines)])
+            start += len(job.lines)
+
+
+def _by_decoding(jobs: list[Job]) -> dict[Decoding, list[Job]]:
+    groups: dict[Decoding, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.decoding, []).append(job)
+    return groups

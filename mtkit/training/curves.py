@@ -1,0 +1,108 @@
+"""Learning curves (`mtkit plot RUN [RUN ...] -o curves.png`, and RUN/curves.png at each validation).
+
+From each run's log.jsonl: training loss, validation loss and validation BLEU, against updates (top
+row) and against training wall-clock time (bottom row), the runs overlaid and labelled by their
+directory names. Validation records carry the elapsed training time; a training-loss record's time
+is interpolated between them (and extrapolated at the last validation's pace). matplotlib draws
+off-screen (Agg), and the image replaces the previous one only once complete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mtkit.errors import MtkitError
+from mtkit.textio import atomic_file
+
+PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
+
+
+@dataclass
+class RunCurves:
+    """One run's curves: for each panel key, (steps, values)."""
+
+    label: str
+    points: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+    clock: tuple[list[int], list[float]] = ([0], [0.0])  # (steps, elapsed seconds) of the validations
+
+    def seconds(self, steps: Sequence[int]) -> np.ndarray:
+        """Training time in seconds at `steps`, interpolated through the validations' clock."""
+        known_steps, seconds = np.asarray(self.clock[0], float), np.asarray(self.clock[1], float)
+        pace = seconds[-1] / known_steps[-1] if known_steps[-1] > 0 else 0.0  # seconds per update
+        at = np.asarray(steps, float)
+        found = np.interp(at, known_steps, seconds)
+        beyond = at > known_steps[-1]
+        found[beyond] = seconds[-1] + (at[beyond] - known_steps[-1]) * pace
+        return found
+
+
+def read_curves(run: Path) -> RunCurves:
+    """The curves of a run directory (or of a log.jsonl file)."""
+    log = run / "log.jsonl" if run.is_dir() else run
+    if not log.is_file():
+        raise MtkitError(f"{run}: no log.jsonl; give a run directory that `mtkit train` wrote")
+    curves = RunCurves(run.name if run.is_dir() else run.parent.name)
+    clock = ([0], [0.0])
+    for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise MtkitError(f"{log}:{number}: not a JSON record; was the file edited or cut short?") from None
+        for key, _ in PANELS:
+            if key in record:
+                steps, values = curves.points.setdefault(key, ([], []))
+                steps.append(record["step"])
+                values.append(record[key])
+        if "elapsed_s" in record:
+            clock[0].append(record["step"])
+            clock[1].append(record["elapsed_s"])
+    curves.clock = clock
+    return curves
+
+
+def plot_curves(runs: Sequence[RunCurves], output: Path) -> list[str]:
+    """Draw the runs' curves into `output` (PNG); returns the labels in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, len(PANELS), figsize=(15, 8), squeeze=False)
+    longest = max((run.clock[1][-1] for run in runs), default=0.0)
+    unit, per_unit = ("hours", 3600) if longest > 3 * 3600 else ("minutes", 60)
+    for run in runs:
+        for column, (key, title) in enumerate(PANELS):
+            steps, values = run.points.get(key, ([], []))
+            marker = "." if key != "train_loss" else None  # validations are few: show each
+            axes[0][column].plot(steps, values, marker=marker, label=run.label)
+            axes[1][column].plot(run.seconds(steps) / per_unit, values, marker=marker, label=run.label)
+            axes[0][column].set_title(title)
+    for column in range(len(PANELS)):
+        axes[0][column].set_xlabel("updates")
+        axes[1][column].set_xlabel(f"training time ({unit})")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4))
+    figure.tight_layout(rect=(0, 0, 1, 0.94))
+    _save(figure, output)
+    plt.close(figure)
+    return labels
+
+
+def plot_runs(runs: Sequence[Path], output: Path) -> list[str]:
+    """`mtkit plot`: read each run's log.jsonl and draw them together; returns the labels drawn."""
+    if output.suffix.lower() != ".png":
+        raise MtkitError(f"-o {output}: give a .png file, such as curves.png")
+    if not output.parent.is_dir():
+        raise MtkitError(f"-o {output}: its directory does not exist; create it or choose another")
+    return plot_curves([read_curves(run) for run in runs], output)
+
+
+def _save(figure: object, output: Path) -> None:
+    """Write the PNG under a temporary name and rename it, so a reader never sees half an image."""
+    with atomic_file(output, binary=True) as file:
+        figure.savefig(file, format="png", dpi=80)  # type: ignore[attr-defined]

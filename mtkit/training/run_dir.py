@@ -1,0 +1,169 @@
+"""The run directory of one training: its lock, the refuse / overwrite / resume rules, config.yaml,
+atomic checkpoint writes (best, last, ema and rotated step_*.pt) and the log.jsonl records.
+
+Only one process writes it: the single training process, or rank 0 under torchrun.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+import yaml
+
+from mtkit.config import Config, config_to_dict
+from mtkit.data.tokenizer import TokenizerPair
+from mtkit.errors import MtkitError
+from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
+from mtkit.textio import write_file
+from mtkit.training.curves import plot_curves, read_curves
+
+# What `--overwrite` deletes: the files a training writes (config.yaml is rewritten instead).
+RUN_FILES = ("last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl", "curves.png")
+
+
+@dataclass
+class Checkpoint:
+    """The state one validation saves: the weights, their average and everything `--resume` needs."""
+
+    config: Config
+    tokenizers: TokenizerPair
+    weights: dict[str, torch.Tensor]
+    progress: dict[str, Any]  # the trainer's Progress as a dict; its step names step_*.pt
+    training_state: dict[str, Any]  # optimizer, scheduler, rng, scaler, ema: last.pt only
+    ema_weights: dict[str, torch.Tensor] | None = None
+
+
+class RunDir:
+    """A locked run directory, checked against `resume` and `overwrite` when opened."""
+
+    def __init__(self, path: Path, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
+        """Create and lock `path`; refuse a run that is there without `resume` or `overwrite`, or resume nothing.
+
+        `overwrite` deletes the previous run's checkpoints and log. The lock is held until `close()`
+        or the end of the process. `tensorboard`: the log's figures also go to TensorBoard events.
+        """
+        self.path = Path(path)
+        writer = _summary_writer() if tensorboard else None  # checked before anything is written
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_run_dir(self.path)
+        try:
+            self._check(resume, overwrite)
+        except MtkitError:
+            self._lock.close()
+            raise
+        self._events = writer(str(self.path / "tensorboard")) if writer is not None else None
+
+    def _check(self, resume: bool, overwrite: bool) -> None:
+        last = self.path / "last.pt"
+        if resume and not last.is_file():
+            raise MtkitError(f"{self.path}: nothing to resume (no last.pt); drop --resume to start a new run")
+        if not resume and last.is_file():
+            if not overwrite:
+                raise MtkitError(
+                    f"{self.path} already holds a run; use --resume to continue it, "
+                    "--overwrite to start again, or --set run_dir=NEW_DIR"
+                )
+            for path in [*self.path.glob("step_*.pt"), *self.path.glob("at_*.pt"), *(self.path / name for name in RUN_FILES)]:
+                path.unlink(missing_ok=True)
+            shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+
+    def close(self) -> None:
+        """Close the TensorBoard events and release the lock; another training may then write here."""
+        if self._events is not None:
+            self._events.close()
+        self._lock.close()
+
+    @property
+    def last(self) -> Path:
+        """last.pt: the checkpoint `--resume` continues from."""
+        return self.path / "last.pt"
+
+    def write_config(self, config: Config) -> None:
+        """config.yaml: the resolved recipe of this run."""
+        write_file(self.path / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+    def append_log(self, record: dict[str, Any]) -> None:
+        """One JSON record a line in log.jsonl (and its numbers in TensorBoard's events, with train.tensorboard)."""
+        with open(self.path / "log.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(record) + "\n")
+        if self._events is not None:
+            for key, value in record.items():
+                if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._events.add_scalar(key, value, record["step"])
+            self._events.flush()
+
+    def draw_curves(self) -> None:
+        """curves.png: the learning curves in log.jsonl so far (the trainer calls it after each validation)."""
+        plot_curves([read_curves(self.path)], self.path / "curves.png")
+
+    def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
+        """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.
+
+        Each file is written atomically, last.pt last; a failed write (a full disk) is one line that
+        says the previous checkpoints are intact.
+        """
+        try:
+            self._write(checkpoint, best, keep)
+        except OSError as err:
+            raise MtkitError(
+                f"{self.path}: could not write a checkpoint ({err.strerror or err}); the previous checkpoints are intact; "
+                "free some space and continue with --resume"
+            ) from None
+
+    def _write(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
+        config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
+        extra = {"progress": checkpoint.progress, "step": step}
+        weights = checkpoint_payload(config, tokenizers, checkpoint.weights, **extra)
+        if best:
+            save_checkpoint(weights, self.path / "best.pt")
+        if keep > 0:
+            save_checkpoint(weights, self.path / f"step_{step:08d}.pt")
+            for old in sorted(self.path.glob("step_*.pt"))[:-keep]:
+                old.unlink()
+        if checkpoint.ema_weights is not None:
+            save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.path / "ema.pt")
+        save_checkpoint({**weights, **checkpoint.training_state}, self.last)
+
+    def snapshot_path(self, label: str) -> Path:
+        """RUN/at_<label>.pt: the weights once training had run `label` (a duration such as 15m)."""
+        return self.path / f"at_{label}.pt"
+
+    def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
+        """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
+        config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
+        payload = checkpoint_payload(config, tokenizers, checkpoint.weights, progress=checkpoint.progress, step=step)
+        try:
+            save_checkpoint(payload, self.snapshot_path(label))
+        except OSError as err:
+            raise MtkitError(f"{self.snapshot_path(label)}: could not write the snapshot ({err.strerror or err})") from None
+
+
+def lock_run_dir(run_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on the run directory while training (released when the process ends)."""
+    handle = open(run_dir / "train.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise MtkitError(
+            f"{run_dir}: another training is writing to this run directory; wait for it or use another run_dir"
+        ) from None
+    return handle
+
+
+def _summary_writer() -> Any:
+    """TensorBoard's SummaryWriter class; one clear error when the optional package is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise MtkitError(
+            "train.tensorboard: true needs the tensorboard package; install it with pip install 'mtkit[tensorboard]' "
+            "(or set train.tensorboard=false)"
+        ) from None
+    return SummaryWriter

@@ -1,0 +1,224 @@
+"""`mtkit serve` over real HTTP on loopback: round trips, dynamic batching, limits, failures, keys, SIGTERM."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import free_port, serving
+
+from mtkit.decoding.engine import SearchOptions, SourceBatch
+from mtkit.decoding.translator import Translator
+from mtkit.serving.app import ServeLimits, model_info
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict
+    headers: dict[str, str]
+
+
+def request(port: int, method: str, path: str, body: object = None, headers: dict | None = None) -> Reply:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    parsed = json.loads(raw) if response.getheader("content-type", "").startswith("application/json") else {"html": raw.decode()}
+    return Reply(response.status, parsed, {k.lower(): v for k, v in response.getheaders()})
+
+
+def translate(port: int, lines: list[str], **options: object) -> Reply:
+    return request(port, "POST", "/translate", {"text": lines, **options})
+
+
+def reverse(line: str) -> str:
+    return " ".join(reversed(line.split()))
+
+
+class SlowEngine:
+    """The real engine, each search slowed down and recorded (what was translated, and when)."""
+
+    def __init__(self, engine, delay: float) -> None:
+        self.engine, self.delay, self.searched = engine, delay, []
+        self.name, self.capabilities, self.alternative = engine.name, engine.capabilities, engine.alternative
+        self.max_positions = engine.max_positions
+
+    def search(self, batch: SourceBatch, options: SearchOptions):
+        time.sleep(self.delay)
+        self.searched.append(len(batch.sources))
+        return self.engine.search(batch, options)
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+
+@pytest.fixture(scope="module")
+def translator(reverse_run) -> Translator:
+    return Translator.load(reverse_run.run_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(translator):
+    with serving(translator, ServeLimits(max_lines=8, max_chars=400, max_wait_ms=20)) as (port, app):
+        yield port, app
+
+
+@pytest.fixture(scope="module")
+def sources(reverse_run) -> list[str]:
+    return (reverse_run.data_path.parent / "raw/valid.src").read_text().splitlines()
+
+
+def test_a_round_trip_translates_in_order(server, sources):
+    port, _ = server
+    reply = translate(port, [sources[0], "", sources[1]])
+    assert reply.status == 200
+    assert reply.body["translations"] == [reverse(sources[0]), "", reverse(sources[1])]
+    assert request(port, "GET", "/health").body == {"status": "ready"}
+    assert "<textarea" in request(port, "GET", "/").body["html"]
+    assert request(port, "GET", "/docs").status == 200
+
+
+def test_options_reach_the_engine(server, sources):
+    port, _ = server
+    nbest = translate(port, [sources[2]], beam=3, nbest=2).body["translations"][0]
+    assert len(nbest) == 2 and nbest[0]["text"] == reverse(sources[2]) and nbest[0]["score"] >= nbest[1]["score"]
+    prefixed = translate(port, [sources[3]], prefix=["k"]).body["translations"][0]
+    assert prefixed.startswith("k")
+    aligned = translate(port, [sources[4]], alignments=True).body["translations"][0]
+    assert aligned["text"] == reverse(sources[4]) and all(len(pair) == 2 for pair in aligned["alignment"])
+    samples = [translate(port, [sources[5]], sampling="topk:3", temperature=2.0, seed=4).body for _ in range(2)]
+    assert samples[0] == samples[1]
+
+
+@pytest.mark.slow
+def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server, sources):
+    port, app = server
+    requests = [sources[n % 40 : n % 40 + 1 + n % 3] for n in range(100)]
+    before = app.state.batcher.batches
+    with ThreadPoolExecutor(100) as pool:
+        replies = list(pool.map(lambda lines: translate(port, lines), requests))
+    assert all(reply.status == 200 for reply in replies)
+    for lines, reply in zip(requests, replies, strict=True):
+        assert reply.body["translations"] == [reverse(line) for line in lines]
+    assert app.state.batcher.batches - before < 50  # requests were merged into shared batches
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"text": ["a"] * 9}, 413, "9 sentences in one request; the limit is 8"),
+        ({"text": ["a b " * 60, "c d " * 60]}, 413, "the limit is 400"),
+        (b"{not json", 422, "JSON"),
+        ({"text": "a b c"}, 422, "text: Input should be a valid list"),
+        ({"text": ["a"], "beam": 0}, 422, "beam:"),
+        ({"text": ["a"], "sampling": "top"}, 400, "sampling top: give topk:K"),
+        ({"text": ["a", "b"], "prefix": ["c"]}, 400, "1 prefixes for 2 sentences"),
+        ({"text": ["a \ud800"]}, 400, "not valid Unicode"),
+        ({"text": ["a"], "beam": 3, "sampling": "full"}, 400, "beam 3 with sampling"),
+    ],
+)
+def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources, body, status, message):
+    port, _ = server
+    data = json.dumps(body).encode("utf-8", "surrogatepass") if isinstance(body, dict) else body
+    reply = request(port, "POST", "/translate", data)
+    assert reply.status == status
+    assert message in reply.body["detail"] and "\n" not in reply.body["detail"]
+    assert translate(port, [sources[0]]).body["translations"] == [reverse(sources[0])]
+
+
+def test_a_full_queue_answers_503_with_retry_after(translator, sources):
+    slow = Translator(SlowEngine(translator.engine, 0.3), translator.tokenizers, translator.decode, translator.normalize)
+    with serving(slow, ServeLimits(max_queue=1, max_wait_ms=0, batch_lines=1)) as (port, _):
+        with ThreadPoolExecutor(12) as pool:
+            replies = list(pool.map(lambda n: translate(port, [sources[n]]), range(12)))
+    statuses = [reply.status for reply in replies]
+    assert 503 in statuses and 200 in statuses and set(statuses) <= {200, 503}
+    full = next(reply for reply in replies if reply.status == 503)
+    assert full.headers["retry-after"] == "1" and "queue is full" in full.body["detail"]
+
+
+@pytest.mark.slow
+def test_a_client_that_disconnects_leaves_no_work_behind(translator, sources):
+    slow = Translator(SlowEngine(translator.engine, 0.5), translator.tokenizers, translator.decode, translator.normalize)
+    with serving(slow, ServeLimits(max_wait_ms=0, batch_lines=1, workers=1)) as (port, _):
+        with ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(translate, port, [sources[0]])  # keeps the one worker busy for 0.5 s
+            time.sleep(0.1)
+            gone = socket.create_connection(("127.0.0.1", port))
+            body = json.dumps({"text": sources[1:6]}).encode()
+            gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            gone.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.1)
+            gone.close()
+            assert busy.result().status == 200
+        time.sleep(0.6)
+        assert translate(port, [sources[7]]).status == 200
+    assert sorted(slow.engine.searched) == [1, 1]  # the five lines of the closed request were never translated
+
+
+def test_an_api_key_is_required_when_set(translator, sources):
+    with serving(translator, ServeLimits(api_key="s3cret")) as (port, _):
+        assert translate(port, [sources[0]]).status == 401
+        wrong = request(port, "POST", "/translate", {"text": ["a"]}, {"Authorization": "Bearer nope"})
+        assert wrong.status == 401 and "Bearer" in wrong.body["detail"]
+        assert request(port, "GET", "/info").status == 401
+        right = request(port, "POST", "/translate", {"text": [sources[0]]}, {"Authorization": "Bearer s3cret"})
+        assert right.status == 200 and right.body["translations"] == [reverse(sources[0])]
+        assert request(port, "GET", "/health").status == 200
+
+
+def test_info_describes_the_model_and_its_recorded_scores(reverse_run, translator, tmp_path):
+    (tmp_path / "scores.json").write_text(json.dumps({"test": {"BLEU": 97.5}}))
+    info = model_info(translator, str(tmp_path))
+    assert info["architecture"] == "transformer" and info["engine"] == "pytorch"
+    assert info["parameters"] == translator.engine.model.num_parameters()
+    assert info["source_language"] == reverse_run.src_lang and info["test_scores"] == {"test": {"BLEU": 97.5}}
+
+
+def test_sigterm_answers_the_requests_in_flight_and_exits_zero(reverse_run, sources):
+    port = free_port()
+    command = [sys.executable, "-m", "mtkit", "serve", "-m", str(reverse_run.run_path), "--port", str(port), "--device", "cpu"]
+    process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if request(port, "GET", "/health").status == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        with ThreadPoolExecutor(8) as pool:
+            replies = [pool.submit(translate, port, sources[n * 8 : n * 8 + 8], beam=4) for n in range(8)]
+            time.sleep(0.3)
+            process.send_signal(signal.SIGTERM)
+            answered = [reply.result() for reply in replies]
+        assert all(reply.status == 200 for reply in answered)
+        assert answered[0].body["translations"] == [reverse(line) for line in sources[:8]]
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_batching_is_chosen_for_the_device(translator):
+    from mtkit.runtime import cpu_cores
+    from mtkit.serving.app import batching_for
+
+    chosen = batching_for(translator, ServeLimits())
+    assert (chosen.workers, chosen.batch_lines) == ((2, 16) if cpu_cores() >= 2 else (1, 128))  # PyTorch on CPU
+    assert batching_for(translator, ServeLimits(workers=1, batch_lines=64)) == ServeLimits(workers=1, batch_lines=64)

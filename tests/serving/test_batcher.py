@@ -1,0 +1,61 @@
+"""The request batcher, driven by a stub translator: merging, grouping by decoding, order, a full queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mtkit.decoding.translator import Decoding, Translation
+from mtkit.serving.batcher import Batcher, QueueFull
+
+
+class UpperCaser:
+    """A translator stub: each line upper-cased, and every call recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], Decoding]] = []
+
+    def translate_nbest(self, lines, decoding, prefixes=None):  # noqa: ANN001, ANN201 - the Translator's signature
+        self.calls.append((list(lines), decoding))
+        return [[Translation(line.upper(), 0.0, [])] for line in lines]
+
+
+async def translate_together(batcher: Batcher, requests: list[tuple[list[str], Decoding]]) -> list[list[str]]:
+    worker = asyncio.create_task(batcher.run())
+    try:
+        found = await asyncio.gather(*(batcher.translate(lines, decoding) for lines, decoding in requests))
+    finally:
+        worker.cancel()
+    return [[best[0].text for best in lines] for lines in found]
+
+
+def test_concurrent_requests_are_one_engine_call_and_each_gets_its_own_lines_in_order():
+    stub = UpperCaser()
+    batcher = Batcher(stub, max_wait=0.2, max_queue=10, batch_lines=100)
+    requests = [(["a", "b"], Decoding()), (["c"], Decoding()), (["d", "e", "f"], Decoding())]
+    assert asyncio.run(translate_together(batcher, requests)) == [["A", "B"], ["C"], ["D", "E", "F"]]
+    assert batcher.batches == 1 and stub.calls == [(["a", "b", "c", "d", "e", "f"], Decoding())]
+    batcher.close()
+
+
+def test_requests_with_other_decodings_are_translated_in_separate_calls():
+    stub = UpperCaser()
+    batcher = Batcher(stub, max_wait=0.2, max_queue=10, batch_lines=100)
+    requests = [(["a"], Decoding(beam=2)), (["b"], Decoding(beam=4)), (["c"], Decoding(beam=2))]
+    assert asyncio.run(translate_together(batcher, requests)) == [["A"], ["B"], ["C"]]
+    assert sorted((lines, decoding.beam) for lines, decoding in stub.calls) == [(["a", "c"], 2), (["b"], 4)]
+    batcher.close()
+
+
+def test_a_full_queue_refuses_at_once():
+    async def overfill() -> None:
+        batcher = Batcher(UpperCaser(), max_wait=0.0, max_queue=1, batch_lines=10)
+        waiting = asyncio.ensure_future(batcher.translate(["a"], Decoding()))  # no worker runs: it stays queued
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull):
+            await batcher.translate(["b"], Decoding())
+        waiting.cancel()
+        batcher.close()
+
+    asyncio.run(overfill())
