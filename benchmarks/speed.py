@@ -73,10 +73,11 @@ def training_flops_per_target_token(config, vocab_size: int, src_per_tgt: float,
     model = config.model
     if model.arch != "transformer":
         return None
-    d, ffn, layers = model.d_model, model.ffn_dim, model.layers
-    encoder_token = layers * (4 * d * d + 2 * d * ffn + 2 * src_len * d)
-    decoder_token = layers * (6 * d * d + 2 * d * ffn + 2 * (tgt_len / 2) * d + 2 * src_len * d) + d * vocab_size
-    cross_keys_values = layers * 2 * d * d  # per source token
+    d, ffn = model.d_model, model.ffn_dim
+    encoder_layers, decoder_layers = model.encoder_layers or model.layers, model.decoder_layers or model.layers
+    encoder_token = encoder_layers * (4 * d * d + 2 * d * ffn + 2 * src_len * d)
+    decoder_token = decoder_layers * (6 * d * d + 2 * d * ffn + 2 * (tgt_len / 2) * d + 2 * src_len * d) + d * vocab_size
+    cross_keys_values = decoder_layers * 2 * d * d  # per source token
     macs = decoder_token + src_per_tgt * (encoder_token + cross_keys_values)
     return 3 * 2 * macs
 

@@ -198,7 +198,8 @@ class ModelConfig:
     """Architecture and size. `arch` picks the model; the other keys size it.
 
     Shared: layers, dropout, tie_embeddings. Transformer only: d_model, heads, ffn_dim,
-    attention_dropout, norm, positions, max_positions. RNN only: cell .. input_feed. A recipe that
+    attention_dropout, norm, positions, max_positions, activation, encoder_layers, decoder_layers,
+    output_bias. RNN only: cell .. input_feed. A recipe that
     sets a key of the other architecture is an error; saved configs hold only the chosen one's keys.
     """
 
@@ -210,10 +211,17 @@ class ModelConfig:
     dropout: float = field(default=0.1, metadata=_range(0.0, 1.0, open_high=True))
     attention_dropout: float = field(default=0.0, metadata=_TRANSFORMER | _range(0.0, 1.0, open_high=True, example=0.1))
     norm: str = field(default="pre", metadata=_TRANSFORMER | _choice("pre", "post"))
-    positions: str = field(default="sinusoidal", metadata=_TRANSFORMER | _choice("sinusoidal", "learned"))
+    # sinusoidal: sine and cosine columns interleaved; sinusoidal_halves: all sines, then all cosines
+    # (Marian's and CTranslate2's layout, tabled in float64); learned: a trained table
+    positions: str = field(default="sinusoidal", metadata=_TRANSFORMER | _choice("sinusoidal", "sinusoidal_halves", "learned"))
     tie_embeddings: bool = True  # share source, target and output embeddings (joint vocab)
     # longest sequence (tokens + EOS) with learned positions; at least one token and its EOS
     max_positions: int = field(default=1024, metadata=_TRANSFORMER | _at_least(2))
+    activation: str = field(default="relu", metadata=_TRANSFORMER | _choice("relu", "gelu", "swish"))  # feed-forward
+    # encoder and decoder depth when they differ from `layers` (0: `layers`)
+    encoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
+    decoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
+    output_bias: bool = field(default=False, metadata=_TRANSFORMER)  # a bias on the output logits (Marian's)
     cell: str = field(default="lstm", metadata=_RNN | _choice("lstm", "gru"))
     # RNN state size (a bidirectional encoder gives each direction half)
     hidden_size: int = field(default=512, metadata=_RNN | _at_least(1) | _relation(_even_when_bidirectional))

@@ -74,6 +74,9 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
     return output_dir
 
 
+CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> CTranslate2's Activation
+
+
 def import_ctranslate2() -> ModuleType:
     """The ctranslate2 package, or an MtkitError saying how to install it."""
     try:
@@ -100,10 +103,18 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
     """A filled `ctranslate2.specs.TransformerSpec` for an mtkit Transformer (weights as float32 arrays)."""
     pre_norm = model.encoder_layers[0].attention_block.pre_norm
     heads = model.encoder_layers[0].self_attention.heads
+    activation = getattr(
+        ctranslate2.specs.common_spec.Activation, CT2_ACTIVATIONS[model.encoder_layers[0].feed_forward.activation]
+    )
     # The attention CTranslate2 returns is fixed here: the last decoder layer's cross-attention,
     # averaged over all heads (alignment_heads 0), what mtkit aligns with by default.
     spec = ctranslate2.specs.TransformerSpec.from_config(
-        len(model.encoder_layers), heads, pre_norm=pre_norm, alignment_layer=-1, alignment_heads=0
+        (len(model.encoder_layers), len(model.decoder_layers)),
+        heads,
+        pre_norm=pre_norm,
+        activation=activation,
+        alignment_layer=-1,
+        alignment_heads=0,
     )
     # Special pieces are the tokenizer's own at mtkit's fixed ids; decoding starts from BOS.
     src_pieces, tgt_pieces = _pieces(tokenizers.src), _pieces(tokenizers.tgt)
@@ -134,7 +145,7 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
         if pre_norm:
             _set_layer_norm(encoder.layer_norm, model.encoder_norm)
             _set_layer_norm(decoder.layer_norm, model.decoder_norm)
-        decoder.projection.weight = _array(model.output.weight)  # tied weights are stored once (spec aliases)
+        _set_linear(decoder.projection, model.output)  # tied weights are stored once (spec aliases); the bias if any
     return spec
 
 
@@ -158,7 +169,7 @@ def _set_decoder_layer(spec: Any, layer: DecoderLayer) -> None:
 
 def _set_feed_forward(spec: Any, layer: EncoderLayer | DecoderLayer) -> None:
     _set_layer_norm(spec.layer_norm, layer.ffn_block.norm)
-    _set_linear(spec.linear_0, layer.feed_forward.inner)  # ReLU is the spec's default activation
+    _set_linear(spec.linear_0, layer.feed_forward.inner)  # the activation is the spec's (from_config)
     _set_linear(spec.linear_1, layer.feed_forward.outer)
 
 
@@ -193,7 +204,8 @@ def _manifest(config: Config, checkpoint: Path, quantization: str | None, positi
         "tgt_lang": config.tgt_lang,
         "normalize": config.data.normalize,
         "max_positions": positions,
-        "alignment_layer": config.model.layers - 1,  # the decoder layer of CTranslate2's attention (heads averaged)
+        # the decoder layer of CTranslate2's attention (heads averaged)
+        "alignment_layer": (config.model.decoder_layers or config.model.layers) - 1,
         "tokenizers": {"src": SOURCE_SPM, "tgt": TARGET_SPM},
         "decode": asdict(config.decode),
         "recipe": config_to_dict(config),  # for `mtkit evaluate -m DIR --split test`

@@ -74,14 +74,26 @@ class ScaledEmbedding(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sine/cosine position encodings; the table grows on demand for long inputs."""
+    """Fixed sine/cosine position encodings; the table grows on demand for long inputs.
 
-    def __init__(self, d_model: int, max_positions: int) -> None:
+    `halves=False`: sine and cosine columns interleaved (Vaswani et al.), computed in float32 as
+    mtkit always has; `halves=True`: the sines of every frequency, then the cosines (Marian's and
+    CTranslate2's layout), computed in float64 and rounded once.
+    """
+
+    def __init__(self, d_model: int, max_positions: int, halves: bool = False) -> None:
         super().__init__()
-        self.d_model = d_model
+        self.d_model, self.halves = d_model, halves
         self.register_buffer("table", self._table(max_positions), persistent=False)
 
     def _table(self, length: int) -> Tensor:
+        if self.halves:
+            position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+            exponent = torch.arange(0, self.d_model, 2, dtype=torch.float64) / self.d_model
+            angle = position / torch.pow(10000.0, exponent)  # (L, ceil(D/2))
+            half = self.d_model // 2 + self.d_model % 2
+            table = torch.cat([torch.sin(angle), torch.cos(angle[:, : self.d_model - half])], dim=1)
+            return table.to(torch.float32)  # (L, D)
         position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
         frequency = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
         table = torch.zeros(length, self.d_model)
@@ -114,8 +126,9 @@ class LearnedPositions(nn.Module):
 
 
 def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    if kind == "sinusoidal":
-        return SinusoidalPositions(d_model, max_positions)
+    """`model.positions`: sinusoidal, sinusoidal_halves or learned."""
+    if kind in ("sinusoidal", "sinusoidal_halves"):
+        return SinusoidalPositions(d_model, max_positions, halves=kind == "sinusoidal_halves")
     return LearnedPositions(d_model, max_positions)
 
 
@@ -227,17 +240,22 @@ class CrossAttention(MultiHeadAttention):
         return self.attend(query, key, value, memory_mask, causal=False), None
 
 
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network: Linear -> ReLU -> dropout -> Linear."""
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # model.activation
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: Linear -> activation (ReLU, GELU or swish) -> dropout -> Linear."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.inner = nn.Linear(d_model, ffn_dim)
         self.outer = nn.Linear(ffn_dim, d_model)
         self.dropout = Dropout(dropout)
+        self.activation = activation
+        self._activate = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.outer(self.dropout(F.relu(self.inner(x))))
+        return self.outer(self.dropout(self._activate(self.inner(x))))
 
 
 class Residual(nn.Module):

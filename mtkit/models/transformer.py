@@ -1,6 +1,8 @@
 """The Transformer encoder-decoder (Vaswani et al., 2017) behind the shared model contract.
 
-Pre- or post-norm residual blocks, sinusoidal or learned positions, tied embeddings, and
+Pre- or post-norm residual blocks, sinusoidal (interleaved or in halves) or learned positions, a
+ReLU, GELU or swish feed-forward, encoder and decoder depths of their own, tied embeddings, an
+optional bias on the output logits, and
 incremental decoding: the decoder state caches self-attention keys/values per layer and the
 cross-attention keys/values of the memory, computed once per sentence. The heatmaps'
 cross-attention weights come from the same decoder forward, asked for the last layer's weights.
@@ -23,10 +25,12 @@ from mtkit.models.layers import (
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool) -> None:
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
+    ) -> None:
         super().__init__()
         self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=False)
-        self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout, activation)
         self.attention_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
@@ -36,11 +40,13 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool) -> None:
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
+    ) -> None:
         super().__init__()
         self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=True)
         self.cross_attention = CrossAttention(d_model, heads, attention_dropout)
-        self.feed_forward = FeedForward(d_model, ffn_dim, dropout)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout, activation)
         self.self_block, self.cross_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(3))
 
     def forward(
@@ -75,6 +81,10 @@ class Transformer(EncoderDecoder):
         tie_embeddings: bool = True,
         share_vocab: bool = True,
         max_positions: int = 1024,
+        activation: str = "relu",
+        encoder_layers: int = 0,
+        decoder_layers: int = 0,
+        output_bias: bool = False,
         pad_id: int = 0,
     ) -> None:
         super().__init__()
@@ -87,13 +97,15 @@ class Transformer(EncoderDecoder):
         self.src_positions = make_positions(positions, d_model, max_positions)
         self.tgt_positions = make_positions(positions, d_model, max_positions)
         self.dropout = Dropout(dropout)
-        block = (d_model, heads, ffn_dim, dropout, attention_dropout, pre_norm)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*block) for _ in range(layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*block) for _ in range(layers))
+        block = (d_model, heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*block) for _ in range(encoder_layers or layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*block) for _ in range(decoder_layers or layers))
         # Pre-norm stacks end with a LayerNorm; post-norm blocks already normalise their output.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)
+        if output_bias:
+            nn.init.zeros_(self.output.bias)
         if tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:

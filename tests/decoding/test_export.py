@@ -216,3 +216,32 @@ def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alter
     assert result.stderr.count("\n") == 1
     assert "ctranslate2 engine lacks" in result.stderr and "mtkit translate -m" in result.stderr
     assert not (tmp_path / "plots").exists()
+
+
+@pytest.mark.slow
+def test_a_marian_shaped_model_exports_and_translates_like_pytorch(tmp_path, sources):
+    """Swish, sinusoids in halves, post-norm, an output bias and 1 encoder + 2 decoder layers, trained and exported."""
+    from conftest import prepared_reverse_task
+
+    from mtkit.training.trainer import train
+
+    config = prepared_reverse_task(tmp_path, max_steps=400, validate_every=400, batch_tokens=1600, lr=0.002)
+    config.model = dataclasses.replace(
+        config.model,
+        activation="swish",
+        positions="sinusoidal_halves",
+        norm="post",
+        output_bias=True,
+        encoder_layers=1,
+        decoder_layers=2,
+    )
+    train(config)
+    pytorch = Translator.load(config.run_path, device="cpu")
+    exported = Translator.over(load_export(export_ctranslate2(config.run_path, tmp_path / "exported", None), threads=1))
+    assert json.loads((tmp_path / "exported" / MANIFEST).read_text())["alignment_layer"] == 1
+    expected = pytorch.translate_nbest(sources[:40], Decoding(beam=1))
+    found = exported.translate_nbest(sources[:40], Decoding(beam=1))
+    assert [best[0].text for best in found] == [best[0].text for best in expected]
+    for mine, theirs in zip(found, expected, strict=True):
+        assert mine[0].score == pytest.approx(theirs[0].score, abs=1e-4)
+    assert sum(best[0].text == " ".join(reversed(s.split())) for best, s in zip(expected, sources[:40], strict=True)) >= 20

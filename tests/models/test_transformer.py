@@ -3,6 +3,8 @@ its attention layers cache keys/values and give the heatmaps' weights from their
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import Tensor
@@ -299,3 +301,61 @@ def test_dropout_is_the_identity_in_eval_and_at_zero():
 def test_dropout_rate_outside_zero_one_is_a_clear_error(p):
     with pytest.raises(MtkitError, match=r"model.dropout"):
         Dropout(p)
+
+
+def test_the_default_keys_build_the_same_parameters_and_outputs_as_before():
+    """activation relu, depths 0 (= layers), no output bias: the parameters and outputs of a model without these keys."""
+    plain, explicit = (
+        small_transformer(),
+        small_transformer(activation="relu", encoder_layers=0, decoder_layers=0, output_bias=False),
+    )
+    assert [(n, p.shape) for n, p in plain.named_parameters()] == [(n, p.shape) for n, p in explicit.named_parameters()]
+    assert "output.bias" not in dict(plain.named_parameters())
+    src, src_mask, tgt = random_batch()
+    torch.testing.assert_close(plain(src, src_mask, tgt), explicit(src, src_mask, tgt), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("activation", "function"), [("gelu", torch.nn.functional.gelu), ("swish", torch.nn.functional.silu)])
+def test_the_feed_forward_applies_the_chosen_activation(activation, function):
+    model = small_transformer(activation=activation)
+    block = model.encoder_layers[0].feed_forward
+    x = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(block(x), block.outer(function(block.inner(x))))
+    assert not torch.allclose(block(x), block.outer(torch.relu(block.inner(x))))
+
+
+def test_encoder_and_decoder_depths_of_their_own_and_the_output_bias():
+    model = small_transformer(encoder_layers=1, decoder_layers=3, output_bias=True)
+    assert (len(model.encoder_layers), len(model.decoder_layers), model.attention_layers) == (1, 3, 3)
+    with torch.no_grad():
+        model.output.bias.copy_(torch.arange(VOCAB, dtype=torch.float32))
+    src, src_mask, tgt = random_batch()
+    memory = model.encode(src, src_mask)
+    hidden, _ = model._run_decoder(tgt, memory, src_mask, None)
+    expected = model.decoder_norm(hidden) @ model.output.weight.T + torch.arange(VOCAB, dtype=torch.float32)
+    torch.testing.assert_close(model(src, src_mask, tgt), expected)
+
+
+def test_sinusoids_in_halves_are_marians_layout_in_float64():
+    d_model, length = 6, 5
+    table = SinusoidalPositions(d_model, max_positions=2, halves=True)(length)  # grows past the built table
+    for position in range(length):
+        angles = [position / 10000 ** (2 * (j // 2) / d_model) for j in range(d_model)]
+        expected = [math.sin(angles[j]) for j in range(0, d_model, 2)] + [math.cos(angles[j]) for j in range(1, d_model, 2)]
+        assert table[position].tolist() == pytest.approx(expected, abs=1e-7)
+    interleaved = SinusoidalPositions(d_model, max_positions=5)(length)
+    assert not torch.equal(table, interleaved)
+
+
+def test_the_new_model_keys_are_checked_at_load():
+    from mtkit.config import config_from_dict
+
+    for key, value, needle in (("activation", "tanh", "model.activation"), ("encoder_layers", -1, "model.encoder_layers")):
+        with pytest.raises(MtkitError, match=needle):
+            config_from_dict({"name": "x", "model": {"arch": "transformer", key: value}})
+    with pytest.raises(MtkitError, match="model.output_bias"):
+        config_from_dict({"name": "x", "model": {"arch": "rnn", "output_bias": True}})
+    built = build_model(
+        ModelConfig(d_model=32, heads=4, ffn_dim=64, layers=2, decoder_layers=1, positions="sinusoidal_halves"), 20, 20, True
+    )
+    assert len(built.encoder_layers) == 2 and len(built.decoder_layers) == 1 and built.src_positions.halves
