@@ -250,7 +250,7 @@ def test_wrong_types_name_the_key(recipe, override, key, detail):
     ("override", "key", "choices"),
     [
         ("model.norm=mid", "model.norm", "pre, post"),
-        ("model.positions=rotary", "model.positions", "sinusoidal, learned"),
+        ("model.positions=rotary", "model.positions", "sinusoidal, sinusoidal_halves, learned"),
         ("tokenizer.type=wordpiece", "tokenizer.type", "bpe, unigram"),
         ("data.normalize=NFD", "data.normalize", "NFC, NFKC, none"),
         ("train.precision=fp8", "train.precision", "auto, fp32, bf16, fp16"),
