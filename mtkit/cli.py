@@ -38,6 +38,8 @@ app = typer.Typer(
 )
 tokenizer_app = typer.Typer(cls=_Group, no_args_is_help=True, help="SentencePiece tokenizers.")
 app.add_typer(tokenizer_app, name="tokenizer")
+import_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Models trained elsewhere, as mtkit run directories.")
+app.add_typer(import_app, name="import")
 
 Recipe = Annotated[Path, typer.Argument(help="YAML recipe, e.g. recipes/multi30k/transformer.yaml.")]
 Overrides = Annotated[
@@ -302,6 +304,26 @@ def average(
     target = output or model / "average.pt"
     save_checkpoint(averaged, target)
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
+
+
+@import_app.command("marian")
+def import_marian(
+    source: Annotated[
+        str, typer.Argument(help="A Hugging Face Marian folder (OPUS-MT), or a hub id such as Helsinki-NLP/opus-mt-de-en.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
+) -> None:
+    """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
+    from mtkit.models.marian import import_marian as run_import
+
+    config, model = run_import(source, output)
+    layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
+    parameters = sum(p.numel() for p in model.parameters()) / 1e6
+    typer.echo(
+        f"imported {source}: Transformer {layers} layers, d_model {config.model.d_model}, {config.model.activation}, "
+        f"{parameters:.1f}M parameters, {config.src_lang}->{config.tgt_lang}; run directory {output}"
+    )
+    typer.echo(f"next: mtkit translate -m {output}, or fine-tune with `mtkit train RECIPE --init-from {output}`")
 
 
 def main() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,47 +19,94 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a target-language token at the start of a source, e.g. >>fra<<
 
 
 class Tokenizer:
-    """One SentencePiece model: text <-> ids (without BOS/EOS; callers add them)."""
+    """One SentencePiece model: text <-> ids (without BOS/EOS; callers add them).
 
-    def __init__(self, model_proto: bytes) -> None:
+    With a piece table (`table`, a list whose index is the id) the ids come from the table, not
+    from the SentencePiece model: how Marian/OPUS-MT models number their vocabulary (vocab.json).
+    A piece missing from the table is UNK_ID. A text that starts with a language token written
+    `>>xx<<` that the table holds (multi-target models such as `>>fra<<`) keeps it as one piece.
+    """
+
+    def __init__(self, model_proto: bytes, pieces: list[str] | None = None) -> None:
         self.model_proto = model_proto
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.table = pieces
+        self._ids = None if pieces is None else {piece: index for index, piece in enumerate(pieces)}
 
     @classmethod
     def load(cls, path: Path | str) -> Tokenizer:
+        """A SentencePiece model file, with its piece table when `<path>.pieces.json` is beside it."""
         path = Path(path)
         if not path.is_file():
             raise MtkitError(f"{path}: tokenizer model not found; run `mtkit tokenizer train RECIPE` first")
-        return cls(path.read_bytes())
+        table = pieces_file(path)
+        return cls(path.read_bytes(), read_pieces(table) if table.is_file() else None)
 
     def save(self, path: Path | str) -> None:
         write_file(path, self.model_proto)
+        if self.table is not None:
+            write_file(pieces_file(Path(path)), json.dumps(self.table, ensure_ascii=False).encode("utf-8"))
 
     @property
     def vocab_size(self) -> int:
-        return self._sp.get_piece_size()
+        return self._sp.get_piece_size() if self.table is None else len(self.table)
 
     def encode(self, text: str) -> list[int]:
-        return self._sp.encode(text)
+        return self._sp.encode(text) if self._ids is None else self._table_ids(text, self._sp.encode(text, out_type=str))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts)
+        if self._ids is None:
+            return self._sp.encode(texts)
+        return [self.encode(text) for text in texts]
 
     def sample_batch(self, texts: list[str], alpha: float) -> list[list[int]]:
         """One sampled segmentation per text (BPE-dropout or unigram sampling), from SentencePiece's seeded generator."""
-        return self._sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        if self._ids is None:
+            return self._sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        sampled = self._sp.encode(texts, out_type=str, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        return [self._table_ids(text, pieces) for text, pieces in zip(texts, sampled, strict=True)]
 
     def pieces(self, text: str) -> list[str]:
-        return self._sp.encode(text, out_type=str)
+        return self._sp.encode(text, out_type=str) if self.table is None else self.id_to_piece(self.encode(text))
 
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
-        return [self._sp.id_to_piece(int(i)) for i in ids]
+        if self.table is None:
+            return [self._sp.id_to_piece(int(i)) for i in ids]
+        return [self.table[int(i)] for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._sp.decode([int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)])
+        kept = [int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)]
+        if self.table is None:
+            return self._sp.decode(kept)
+        return self._sp.decode_pieces([self.table[i] for i in kept])
+
+    def _table_ids(self, text: str, pieces: list[str]) -> list[int]:
+        """Table ids of SentencePiece's pieces of `text`, after its leading language token if any."""
+        assert self._ids is not None
+        code = LANGUAGE_TOKEN.match(text)
+        if code and code.group(0) in self._ids:
+            pieces = [code.group(0), *self._sp.encode(text[code.end() :], out_type=str)]
+        return [self._ids.get(piece, UNK_ID) for piece in pieces]
+
+
+def pieces_file(model_path: Path) -> Path:
+    """Where a tokenizer's piece table lives: beside its SentencePiece model."""
+    return model_path.with_name(model_path.name + ".pieces.json")
+
+
+def read_pieces(path: Path) -> list[str]:
+    """A piece table (a JSON list of strings, index = id) with mtkit's four special pieces first."""
+    try:
+        pieces = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise MtkitError(f"{path}: not a readable piece table ({one_line(err)}); re-import the model") from None
+    if not isinstance(pieces, list) or len(pieces) < 5 or not all(isinstance(piece, str) for piece in pieces):
+        raise MtkitError(f"{path}: a piece table is a JSON list of at least 5 strings; re-import the model")
+    return pieces
 
 
 @dataclass
@@ -69,12 +118,18 @@ class TokenizerPair:
 
     @property
     def joint(self) -> bool:
-        return self.src is self.tgt or self.src.model_proto == self.tgt.model_proto
+        """One id space on both sides (the model may share its embeddings): one SentencePiece model, or one piece table."""
+        if self.src is self.tgt:
+            return True
+        if self.src.table is not None or self.tgt.table is not None:
+            return self.src.table == self.tgt.table
+        return self.src.model_proto == self.tgt.model_proto
 
     @classmethod
     def of(cls, src: Tokenizer, tgt: Tokenizer) -> TokenizerPair:
         """The pair of two loaded tokenizers; the same object twice when they are one model (joint)."""
-        return cls(src, src if tgt.model_proto == src.model_proto else tgt)
+        same = tgt.model_proto == src.model_proto and tgt.table == src.table
+        return cls(src, src if same else tgt)
 
 
 def seed_sampling(seed: int) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.config import config_from_dict
-from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
 from mtkit.decoding.engine import Capability, Engine, LoadedModel, SearchOptions, SourceBatch
 from mtkit.decoding.export import MANIFEST, import_ctranslate2
 from mtkit.decoding.search import Hypothesis, length_penalty
@@ -157,6 +157,7 @@ class CT2Engine(Engine):
             max_input_length=0,  # segments are already cut to the model's positions
             max_decoding_length=max_len + 1,  # max_len tokens (a prefix included), then EOS
             min_decoding_length=0,
+            suppress_sequences=[[self._target_pieces[PAD_ID]], [self._target_pieces[BOS_ID]]],  # never emitted, as in mtkit
             return_scores=True,
             return_end_token=True,  # the length penalty counts the EOS, as in mtkit
             return_attention=options.attention_layer is not None,

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from mtkit.data.tokenizer import BOS_ID, PAD_ID
 from mtkit.decoding.constraints import Constraints
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
+
+NEVER_EMITTED = (PAD_ID, BOS_ID)
 
 
 @dataclass
@@ -211,10 +214,15 @@ def _advance_beams(
 def _next_log_probs(
     model: EncoderDecoder, tokens: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState
 ) -> tuple[Tensor, DecoderState]:
-    """Feed the newest token of each row (rows, 1); float32 next-token log-probabilities (rows, V)."""
+    """Feed the newest token of each row (rows, 1); float32 next-token log-probabilities (rows, V).
+
+    PAD and BOS are never emitted: their log-probabilities are set to -inf after the softmax, so
+    every other token keeps the model's own log-probability (as `mtkit score` computes it).
+    """
     logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state)  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
-    return torch.log_softmax(logits[:, -1].float(), dim=-1), new_state
+    log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V)
+    return log_probs.index_fill(1, torch.tensor(NEVER_EMITTED, device=log_probs.device), float("-inf")), new_state
 
 
 def _force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:

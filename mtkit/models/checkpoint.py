@@ -38,10 +38,25 @@ def checkpoint_payload(
     return {
         "format": FORMAT,
         "config": config_to_dict(config),
-        "tokenizers": {"src": tokenizers.src.model_proto, "tgt": tokenizers.tgt.model_proto},
+        "tokenizers": tokenizer_payload(tokenizers),
         "model": weights,
         **extra,
     }
+
+
+def tokenizer_payload(tokenizers: TokenizerPair) -> dict[str, Any]:
+    """The tokenizers as a checkpoint holds them: both SentencePiece models, and piece tables where they have them."""
+    held: dict[str, Any] = {"src": tokenizers.src.model_proto, "tgt": tokenizers.tgt.model_proto}
+    for side, tokenizer in (("src", tokenizers.src), ("tgt", tokenizers.tgt)):
+        if tokenizer.table is not None:
+            held[f"{side}_pieces"] = tokenizer.table
+    return held
+
+
+def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
+    """The tokenizers a checkpoint holds."""
+    held = payload["tokenizers"]
+    return TokenizerPair.of(Tokenizer(held["src"], held.get("src_pieces")), Tokenizer(held["tgt"], held.get("tgt_pieces")))
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -94,7 +109,7 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
     payload = read_checkpoint(path)
     config = config_from_dict(payload["config"], source=str(path), saved=True)
-    tokenizers = TokenizerPair.of(Tokenizer(payload["tokenizers"]["src"]), Tokenizer(payload["tokenizers"]["tgt"]))
+    tokenizers = checkpoint_tokenizers(payload)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     model.load_state_dict(payload["model"])
     return model, config, tokenizers, payload

@@ -245,3 +245,21 @@ def test_a_marian_shaped_model_exports_and_translates_like_pytorch(tmp_path, sou
     for mine, theirs in zip(found, expected, strict=True):
         assert mine[0].score == pytest.approx(theirs[0].score, abs=1e-4)
     assert sum(best[0].text == " ".join(reversed(s.split())) for best, s in zip(expected, sources[:40], strict=True)) >= 20
+
+
+def test_an_imported_marian_model_exports_and_decodes_like_pytorch(tmp_path):
+    """A tiny random Hugging Face Marian model, imported then exported: CTranslate2's greedy output is PyTorch's."""
+    pytest.importorskip("transformers")
+    from marian_builder import Variant, build_marian
+
+    from mtkit.models.marian import import_marian
+
+    build_marian(tmp_path / "marian", Variant(separate=True))
+    import_marian(str(tmp_path / "marian"), tmp_path / "run")
+    pytorch = Translator.load(tmp_path / "run", device="cpu")
+    exported = Translator.over(load_export(export_ctranslate2(tmp_path / "run", tmp_path / "exported", None), threads=1))
+    lines = ["A man rides a bike.", "Two dogs play in the snow while a child watches them.", "Children!", ""]
+    expected = pytorch.translate_nbest(lines, Decoding(beam=1))
+    found = exported.translate_nbest(lines, Decoding(beam=1))
+    assert [[t.tokens for t in best] for best in found] == [[t.tokens for t in best] for best in expected]
+    assert any(best and best[0].tokens for best in expected)
