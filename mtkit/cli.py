@@ -55,6 +55,12 @@ TranslateModels = Annotated[
     ),
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+InitFrom = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Fine-tune: start from this run directory or checkpoint (its weights, architecture, tokenizers); train.init_from."
+    ),
+]
 PrefixFile = Annotated[
     Optional[Path], typer.Option(help="File of target prefixes, one per input line (empty: none); outputs start with them.")
 ]
@@ -66,16 +72,22 @@ Alignments = Annotated[
 ]
 
 
-def _config(recipe: Path, overrides: list[str] | None):
+def _config(recipe: Path, overrides: list[str] | None, init_from: Path | None = None):
     from mtkit.config import load_config
 
-    return load_config(recipe, overrides)
+    parent = [f"train.init_from={json.dumps(str(init_from))}"] if init_from is not None else []
+    return load_config(recipe, [*(overrides or []), *parent])
 
 
 @tokenizer_app.command("train")
 def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
+    if config.train.init_from:
+        raise MtkitError(
+            f"{recipe}: train.init_from is set, so the model keeps its parent's tokenizers; "
+            "skip `mtkit tokenizer train` (`mtkit prepare` copies them), or remove train.init_from for a new vocabulary"
+        )
     from mtkit.data.prepare import train_tokenizers
 
     pair = train_tokenizers(config)
@@ -87,11 +99,16 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
 
 
 @app.command()
-def prepare(recipe: Recipe, overrides: Overrides = None) -> None:
+def prepare(recipe: Recipe, overrides: Overrides = None, init_from: InitFrom = None) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
-    config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
+    config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
     from mtkit.data.corpora import clean_table
     from mtkit.data.prepare import prepare_corpus
+    from mtkit.models.checkpoint import copy_parent_tokenizers
+
+    if config.train.init_from:
+        copy_parent_tokenizers(Path(config.train.init_from), config.data_path, config.tokenizer.joint)
+        typer.echo(f"the tokenizers of {config.train.init_from} copied to {config.data_path}")
 
     report = prepare_corpus(config)
     typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))
@@ -105,9 +122,10 @@ def train(
     overrides: Overrides = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in run_dir from last.pt.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again, replacing the run in run_dir.")] = False,
+    init_from: InitFrom = None,
 ) -> None:
     """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
-    config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
+    config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
     from mtkit.training.trainer import train as run_training
 
     run_training(config, resume=resume, overwrite=overwrite)

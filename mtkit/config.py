@@ -29,6 +29,12 @@ from mtkit.options import BadBytes
 RETIRED_KEYS = frozenset({"decode.nbest"})
 _ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
 DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
+FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
+# A fine-tuning recipe (train.init_from) takes these sections from its parent; these keys of them it may change.
+INHERITED_SECTIONS = ("model", "tokenizer")
+FREE_WHEN_INHERITED = frozenset(
+    {"model.dropout", "model.attention_dropout", "tokenizer.sampling_alpha", "tokenizer.max_sentences"}
+)
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,15 @@ class TrainConfig:
     compile: bool = False  # torch.compile the training forward pass (see docs/performance.md)
     # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
     tensorboard: bool = False
+    # fine-tune: start from this run directory's (or checkpoint's) weights, architecture and tokenizers
+    init_from: str | None = None
+    # parts of the model not trained: embeddings, encoder, decoder (separated by commas)
+    freeze: str = field(
+        default="",
+        metadata=_pattern(
+            rf"\s*|{FREEZABLE}(\s*,\s*{FREEZABLE})*", "parts separated by commas: embeddings, encoder, decoder", "embeddings"
+        ),
+    )
 
 
 @dataclass
@@ -385,7 +400,52 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
         raise MtkitError(f"{path}: a recipe must be a mapping of keys to values")
     for item in overrides or []:
         apply_override(raw, item)
-    return config_from_dict(raw, source=str(path))
+    return config_from_dict(inherit_from_parent(raw, str(path)), source=str(path))
+
+
+def inherit_from_parent(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """A fine-tuning recipe (`train.init_from`) with its parent's `model` and `tokenizer` sections and
+    `data.normalize` filled in; a value of its own that disagrees with the parent is an error naming the key."""
+    train = raw.get("train")
+    init_from = train.get("init_from") if isinstance(train, dict) else None
+    if not init_from:
+        return raw
+    parent = _parent_recipe(Path(str(init_from)), source)
+    parent_data = parent.get("data") if isinstance(parent.get("data"), dict) else {}
+    inherited = {name: parent.get(name) or {} for name in INHERITED_SECTIONS}
+    inherited["data"] = {"normalize": parent_data.get("normalize", "NFC")}
+    merged = dict(raw)
+    for section, keys in inherited.items():
+        own = raw.get(section) or {}
+        if not isinstance(own, dict):
+            continue  # `_build` names the mistake
+        for key, value in own.items():
+            if key in keys and value != keys[key] and f"{section}.{key}" not in FREE_WHEN_INHERITED:
+                raise MtkitError(
+                    f"{source}: '{section}.{key}' is {_show(value)} but the parent model {init_from} has {_show(keys[key])}; "
+                    "a fine-tuned model keeps its parent's architecture, vocabulary and normalisation: remove the key"
+                )
+        merged[section] = {**keys, **own}
+    return merged
+
+
+def _parent_recipe(path: Path, source: str) -> dict[str, Any]:
+    """The saved config (config.yaml) of the run directory `path`, or of the run a checkpoint file lies in."""
+    saved = path / "config.yaml" if path.is_dir() else path.parent / "config.yaml"
+    if not path.exists():
+        raise MtkitError(
+            f"{source}: 'train.init_from' is {str(path)!r}, which does not exist; give a run directory or checkpoint"
+        )
+    try:
+        recipe = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise MtkitError(
+            f"{source}: 'train.init_from' {str(path)!r}: cannot read the parent's {saved.name} ({one_line(err)}); "
+            "give the run directory of an mtkit run or `mtkit import`"
+        ) from None
+    if not isinstance(recipe, dict):
+        raise MtkitError(f"{saved}: not a saved mtkit config; give the run directory of an mtkit run or `mtkit import`")
+    return recipe
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "config", saved: bool = False) -> Config:

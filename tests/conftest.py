@@ -103,13 +103,20 @@ def reverse_task_config(directory: Path, **train: object):
     )
 
 
-def prepared_reverse_task(directory: Path, **train: object):
-    """Write, tokenise and prepare the reverse task; returns its config (nothing trained yet)."""
-    from mtkit.data.prepare import prepare_corpus, train_tokenizers
+def prepared_reverse_task(directory: Path, seed: int = 0, **train: object):
+    """Write, tokenise and prepare the reverse task; returns its config (nothing trained yet).
 
-    write_reverse_task(directory / "raw")
+    With `init_from` (a parent run) the parent's tokenizers are used, as `mtkit prepare` does.
+    """
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
+    from mtkit.models.checkpoint import copy_parent_tokenizers
+
+    write_reverse_task(directory / "raw", seed=seed)
     config = reverse_task_config(directory, **train)
-    train_tokenizers(config)
+    if config.train.init_from:
+        copy_parent_tokenizers(Path(config.train.init_from), config.data_path, config.tokenizer.joint)
+    else:
+        train_tokenizers(config)
     prepare_corpus(config)
     return config
 

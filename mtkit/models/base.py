@@ -21,6 +21,8 @@ along its first (batch) dimension.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch import Tensor, nn
 
@@ -68,6 +70,18 @@ class EncoderDecoder(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def part_of(self, name: str) -> str:
+        """The part a parameter (by its name in `named_parameters`) belongs to: embeddings, encoder, decoder or output."""
+        raise NotImplementedError
+
+    def freeze(self, parts: Iterable[str]) -> int:
+        """Stop training the parameters of `parts` (see `part_of`); the number of parameters still trained."""
+        frozen = set(parts)
+        for name, parameter in self.named_parameters():
+            if self.part_of(name) in frozen:
+                parameter.requires_grad_(False)
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from mtkit.config import Config, config_from_dict, config_to_dict
-from mtkit.data.tokenizer import Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import Tokenizer, TokenizerPair, tokenizer_files
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
@@ -57,6 +57,17 @@ def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
     """The tokenizers a checkpoint holds."""
     held = payload["tokenizers"]
     return TokenizerPair.of(Tokenizer(held["src"], held.get("src_pieces")), Tokenizer(held["tgt"], held.get("tgt_pieces")))
+
+
+def copy_parent_tokenizers(parent: Path, data_dir: Path, joint: bool) -> TokenizerPair:
+    """Fine-tuning: write the parent checkpoint's tokenizers (piece tables too) where `mtkit prepare` reads them."""
+    tokenizers = checkpoint_tokenizers(read_checkpoint(parent))
+    src_path, tgt_path = tokenizer_files(data_dir, joint)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tokenizers.src.save(src_path)
+    if not joint:
+        tokenizers.tgt.save(tgt_path)
+    return tokenizers
 
 
 def resolve_checkpoint(path: Path) -> Path:

@@ -220,6 +220,11 @@ class RNNSeq2Seq(EncoderDecoder):
     def attention_layers(self) -> int:
         return 0 if self.decoder.attention is None else 1
 
+    def part_of(self, name: str) -> str:
+        """Embeddings (and the tied output weight), encoder, decoder or output (its own weight)."""
+        part, child = name.split(".")[:2]
+        return "embeddings" if child == "embed" else part if part in ("encoder", "decoder") else "output"
+
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, H)."""
         return self.encoder(src, src_mask)

@@ -115,6 +115,18 @@ class Transformer(EncoderDecoder):
     def max_positions(self) -> int:
         return self.position_limit if self.positions_kind == "learned" else 1_000_000
 
+    def part_of(self, name: str) -> str:
+        """Embeddings (with their positions and the tied output weight), encoder, decoder or output (its own weight, bias)."""
+        top = name.split(".")[0]
+        parts = {
+            "src_embed": "embeddings",
+            "tgt_embed": "embeddings",
+            "src_positions": "embeddings",
+            "tgt_positions": "embeddings",
+        }
+        parts |= {"encoder_layers": "encoder", "encoder_norm": "encoder", "decoder_layers": "decoder", "decoder_norm": "decoder"}
+        return parts.get(top, "output")
+
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
         x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,10 +33,17 @@ from mtkit.distributed import (
     shutdown,
     sum_over_ranks,
 )
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
-from mtkit.models.checkpoint import average_checkpoints, read_checkpoint, resolve_checkpoint, save_checkpoint
+from mtkit.models.checkpoint import (
+    average_checkpoints,
+    checkpoint_tokenizers,
+    read_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+    tokenizer_payload,
+)
 from mtkit.runtime import (
     autocast,
     autocast_dtype,
@@ -168,6 +176,7 @@ class Trainer:
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
+        self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.forward_model = training_forward(self.model, self.dist, device, self.train_config.compile)
         self.progress = Progress()
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
@@ -191,6 +200,21 @@ class Trainer:
             self.scaler.load_state_dict(payload["scaler"])
         if self.ema is not None and "ema" in payload:  # else the average starts from the current weights
             self.ema.load_state_dict(payload["ema"])
+
+    def start_from(self, payload: dict[str, Any], parent: str) -> None:
+        """Fine-tuning: the parent's weights (its tokenizers must be the prepared data's); the optimiser,
+        schedule, progress and data position stay new, and the EMA restarts from these weights."""
+        if tokenizer_payload(checkpoint_tokenizers(payload)) != tokenizer_payload(self.tokenizers):
+            raise MtkitError(
+                f"{self.config.data_path}: prepared with other tokenizers than the parent {parent}; "
+                "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
+            )
+        try:
+            self.model.load_state_dict(payload["model"])
+        except RuntimeError as err:
+            raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
+        if self.ema is not None:
+            self.ema = WeightEMA(self.model, self.train_config.ema)
 
     def checkpoint(self) -> Checkpoint:
         """Everything `--resume` needs: weights, optimiser, schedule, RNG, scaler, EMA and progress."""
@@ -330,6 +354,10 @@ class Trainer:
             self.run_dir.append_log(record)
         window.reset()
 
+    def validate_parent(self) -> None:
+        """Fine-tuning: the parent on the new validation set, logged (and saved) as step 0, before any update."""
+        self._validate_and_save()
+
     def _validate_and_save(self) -> None:
         """Rank 0 validates and writes checkpoints; every rank then shares its early-stopping state."""
         self._add_elapsed()
@@ -455,10 +483,14 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     trainer = Trainer(config, device, dist, run_dir)
     if resume:
         trainer.restore(read_checkpoint(config.run_path / "last.pt"))
+    elif config.train.init_from:
+        trainer.start_from(read_checkpoint(Path(config.train.init_from)), config.train.init_from)
     if run_dir is not None:
         run_dir.write_config(config)
     _start_message(trainer)
     try:
+        if config.train.init_from and not resume:
+            trainer.validate_parent()
         progress = trainer.run()
         if run_dir is not None and not trainer.diverged:
             trainer.validate_final_weights()
@@ -477,10 +509,15 @@ def _start_message(trainer: Trainer) -> None:
     precision = "fp32" if amp_dtype is None else str(amp_dtype).removeprefix("torch.")
     processes = f", {dist.world_size} processes" if dist.enabled else ""
     start = f"resuming at step {trainer.progress.step}" if trainer.progress.step else "starting"
+    parent, total = trainer.train_config.init_from, trainer.model.num_parameters()
+    if parent and not trainer.progress.step:
+        start = f"fine-tuning {parent} (its weights; a new optimiser, schedule and progress)"
     _say(
-        f"training {trainer.config.model.arch}: {trainer.model.num_parameters() / 1e6:.1f}M parameters on "
+        f"training {trainer.config.model.arch}: {total / 1e6:.1f}M parameters on "
         f"{trainer.device.type} ({precision}{processes}), {start}; run directory {trainer.config.run_path}"
     )
+    if trainer.trained_parameters < total:
+        _say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
 
 
 def _final_message(trainer: Trainer) -> None:

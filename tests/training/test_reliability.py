@@ -147,8 +147,11 @@ def test_ctrl_c_saves_last_and_says_how_to_resume(tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_then_resume_ends_like_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("fine_tuning", [False, True], ids=["from-scratch", "fine-tuning"])
+def test_kill_9_then_resume_ends_like_an_uninterrupted_run(tmp_path, request, fine_tuning):
     settings = {"max_steps": 150, "validate_every": 10, "log_every": 5, "batch_tokens": 300}
+    if fine_tuning:  # a fine-tuning run resumes exactly too (its step-0 validation is not repeated)
+        settings["init_from"] = str(request.getfixturevalue("reverse_run").run_path)
     straight = prepared_reverse_task(tmp_path / "straight", **settings)
     train(straight)
 
