@@ -46,14 +46,18 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 
 
 def beam_step(log_probs: Tensor, running: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The best 2K one-token extensions of K beams, over beam x vocabulary.
+    """The best 2K one-token extensions of K beams, over beam x vocabulary (its inputs are left as they are).
 
     log_probs (N, K, V) next-token log-probabilities; running (N, K) total log-probability of each beam.
     Returns scores, beam_index and token, each (N, 2K), sorted by score (descending). Twice K
     candidates guarantee K that do not end in EOS, since each beam offers a single EOS candidate.
     """
-    batch, beam_size, vocab_size = log_probs.shape
-    candidates = running.unsqueeze(2) + log_probs  # (N, K, V)
+    return _best_candidates(running.unsqueeze(2) + log_probs)
+
+
+def _best_candidates(candidates: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`beam_step` on the candidates' total scores (N, K, V)."""
+    batch, beam_size, vocab_size = candidates.shape
     scores, flat_index = candidates.view(batch, beam_size * vocab_size).topk(2 * beam_size, dim=1)  # (N, 2K)
     return scores, flat_index // vocab_size, flat_index % vocab_size
 
@@ -178,7 +182,9 @@ def _advance_beams(
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
     log_probs = _force_eos(log_probs.view(active, beam_size, -1), beams.max_len <= step, eos_id)  # (A, K, V)
-    scores, beam_index, token = beam_step(log_probs, beams.running)  # (A, 2K)
+    # The step's log-probabilities are this function's own: the totals are added in place (with a
+    # vocabulary of 58,000 pieces, each pass over them costs about as much as a decoder layer).
+    scores, beam_index, token = _best_candidates(log_probs.add_(beams.running.unsqueeze(2)))  # (A, 2K)
     offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)
     rows = offsets + beam_index  # (A, 2K) row in beams.tokens of each candidate's beam
 
@@ -221,15 +227,18 @@ def _next_log_probs(
     """
     logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state)  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
-    log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V)
-    return log_probs.index_fill(1, torch.tensor(NEVER_EMITTED, device=log_probs.device), float("-inf")), new_state
+    log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
+    return log_probs.index_fill_(1, torch.tensor(NEVER_EMITTED, device=log_probs.device), float("-inf")), new_state
 
 
 def _force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
-    """log_probs (N, K, V) with every token but EOS made impossible in sentences at_limit (N,)."""
-    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)  # (V,)
-    not_eos[eos_id] = False
-    return log_probs.masked_fill(at_limit.view(-1, 1, 1) & not_eos, float("-inf"))
+    """log_probs (N, K, V), changed in place: every token but EOS made impossible in sentences at_limit (N,)."""
+    rows = at_limit.nonzero().flatten()  # usually none: then nothing is touched
+    if rows.numel():
+        eos = log_probs[rows, :, eos_id]  # (R, K), a copy
+        log_probs[rows] = float("-inf")
+        log_probs[rows, :, eos_id] = eos
+    return log_probs
 
 
 def _record_finished(
