@@ -99,16 +99,25 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
 
 
 @app.command()
-def prepare(recipe: Recipe, overrides: Overrides = None, init_from: InitFrom = None) -> None:
+def prepare(
+    recipe: Recipe,
+    overrides: Overrides = None,
+    init_from: InitFrom = None,
+    extend_vocab: Annotated[
+        int, typer.Option(help="With train.init_from: add the pieces of an N-piece vocabulary learnt from the new data.")
+    ] = 0,
+) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
+    if extend_vocab and not config.train.init_from:
+        raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
     from mtkit.data.corpora import clean_table
     from mtkit.data.prepare import prepare_corpus
-    from mtkit.models.checkpoint import copy_parent_tokenizers
+    from mtkit.models.checkpoint import inherit_tokenizers
 
     if config.train.init_from:
-        copy_parent_tokenizers(Path(config.train.init_from), config.data_path, config.tokenizer.joint)
-        typer.echo(f"the tokenizers of {config.train.init_from} copied to {config.data_path}")
+        tokenizers = inherit_tokenizers(config, extend_vocab)
+        typer.echo(f"the tokenizers of {config.train.init_from} ({tokenizers}) written to {config.data_path}")
 
     report = prepare_corpus(config)
     typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))

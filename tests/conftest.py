@@ -109,12 +109,12 @@ def prepared_reverse_task(directory: Path, seed: int = 0, **train: object):
     With `init_from` (a parent run) the parent's tokenizers are used, as `mtkit prepare` does.
     """
     from mtkit.data.prepare import prepare_corpus, train_tokenizers
-    from mtkit.models.checkpoint import copy_parent_tokenizers
+    from mtkit.models.checkpoint import inherit_tokenizers
 
     write_reverse_task(directory / "raw", seed=seed)
     config = reverse_task_config(directory, **train)
     if config.train.init_from:
-        copy_parent_tokenizers(Path(config.train.init_from), config.data_path, config.tokenizer.joint)
+        inherit_tokenizers(config)
     else:
         train_tokenizers(config)
     prepare_corpus(config)

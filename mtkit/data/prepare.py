@@ -19,7 +19,7 @@ from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWrite
 from mtkit.data.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
 from mtkit.errors import MtkitError
 
-__all__ = ["load_prepared", "prepare_corpus", "train_tokenizers"]
+__all__ = ["extend_tokenizers", "learn_tokenizers", "load_prepared", "prepare_corpus", "save_tokenizers", "train_tokenizers"]
 CHUNK_PAIRS = 20_000  # pairs read, cleaned, encoded and written together
 
 
@@ -29,12 +29,19 @@ def train_tokenizers(config: Config) -> TokenizerPair:
     The corpus is streamed: only a uniform sample of `tokenizer.max_sentences` sentences (per model)
     is held in memory, so a corpus of any size can be read.
     """
+    tokenizers = learn_tokenizers(config, config.tokenizer.vocab_size, config.tokenizer.joint)
+    save_tokenizers(tokenizers, config)
+    return tokenizers
+
+
+def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerPair:
+    """SentencePiece model(s) of `vocab_size` pieces learnt from the training split, with the recipe's settings."""
     settings = config.tokenizer
 
     def train(sentences: Iterable[str]) -> Tokenizer:
         return train_sentencepiece(
             sentences,
-            settings.vocab_size,
+            vocab_size,
             model_type=settings.type,
             character_coverage=settings.character_coverage,
             max_sentences=settings.max_sentences,
@@ -45,17 +52,28 @@ def train_tokenizers(config: Config) -> TokenizerPair:
         for index, source in enumerate(config.data.train):
             yield from _pairs(config, _train_key(config, index), source)
 
-    if settings.joint:
-        joint = train(sentence for pair in pairs() for sentence in pair)
-        tokenizers = TokenizerPair(joint, joint)
-    else:
-        tokenizers = TokenizerPair(train(src for src, _ in pairs()), train(tgt for _, tgt in pairs()))
+    if joint:
+        shared = train(sentence for pair in pairs() for sentence in pair)
+        return TokenizerPair(shared, shared)
+    return TokenizerPair(train(src for src, _ in pairs()), train(tgt for _, tgt in pairs()))
+
+
+def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
+    """`--extend-vocab`: the parent's tokenizers plus the pieces of `size`-piece models learnt from the new
+    training data that they lack (one id space stays one: both sides get the pieces of both)."""
+    if size < 8:
+        raise MtkitError(f"--extend-vocab {size}: give the size of the vocabulary to learn from the new data, such as 8000")
+    learned = learn_tokenizers(config, size, parent.joint)  # joint: one model of both sides' text
+    return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
+
+
+def save_tokenizers(tokenizers: TokenizerPair, config: Config) -> None:
+    """Write the tokenizers where `mtkit prepare` and training read them."""
     config.data_path.mkdir(parents=True, exist_ok=True)
-    src_path, tgt_path = tokenizer_files(config.data_path, settings.joint)
+    src_path, tgt_path = tokenizer_files(config.data_path, config.tokenizer.joint)
     tokenizers.src.save(src_path)
-    if not settings.joint:
+    if not config.tokenizer.joint:
         tokenizers.tgt.save(tgt_path)
-    return tokenizers
 
 
 def prepare_corpus(config: Config) -> dict:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from mtkit.errors import MtkitError, one_line
 from mtkit.textio import write_file
@@ -83,6 +84,34 @@ class Tokenizer:
         if self.table is None:
             return self._sp.decode(kept)
         return self._sp.decode_pieces([self.table[i] for i in kept])
+
+    def all_pieces(self) -> list[str]:
+        """Every piece, in id order."""
+        return self.id_to_piece(range(self.vocab_size))
+
+    def extended(self, learned: Tokenizer) -> Tokenizer:
+        """This tokenizer with the pieces of `learned` it lacks added after its own (whose ids stay).
+
+        The new pieces go into the SentencePiece model (BPE: merged after every existing piece, in
+        `learned`'s order; unigram: with `learned`'s scores) and, with a piece table, into the table.
+        """
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self.model_proto)
+        in_model, lowest = {piece.piece for piece in proto.pieces}, min(piece.score for piece in proto.pieces)
+        known = set(self.all_pieces())
+        bpe = proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.BPE
+        added: list[str] = []
+        for index in range(learned.vocab_size):
+            if learned._sp.is_control(index) or learned._sp.is_unknown(index) or learned._sp.is_byte(index):
+                continue
+            piece = learned._sp.id_to_piece(index)
+            if piece not in in_model:
+                entry = proto.pieces.add(piece=piece, type=sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL)
+                entry.score = lowest - 1 - len(added) if bpe else learned._sp.get_score(index)
+            if piece not in known:
+                added.append(piece)
+        table = None if self.table is None else [*self.table, *added]
+        return Tokenizer(proto.SerializeToString(), table)
 
     def _table_ids(self, text: str, pieces: list[str]) -> list[int]:
         """Table ids of SentencePiece's pieces of `text`, after its leading language token if any."""

@@ -12,7 +12,9 @@ CTranslate2's own; scoring is its `score_batch`.
 Scores are always mtkit's: the model's log-probability of every output token and the EOS. Where
 CTranslate2 scores otherwise (a hypothesis cut at the cap, forced prefix tokens, which it counts as
 0, and n-gram blocking, which it renormalises over the tokens left), the hypothesis is scored again
-with `score_batch`, and the hypotheses are ranked by that score.
+with `score_batch`, and the hypotheses are ranked by that score. As in the PyTorch engine, PAD and
+BOS are never emitted: a call whose results hold one is run again with both suppressed (which
+CTranslate2 renormalises over the other tokens, so those hypotheses are scored again too).
 
 Where the engines can differ (besides float rounding), all in what beam search or sampling finds,
 never in how it is scored: at the cap CTranslate2 does not force EOS, so beam search may keep fewer
@@ -101,9 +103,19 @@ class CT2Engine(Engine):
             if batch.prefixes is not None:
                 prefixes = [[self._target_pieces[i] for i in batch.prefixes[index]] for index in indices]
             results = self._translate(sources, prefixes, cap, options, model)
-            for index, hypotheses in zip(indices, self._finish(sources, prefixes, results, cap, options), strict=True):
+            suppressed = self._emits_never(results)  # rare: then again, with PAD and BOS suppressed
+            if suppressed:
+                results = self._translate(sources, prefixes, cap, options, model, suppress=True)
+            for index, hypotheses in zip(
+                indices, self._finish(sources, prefixes, results, cap, options, suppressed), strict=True
+            ):
                 found[index] = hypotheses
         return found
+
+    def _emits_never(self, results: list[Any]) -> bool:
+        """Whether a hypothesis holds PAD or BOS, which mtkit never emits."""
+        never = {self._target_pieces[PAD_ID], self._target_pieces[BOS_ID]}
+        return any(never.intersection(pieces) for result in results for pieces in result.hypotheses)
 
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
         results = self.model.score_batch(
@@ -138,9 +150,16 @@ class CT2Engine(Engine):
         return self._load()
 
     def _translate(
-        self, sources: list[list[str]], prefixes: list[list[str]] | None, max_len: int, options: SearchOptions, model: Any
+        self,
+        sources: list[list[str]],
+        prefixes: list[list[str]] | None,
+        max_len: int,
+        options: SearchOptions,
+        model: Any,
+        suppress: bool = False,
     ) -> list[Any]:
-        """CTranslate2's results for source pieces that share the output cap `max_len` (tokens, EOS not counted)."""
+        """CTranslate2's results for source pieces that share the output cap `max_len` (tokens, EOS not counted);
+        `suppress`: PAD and BOS are never emitted (CTranslate2 then renormalises over the other tokens)."""
         sampling = options.sampling
         beam = options.beam if sampling is None else 1
         return model.translate_batch(
@@ -157,7 +176,7 @@ class CT2Engine(Engine):
             max_input_length=0,  # segments are already cut to the model's positions
             max_decoding_length=max_len + 1,  # max_len tokens (a prefix included), then EOS
             min_decoding_length=0,
-            suppress_sequences=[[self._target_pieces[PAD_ID]], [self._target_pieces[BOS_ID]]],  # never emitted, as in mtkit
+            suppress_sequences=[[self._target_pieces[PAD_ID]], [self._target_pieces[BOS_ID]]] if suppress else None,
             return_scores=True,
             return_end_token=True,  # the length penalty counts the EOS, as in mtkit
             return_attention=options.attention_layer is not None,
@@ -172,6 +191,7 @@ class CT2Engine(Engine):
         results: list[Any],
         max_len: int,
         options: SearchOptions,
+        suppressed: bool = False,
     ) -> list[list[Hypothesis]]:
         """Each source's `nbest` hypotheses (ids without EOS), ranked by mtkit's score.
 
@@ -182,7 +202,7 @@ class CT2Engine(Engine):
         found = []
         for row, (source, result) in enumerate(zip(sources, results, strict=True)):
             # CTranslate2 counts forced prefix tokens as 0 and renormalises over the tokens n-gram blocking leaves.
-            its_own = bool(prefixes and prefixes[row]) or options.no_repeat_ngram > 0
+            its_own = bool(prefixes and prefixes[row]) or options.no_repeat_ngram > 0 or suppressed
             attention: list[Any] = [None] * len(result.hypotheses)
             if options.attention_layer is not None:
                 attention = result.attention or [[] for _ in result.hypotheses]  # none for an empty source

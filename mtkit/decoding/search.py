@@ -213,7 +213,7 @@ def _advance_beams(
         tokens=torch.cat([beams.tokens.index_select(0, rows), token.unsqueeze(1)], dim=1),  # (A'*K, 2 + step)
         memory=memory,
         src_mask=src_mask,
-        state=model.reorder_state(state, rows),
+        state=model.reorder_state(state, rows, keep_memory=keep.numel() == active),  # no sentence left: beams moved
     )
 
 

@@ -16,11 +16,13 @@ Shapes: `src` (B, S) token ids, `src_mask` (B, S) bool, True on real tokens (Fal
 `tgt` (training). A dict (start with `{}`) means incremental decoding: `tgt` holds only the new
 tokens, and the returned dict caches what later steps need (keys/values, recurrent states).
 Search reorders or shrinks the batch with `reorder_state`, which indexes every cached tensor
-along its first (batch) dimension.
+along its first (batch) dimension; entries computed from the memory alone are named `cross_*`, so
+reordering the beams of each sentence can leave them as they are.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import torch
@@ -43,9 +45,14 @@ class EncoderDecoder(nn.Module):
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
         raise NotImplementedError
 
-    def reorder_state(self, state: DecoderState, order: Tensor) -> DecoderState:
-        """Select batch rows `order` (LongTensor (B',)) of every cached tensor."""
-        return {key: value.index_select(0, order) for key, value in state.items()}
+    def reorder_state(self, state: DecoderState, order: Tensor, keep_memory: bool = False) -> DecoderState:
+        """Select batch rows `order` (LongTensor (B',)) of every cached tensor.
+
+        `keep_memory`: `order` only moves rows among rows of the same source sentence (beam search
+        reordering its beams), so the entries computed from the memory alone (`memory_entry`) are
+        the same as before and are kept as they are, not copied.
+        """
+        return {key: value if keep_memory and memory_entry(key) else value.index_select(0, order) for key, value in state.items()}
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for decoder input `tgt`."""
@@ -75,6 +82,10 @@ class EncoderDecoder(nn.Module):
         """The part a parameter (by its name in `named_parameters`) belongs to: embeddings, encoder, decoder or output."""
         raise NotImplementedError
 
+    def vocabulary_rows(self) -> dict[str, str]:
+        """The state-dict entries indexed by a vocabulary id, and their side ("src" or "tgt")."""
+        raise NotImplementedError
+
     def freeze(self, parts: Iterable[str]) -> int:
         """Stop training the parameters of `parts` (see `part_of`); the number of parameters still trained."""
         frozen = set(parts)
@@ -82,6 +93,12 @@ class EncoderDecoder(nn.Module):
             if self.part_of(name) in frozen:
                 parameter.requires_grad_(False)
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def memory_entry(key: str) -> bool:
+    """Whether a cached entry is computed from the memory alone: by convention its name (after any
+    layer or ensemble-member prefix, `0.` or `1:`) starts with `cross_`, e.g. `3.cross_k`."""
+    return re.split(r"[.:]", key)[-1].startswith("cross_")
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

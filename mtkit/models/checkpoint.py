@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from mtkit.config import Config, config_from_dict, config_to_dict
-from mtkit.data.tokenizer import Tokenizer, TokenizerPair, tokenizer_files
+from mtkit.data.prepare import extend_tokenizers, save_tokenizers
+from mtkit.data.tokenizer import UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
@@ -59,15 +60,48 @@ def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
     return TokenizerPair.of(Tokenizer(held["src"], held.get("src_pieces")), Tokenizer(held["tgt"], held.get("tgt_pieces")))
 
 
-def copy_parent_tokenizers(parent: Path, data_dir: Path, joint: bool) -> TokenizerPair:
-    """Fine-tuning: write the parent checkpoint's tokenizers (piece tables too) where `mtkit prepare` reads them."""
-    tokenizers = checkpoint_tokenizers(read_checkpoint(parent))
-    src_path, tgt_path = tokenizer_files(data_dir, joint)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tokenizers.src.save(src_path)
-    if not joint:
-        tokenizers.tgt.save(tgt_path)
-    return tokenizers
+def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str:
+    """Fine-tuning: write the parent's tokenizers (piece tables too) where `mtkit prepare` reads them,
+    with `extend_vocab` > 0 extended by the pieces of a vocabulary of that size learnt from the new data;
+    says what was written, e.g. "vocabulary 8000 + 412 new pieces"."""
+    assert config.train.init_from, "only a fine-tuning recipe inherits tokenizers"
+    parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
+    tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
+    save_tokenizers(tokenizers, config)
+    sizes = [
+        (side.vocab_size, new.vocab_size - side.vocab_size)
+        for side, new in ((parent.src, tokenizers.src), (parent.tgt, tokenizers.tgt))
+    ]
+    shown = sizes[:1] if tokenizers.joint else sizes
+    return " / ".join(f"vocabulary {size}" + (f" + {grown} new pieces" if grown else "") for size, grown in shown)
+
+
+def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:
+    """Whether `child` is `parent` with pieces added after its own on one side or both (`--extend-vocab`)."""
+    sides = ((child.src, parent.src), (child.tgt, parent.tgt))
+    grown = any(new.vocab_size > old.vocab_size for new, old in sides)
+    return grown and all(new.all_pieces()[: old.vocab_size] == old.all_pieces() for new, old in sides)
+
+
+def extend_rows(
+    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair
+) -> dict[str, torch.Tensor]:
+    """The parent's weights for the child's larger vocabulary: existing rows copied by id (the pieces keep
+    their ids), each new piece's row the mean of the rows of its text as the parent segments it."""
+    extended = dict(weights)
+    for name, side in rows.items():
+        old, new = getattr(parent, side), getattr(child, side)
+        if name not in weights or new.vocab_size == old.vocab_size:
+            continue
+        table = weights[name]
+        added = [table[_segment(piece, old)].mean(dim=0) for piece in new.all_pieces()[old.vocab_size :]]
+        extended[name] = torch.cat([table, torch.stack(added)])
+    return extended
+
+
+def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
+    """The ids the parent gives a new piece's text (its unknown id if none)."""
+    return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
 
 
 def resolve_checkpoint(path: Path) -> Path:

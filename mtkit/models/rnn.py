@@ -144,7 +144,7 @@ class RNNDecoder(nn.Module):
         if self.input_feed:
             state["feed"] = hidden.new_zeros(batch, self.embed.embedding_dim)  # (B, E)
         if self.attention is not None:
-            state["keys"] = self.attention.keys(memory)  # (B, S, H)
+            state["cross_keys"] = self.attention.keys(memory)  # (B, S, H)
 
     def forward(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState) -> tuple[Tensor, Tensor | None]:
         """tgt (B, T) -> readout (B, T, E) and attention weights (B, T, S) (None without attention)."""
@@ -161,7 +161,7 @@ class RNNDecoder(nn.Module):
         hidden = state["hidden"].transpose(0, 1).contiguous()  # (L, B, H)
         inputs, context, weights = [embedded], None, None
         if self.attention_kind == "bahdanau":  # 1. the previous top state attends
-            context, weights = self.attention(hidden[-1].unsqueeze(1), state["keys"], memory, src_mask)  # (B, 1, H)
+            context, weights = self.attention(hidden[-1].unsqueeze(1), state["cross_keys"], memory, src_mask)  # (B, 1, H)
             inputs.append(context)
         if self.input_feed:
             inputs.append(state["feed"].unsqueeze(1))  # (B, 1, E)
@@ -176,7 +176,7 @@ class RNNDecoder(nn.Module):
         if self.attention_kind == "bahdanau":
             features = [output, context, embedded]
         elif self.attention is not None:  # Luong: the new output attends
-            context, weights = self.attention(output, state["keys"], memory, src_mask)
+            context, weights = self.attention(output, state["cross_keys"], memory, src_mask)
             features = [context, output]
         else:
             features = [output]
@@ -219,6 +219,9 @@ class RNNSeq2Seq(EncoderDecoder):
     @property
     def attention_layers(self) -> int:
         return 0 if self.decoder.attention is None else 1
+
+    def vocabulary_rows(self) -> dict[str, str]:
+        return {"encoder.embed.weight": "src", "decoder.embed.weight": "tgt", "output.weight": "tgt"}
 
     def part_of(self, name: str) -> str:
         """Embeddings (and the tied output weight), encoder, decoder or output (its own weight)."""

@@ -115,6 +115,10 @@ class Transformer(EncoderDecoder):
     def max_positions(self) -> int:
         return self.position_limit if self.positions_kind == "learned" else 1_000_000
 
+    def vocabulary_rows(self) -> dict[str, str]:
+        rows = {"src_embed.embedding.weight": "src", "tgt_embed.embedding.weight": "tgt", "output.weight": "tgt"}
+        return rows | ({"output.bias": "tgt"} if self.output.bias is not None else {})
+
     def part_of(self, name: str) -> str:
         """Embeddings (with their positions and the tied output weight), encoder, decoder or output (its own weight, bias)."""
         top = name.split(".")[0]

@@ -39,6 +39,8 @@ from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import (
     average_checkpoints,
     checkpoint_tokenizers,
+    extend_rows,
+    extends,
     read_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
@@ -204,13 +206,19 @@ class Trainer:
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
         """Fine-tuning: the parent's weights (its tokenizers must be the prepared data's); the optimiser,
         schedule, progress and data position stay new, and the EMA restarts from these weights."""
-        if tokenizer_payload(checkpoint_tokenizers(payload)) != tokenizer_payload(self.tokenizers):
+        weights, tokenizers = payload["model"], checkpoint_tokenizers(payload)
+        if extends(self.tokenizers, tokenizers):  # `mtkit prepare --extend-vocab`
+            weights = extend_rows(weights, self.model.vocabulary_rows(), tokenizers, self.tokenizers)
+            old, new = tokenizers, self.tokenizers
+            sizes = f"{old.src.vocab_size}/{old.tgt.vocab_size} -> {new.src.vocab_size}/{new.tgt.vocab_size}"
+            _say(f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows")
+        elif tokenizer_payload(tokenizers) != tokenizer_payload(self.tokenizers):
             raise MtkitError(
                 f"{self.config.data_path}: prepared with other tokenizers than the parent {parent}; "
                 "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
             )
         try:
-            self.model.load_state_dict(payload["model"])
+            self.model.load_state_dict(weights)
         except RuntimeError as err:
             raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
         if self.ema is not None:

@@ -61,7 +61,7 @@ def test_shapes(combination):
     assert state["hidden"].shape == (3, 2, 16)
     assert ("cell" in state) == (combination["cell"] == "lstm")
     assert ("feed" in state) == combination["input_feed"]
-    assert ("keys" in state) == (combination["attention"] != "none")
+    assert ("cross_keys" in state) == (combination["attention"] != "none")
 
 
 @pytest.mark.parametrize("combination", [c for c in COMBINATIONS if c["attention"] != "none"], ids=_name)

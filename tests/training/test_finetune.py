@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.config import config_to_dict, load_config
 from mtkit.data.store import load_prepared
+from mtkit.data.tokenizer import load_tokenizers
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import checkpoint_tokenizers, load_model, read_checkpoint
 from mtkit.training.trainer import train
@@ -65,7 +67,7 @@ def test_tokenizer_training_is_refused_and_a_missing_parent_is_named(reverse_run
 
 def test_fine_tuning_starts_from_the_parent_validated_as_step_0_with_a_fresh_optimiser(reverse_run, tmp_path):
     recipe = child_recipe(tmp_path, reverse_run.run_path)
-    assert "copied" in cli_output("prepare", recipe)
+    assert "written" in cli_output("prepare", recipe)
     config = load_config(recipe)
     train(config)
     parent, _, tokenizers, parent_payload = load_model(reverse_run.run_path)
@@ -99,3 +101,32 @@ def test_freeze_names_only_parts_the_model_has(tmp_path):
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
     with pytest.raises(MtkitError, match="train.freeze"):
         load_config(tmp_path / "recipe.yaml", ["train.freeze=embeddings,attention"])
+
+
+def test_extend_vocab_adds_the_new_datas_pieces_and_starts_their_rows_from_the_parents(reverse_run, tmp_path):
+    recipe = child_recipe(tmp_path, reverse_run.run_path, max_steps=10, validate_every=10)
+    rng = random.Random(3)  # the new data uses letters the parent never saw
+    sources = [" ".join(rng.choice("abcmnopqrs") for _ in range(rng.randint(3, 7))) for _ in range(400)]
+    for name in ("train", "valid"):
+        (tmp_path / "raw" / f"{name}.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        (tmp_path / "raw" / f"{name}.tgt").write_text(
+            "".join(" ".join(reversed(s.split())) + "\n" for s in sources), encoding="utf-8"
+        )
+    _, _, parent_tokenizers, parent_payload = load_model(reverse_run.run_path)
+    assert parent_tokenizers.src.encode("m n").count(1) == 2  # unknown to the parent
+    said = cli_output("prepare", recipe, "--extend-vocab", 40)
+    assert "new pieces" in said
+    config = load_config(recipe)
+    child = load_tokenizers(config.data_path, config.tokenizer.joint)
+    old_size = parent_tokenizers.src.vocab_size
+    assert child.src.vocab_size > old_size and child.src.all_pieces()[:old_size] == parent_tokenizers.src.all_pieces()
+    assert child.src.encode("a b c") == parent_tokenizers.src.encode("a b c")  # the parent's pieces keep their ids
+    assert 1 not in child.src.encode("m n o p q r s")  # the new letters are pieces now
+    train(config)
+    start = read_checkpoint(config.run_path / "step_00000000.pt")["model"]["src_embed.embedding.weight"]
+    parent = parent_payload["model"]["src_embed.embedding.weight"]
+    assert torch.equal(start[:old_size], parent)
+    piece = child.src.all_pieces()[old_size]
+    expected = parent[parent_tokenizers.src.encode(piece.replace("\u2581", " ").strip()) or [1]].mean(dim=0)
+    torch.testing.assert_close(start[old_size], expected, rtol=0, atol=0)
+    assert "--extend-vocab" in _failure("prepare", child_recipe(tmp_path / "plain", reverse_run.run_path), "--extend-vocab", 3)
