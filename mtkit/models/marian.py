@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,9 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
         weights = read_safetensors(safetensors)
     elif pickled.is_file():
         try:
-            weights = torch.load(pickled, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # transformers pickles with protocol 4, which torch.load reads but warns about
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                weights = torch.load(pickled, map_location="cpu", weights_only=True)
         except Exception as err:  # unpickling errors of every kind: one line
             raise MtkitError(f"{pickled}: not a readable weights file ({one_line(err)})") from None
     else:

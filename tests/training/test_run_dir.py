@@ -19,7 +19,9 @@ RUN_FILES = ["average.pt", "best.pt", "ema.pt", "last.pt", "log.jsonl", "step_00
 
 
 def checkpoint(step: int, ema: bool = False) -> Checkpoint:
-    tokenizers = SimpleNamespace(src=SimpleNamespace(model_proto=b"src"), tgt=SimpleNamespace(model_proto=b"tgt"))
+    tokenizers = SimpleNamespace(
+        src=SimpleNamespace(model_proto=b"src", table=None), tgt=SimpleNamespace(model_proto=b"tgt", table=None)
+    )
     weights = {"weight": torch.full((2,), float(step))}
     return Checkpoint(
         config_from_dict({}),
