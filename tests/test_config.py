@@ -359,11 +359,26 @@ def test_default_config_round_trips():
     assert config_from_dict(config_to_dict(Config())) == Config()
 
 
+def load_shipped_recipe(recipe: Path, tmp_path: Path) -> Config:
+    """A shipped recipe as loaded; a fine-tuning one against a stand-in for its parent: a run directory
+    holding the config its parent recipe (the recipe beside it whose run it names) saves."""
+    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    parent_run = (raw.get("train") or {}).get("init_from")
+    if not parent_run:
+        return load_config(recipe)
+    parents = [
+        other for other in recipe.parent.glob("*.yaml") if f"runs/{yaml.safe_load(other.read_text())['name']}" == parent_run
+    ]
+    assert len(parents) == 1, f"{recipe.name}: train.init_from names no recipe of its folder"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(load_config(parents[0]))))
+    return load_config(recipe, [f"train.init_from={tmp_path}"])
+
+
 @pytest.mark.parametrize("recipe", sorted(REPO.glob("recipes/*/*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
+def test_every_shipped_recipe_loads_and_builds_its_model(recipe, tmp_path):
     from mtkit.models import build_model
 
-    config = load_config(recipe)
+    config = load_shipped_recipe(recipe, tmp_path)
     assert config.name == f"{recipe.parent.name}_{recipe.stem}"  # the Makefile's RUN=runs/multi30k_FILE
     model = build_model(config.model, config.tokenizer.vocab_size, config.tokenizer.vocab_size, config.tokenizer.joint)
     assert model.num_parameters() > 1_000_000
@@ -606,20 +621,7 @@ def test_overrides_pick_one_corpus_of_a_list(tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda path: path.name)
 def test_every_shipped_recipe_loads_and_states_the_band_it_should_reach(recipe, tmp_path):
-    """A fine-tuning recipe loads against a stand-in for its parent: a run directory holding the config
-    its parent recipe (the recipe beside it whose name matches) saves."""
     from mtkit.config import bleu_band
 
-    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
-    parent_run = (raw.get("train") or {}).get("init_from")
-    overrides = []
-    if parent_run:
-        parents = [
-            other for other in recipe.parent.glob("*.yaml") if f"runs/{yaml.safe_load(other.read_text())['name']}" == parent_run
-        ]
-        assert len(parents) == 1, f"{recipe.name}: train.init_from names no recipe of its folder"
-        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(load_config(parents[0]))))
-        overrides = [f"train.init_from={tmp_path}"]
-    config = load_config(recipe, overrides)
-    low, high = bleu_band(config)
+    low, high = bleu_band(load_shipped_recipe(recipe, tmp_path))
     assert 0 < low < high <= 100

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data.store import load_prepared
-from mtkit.data.tokenizer import load_tokenizers
+from mtkit.data.tokenizer import TokenizerPair, load_tokenizers
 from mtkit.distributed import (
     Distributed,
     barrier,
@@ -204,23 +204,9 @@ class Trainer:
             self.ema.load_state_dict(payload["ema"])
 
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
-        """Fine-tuning: the parent's weights (its tokenizers must be the prepared data's); the optimiser,
-        schedule, progress and data position stay new, and the EMA restarts from these weights."""
-        weights, tokenizers = payload["model"], checkpoint_tokenizers(payload)
-        if extends(self.tokenizers, tokenizers):  # `mtkit prepare --extend-vocab`
-            weights = extend_rows(weights, self.model.vocabulary_rows(), tokenizers, self.tokenizers)
-            old, new = tokenizers, self.tokenizers
-            sizes = f"{old.src.vocab_size}/{old.tgt.vocab_size} -> {new.src.vocab_size}/{new.tgt.vocab_size}"
-            _say(f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows")
-        elif tokenizer_payload(tokenizers) != tokenizer_payload(self.tokenizers):
-            raise MtkitError(
-                f"{self.config.data_path}: prepared with other tokenizers than the parent {parent}; "
-                "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
-            )
-        try:
-            self.model.load_state_dict(weights)
-        except RuntimeError as err:
-            raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
+        """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
+        position stay new, and the EMA restarts from these weights."""
+        load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
         if self.ema is not None:
             self.ema = WeightEMA(self.model, self.train_config.ema)
 
@@ -254,7 +240,7 @@ class Trainer:
             while not self._should_stop():
                 epoch = self.epoch()
                 if progress.batches_done == 0:
-                    self._log_epoch(epoch)
+                    log_epoch(self.run_dir, self.progress, epoch)
                 while progress.batches_done < len(epoch.batches) and not self._should_stop():
                     group = epoch.batches[progress.batches_done : progress.batches_done + config.accumulate]
                     progress.batches_done += len(group)
@@ -266,7 +252,7 @@ class Trainer:
                     if progress.step % config.log_every == 0:
                         self._log_window(window, bar)
                     if progress.step % config.validate_every == 0:
-                        self._validate_and_save()
+                        self.validate_and_save()
                         last_validated = progress.step
                 if progress.batches_done >= len(epoch.batches):
                     progress.epoch, progress.batches_done = progress.epoch + 1, 0
@@ -275,7 +261,7 @@ class Trainer:
             bar.close()
             never_saved = self.run_dir is not None and not self.run_dir.last.is_file()
             if progress.step > last_validated or broadcast_from_main([never_saved], self.dist)[0]:
-                self._validate_and_save()
+                self.validate_and_save()
         return progress
 
     def _request_stop(self, signum: int, frame: Any) -> None:
@@ -362,11 +348,7 @@ class Trainer:
             self.run_dir.append_log(record)
         window.reset()
 
-    def validate_parent(self) -> None:
-        """Fine-tuning: the parent on the new validation set, logged (and saved) as step 0, before any update."""
-        self._validate_and_save()
-
-    def _validate_and_save(self) -> None:
+    def validate_and_save(self) -> None:
         """Rank 0 validates and writes checkpoints; every rank then shares its early-stopping state."""
         self._add_elapsed()
         progress = self.progress
@@ -385,16 +367,6 @@ class Trainer:
             self.run_dir.draw_curves()
         shared = [progress.best_bleu, progress.best_step, progress.bad_validations]
         progress.best_bleu, progress.best_step, progress.bad_validations = broadcast_from_main(shared, self.dist)
-
-    def _log_epoch(self, epoch: Epoch) -> None:
-        """Say how many pairs of each corpus this epoch draws (in log.jsonl) and how many are too long for the model."""
-        if self.run_dir is None:
-            return
-        progress = self.progress
-        record = {"corpus_pairs": epoch.corpus_pairs, "skipped": epoch.skipped}
-        self.run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
-        if epoch.skipped:
-            _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
 
     def _take_due_snapshots(self) -> None:
         """Write at_<time>.pt for each snapshot time training has now run (after an update)."""
@@ -429,6 +401,35 @@ class Trainer:
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
         _say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+
+
+def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
+    """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model."""
+    if run_dir is None:
+        return
+    record = {"corpus_pairs": epoch.corpus_pairs, "skipped": epoch.skipped}
+    run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
+    if epoch.skipped:
+        _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
+
+
+def load_parent(model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path) -> None:
+    """Load a fine-tuning parent's weights into `model`. The prepared data's `tokenizers` must be the
+    parent's, or extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows)."""
+    weights, theirs = payload["model"], checkpoint_tokenizers(payload)
+    if extends(tokenizers, theirs):
+        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers)
+        sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
+        _say(f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows")
+    elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
+        raise MtkitError(
+            f"{data_path}: prepared with other tokenizers than the parent {parent}; "
+            "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
+        )
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
 
 
 class PlainProgress:
@@ -498,7 +499,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     _start_message(trainer)
     try:
         if config.train.init_from and not resume:
-            trainer.validate_parent()
+            trainer.validate_and_save()  # the parent on the new validation set, as step 0
         progress = trainer.run()
         if run_dir is not None and not trainer.diverged:
             trainer.validate_final_weights()
