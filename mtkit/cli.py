@@ -341,7 +341,7 @@ def import_marian(
     output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
 ) -> None:
     """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
-    from mtkit.models.marian import import_marian as run_import
+    from mtkit.importers.marian import import_marian as run_import
 
     config, model = run_import(source, output)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"

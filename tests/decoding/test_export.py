@@ -252,7 +252,7 @@ def test_an_imported_marian_model_exports_and_decodes_like_pytorch(tmp_path):
     pytest.importorskip("transformers")
     from marian_builder import Variant, build_marian
 
-    from mtkit.models.marian import import_marian
+    from mtkit.importers.marian import import_marian
 
     build_marian(tmp_path / "marian", Variant(separate=True))
     import_marian(str(tmp_path / "marian"), tmp_path / "run")

@@ -15,7 +15,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.engine import output_cap
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
-from mtkit.models.marian import import_marian, read_marian
+from mtkit.importers.marian import import_marian, read_marian
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -158,7 +158,13 @@ def _refusal(tmp_path: Path, *arguments: str) -> str:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("normalize_before", True), ("scale_embedding", False), ("activation_function", "gelu_new"), ("model_type", "bart")],
+    [
+        ("normalize_before", True),
+        ("scale_embedding", False),
+        ("activation_function", "gelu_new"),
+        ("model_type", "bart"),
+        ("eos_token_id", 10**6),
+    ],
 )
 def test_what_mtkit_cannot_represent_is_refused_by_its_config_key(tmp_path: Path, key: str, value: object) -> None:
     folder = tmp_path / "model"

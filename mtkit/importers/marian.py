@@ -149,6 +149,7 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
         target_pieces,
         _order(
             target_pieces,
+            folder / "config.json",
             pad=int(settings["pad_token_id"]),
             unk=_piece_id(target_pieces, "<unk>", folder / "target_vocab.json" if separate else folder / "vocab.json"),
             start=int(settings.get("decoder_start_token_id", settings["pad_token_id"])),
@@ -160,6 +161,7 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
         source_pieces,
         _order(
             source_pieces,
+            where,
             pad=_piece_id(source_pieces, "<pad>", where),
             unk=_piece_id(source_pieces, "<unk>", where),
             start=_piece_id(source_pieces, "<pad>", where),
@@ -180,11 +182,17 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
     return source, target, TokenizerPair(src, tgt)
 
 
-def _order(pieces: list[str], pad: int, unk: int, start: int, eos: int) -> list[int]:
-    """order[mtkit_id] = marian_id: pad, unk, the decoder start (BOS), eos, then every other piece in Marian's order."""
+def _order(pieces: list[str], where: Path, pad: int, unk: int, start: int, eos: int) -> list[int]:
+    """order[mtkit_id] = marian_id: pad, unk, the decoder start (BOS), eos, then every other piece in Marian's order.
+
+    `where` names the file the ids come from, for the error when one is outside the vocabulary.
+    """
     for name, index in (("pad_token_id", pad), ("eos_token_id", eos), ("decoder_start_token_id", start)):
         if not 0 <= index < len(pieces):
-            raise MtkitError(f"config.json: {name}={index} is outside the vocabulary of {len(pieces)} pieces")
+            raise MtkitError(
+                f"{where}: {name}={index} is outside the vocabulary of {len(pieces)} pieces; "
+                "the special ids must name pieces of the vocabulary"
+            )
     special = {pad, unk, start, eos}
     return [pad, unk, start, eos, *(index for index in range(len(pieces)) if index not in special)]
 
