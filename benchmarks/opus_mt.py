@@ -10,6 +10,8 @@ engine, its CTranslate2 int8 export and `transformers`' `generate`, at beam 5 an
 output capped at the same fixed length (a random model rarely ends a sentence, so every system
 decodes the same number of steps), the systems alternating A B C A B C. Then one fine-tuning update
 (forward, backward, Adam) of mtkit's model and of transformers' on the same batch, alternating.
+Every timed run is a process of its own (built, warmed up once, timed once), so what one system sets
+for the process (mtkit keeps freed heap memory, for one) never reaches another.
 Prints the figures and the ratios, with the matmul peak of the same run, and writes JSON.
 Needs `transformers` (pip install -e '.[dev]') and ctranslate2; offline.
 """
@@ -25,6 +27,7 @@ import itertools
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  the matmul peak, measured the same way as for every benchmark
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+DECODERS = ["mtkit pytorch", "mtkit ctranslate2 int8", "transformers generate"]
 OPUS_MT = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
 
 
@@ -104,68 +108,60 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def alternate(systems: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each system per repeat, the systems taking turns (A B C A B C ...) after one warm-up each."""
-    for run in systems.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    for _ in range(repeats):
-        for name, run in systems.items():
-            times[name].append(timed(run))
-    return times
+def decoding_system(name: str, scratch: Path, cap: int, beam: int) -> Callable[[list[str]], object]:
+    """One way to translate sentences at `beam`, emitting at most `cap` tokens: mtkit's two engines or transformers."""
+    if name == "transformers generate":
+        from transformers import MarianMTModel
+
+        hf_model, tokenizer = MarianMTModel.from_pretrained(scratch / "hf").eval(), marian_tokenizer(scratch / "hf")
+
+        def transformers_generate(sources: list[str]) -> None:
+            for start in range(0, len(sources), 16):
+                batch = tokenizer(sources[start : start + 16], return_tensors="pt", padding=True)
+                with torch.inference_mode():
+                    hf_model.generate(**batch, num_beams=beam, max_new_tokens=cap + 1, do_sample=False)
+
+        return transformers_generate
+    translator = Translator.load(scratch / "run") if name == "mtkit pytorch" else Translator.over(load_export(scratch / "ct2"))
+    translator.decode = dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=cap)
+    return lambda sources: translator.translate_nbest(sources, Decoding(beam=beam))
 
 
-def decoding_systems(folder: Path, run: Path, export: Path, sources: list[str], cap: int, beam: int):
-    """The three ways to translate `sources` at `beam`, each emitting at most `cap` tokens."""
-    from transformers import MarianMTModel, MarianTokenizer
+def marian_tokenizer(folder: Path):  # noqa: ANN201 - transformers' MarianTokenizer
+    from transformers import MarianTokenizer
 
-    hf_model = MarianMTModel.from_pretrained(folder).eval()
-    tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
-    fixed = {"max_len_a": 0.0, "max_len_b": cap}
-    pytorch, ct2 = Translator.load(run), Translator.over(load_export(export))
-    for translator in (pytorch, ct2):
-        translator.decode = dataclasses.replace(translator.decode, **fixed)
-
-    def transformers_generate() -> None:
-        for start in range(0, len(sources), 16):
-            batch = tokenizer(sources[start : start + 16], return_tensors="pt", padding=True)
-            with torch.inference_mode():
-                hf_model.generate(**batch, num_beams=beam, max_new_tokens=cap + 1, do_sample=False)
-
-    return {
-        "mtkit pytorch": lambda: pytorch.translate_nbest(sources, Decoding(beam=beam)),
-        "mtkit ctranslate2 int8": lambda: ct2.translate_nbest(sources, Decoding(beam=beam)),
-        "transformers generate": transformers_generate,
-    }
+    return MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
 
 
-def update_systems(folder: Path, run: Path, sources: list[str], targets: list[str]):
-    """One fine-tuning update (label smoothing 0.1, Adam) of each model on the same batch of pairs."""
-    from transformers import MarianMTModel, MarianTokenizer
+def update_system(name: str, scratch: Path, sources: list[str], targets: list[str]) -> Callable[[], object]:
+    """One fine-tuning update (label smoothing 0.1, Adam) of mtkit's model or transformers' on the same pairs."""
+    if name == "transformers":
+        from transformers import MarianMTModel
 
-    tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
-    batch = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True)
-    labels = batch["labels"].masked_fill(batch["labels"].eq(tokenizer.pad_token_id), -100)
-    hf_model = MarianMTModel.from_pretrained(folder).train()
-    hf_optimizer = torch.optim.Adam(hf_model.parameters(), lr=1e-5)
-    translator = Translator.load(run)
+        tokenizer = marian_tokenizer(scratch / "hf")
+        batch = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True)
+        labels = batch["labels"].masked_fill(batch["labels"].eq(tokenizer.pad_token_id), -100)
+        hf_model = MarianMTModel.from_pretrained(scratch / "hf").train()
+        hf_optimizer = torch.optim.Adam(hf_model.parameters(), lr=1e-5)
+
+        def transformers_update() -> None:
+            logits = hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=0.1, reduction="sum"
+            )
+            loss.backward()
+            hf_optimizer.step()
+            hf_optimizer.zero_grad(set_to_none=True)
+
+        return transformers_update
+    translator = Translator.load(scratch / "run")
     mt_model = translator.engine.model.train()
     mt_optimizer = torch.optim.Adam(mt_model.parameters(), lr=1e-5)
-    tokenizers = translator.tokenizers
-    src_ids = [tokenizers.src.encode(s) + [3] for s in sources]
-    tgt_ids = [tokenizers.tgt.encode(t) for t in targets]
+    src_ids = [translator.tokenizers.src.encode(s) + [3] for s in sources]
+    tgt_ids = [translator.tokenizers.tgt.encode(t) for t in targets]
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in src_ids], batch_first=True)
     tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([2, *t]) for t in tgt_ids], batch_first=True)
     gold = torch.nn.utils.rnn.pad_sequence([torch.tensor([*t, 3]) for t in tgt_ids], batch_first=True)
-
-    def transformers_update() -> None:
-        logits = hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=0.1, reduction="sum"
-        )
-        loss.backward()
-        hf_optimizer.step()
-        hf_optimizer.zero_grad(set_to_none=True)
 
     def mtkit_update() -> None:
         loss = sequence_loss(mt_model(src, src.ne(0), tgt_in), gold, 0.1)
@@ -173,7 +169,40 @@ def update_systems(folder: Path, run: Path, sources: list[str], targets: list[st
         mt_optimizer.step()
         mt_optimizer.zero_grad(set_to_none=True)
 
-    return {"mtkit": mtkit_update, "transformers": transformers_update}
+    return mtkit_update
+
+
+def child(task: dict) -> None:
+    """One timed run in a process of its own (so no system's allocator or thread settings reach another).
+
+    The system is built, warmed up (one update, or eight sentences), timed once; the seconds go to
+    stdout as JSON.
+    """
+    set_threads(task["threads"])
+    scratch = Path(task["scratch"])
+    if task["kind"] == "update":
+        update = update_system(task["system"], scratch, task["sources"], task["targets"])
+        update()
+        print(json.dumps({"seconds": timed(update)}))
+        return
+    translate = decoding_system(task["system"], scratch, task["cap"], task["beam"])
+    translate(task["sources"][:8])
+    print(json.dumps({"seconds": timed(lambda: translate(task["sources"]))}))
+
+
+def alternate(task: dict, systems: list[str], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each system per repeat, each run a fresh process, the systems taking turns (A B C A B C ...)."""
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    for _ in range(repeats):
+        for name in systems:
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", json.dumps({**task, "system": name})],
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            times[name].append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+    return times
 
 
 def main() -> None:
@@ -184,28 +213,28 @@ def main() -> None:
     parser.add_argument("--batch-pairs", type=int, default=32, help="sentence pairs in the fine-tuning batch")
     parser.add_argument("--threads", type=int, default=0, help="torch and CTranslate2 threads (0: all cores)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/opus_mt.json"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one timed run, started by alternate()
     args = parser.parse_args()
+    if args.child:
+        child(json.loads(args.child))
+        return
     set_threads(args.threads)
     sources, targets = lines("test_2016_flickr.en.gz", args.sentences), lines("test_2016_flickr.fr.gz", args.sentences)
     with tempfile.TemporaryDirectory() as scratch:
-        folder, run, export = Path(scratch) / "opus-mt-sized", Path(scratch) / "run", Path(scratch) / "ct2"
-        folder.mkdir()
-        build_opus_mt_sized(folder)
-        import_marian(str(folder), run)
-        export_ctranslate2(run, export, "int8")
+        (Path(scratch) / "hf").mkdir()
+        build_opus_mt_sized(Path(scratch) / "hf")
+        import_marian(str(Path(scratch) / "hf"), Path(scratch) / "run")
+        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2", "int8")
         result = {"date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine()}
         result |= {"threads": torch.get_num_threads(), "matmul_gflops": round(speed.matmul_flops_per_s() / 1e9, 1)}
         result |= {"model": OPUS_MT, "sentences": len(sources), "cap": args.cap, "repeats": args.repeats}
+        task = {"scratch": scratch, "threads": args.threads, "sources": sources, "cap": args.cap}
         for beam in (5, 1):
-            times = alternate(decoding_systems(folder, run, export, sources, args.cap, beam), args.repeats)
+            times = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats)
             result[f"beam{beam}_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
-            report(
-                f"beam {beam}, {len(sources)} sentences x {args.cap} tokens",
-                result[f"beam{beam}_seconds"],
-                "transformers generate",
-            )
-        pairs = (sources[: args.batch_pairs], targets[: args.batch_pairs])
-        times = alternate(update_systems(folder, run, *pairs), args.repeats)
+            report(f"beam {beam}, {len(sources)} sentences x {args.cap} tokens", result[f"beam{beam}_seconds"], DECODERS[-1])
+        pairs = {"sources": sources[: args.batch_pairs], "targets": targets[: args.batch_pairs]}
+        times = alternate({**task, **pairs, "kind": "update"}, ["mtkit", "transformers"], args.repeats)
         result["update_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
         report(f"one fine-tuning update, {args.batch_pairs} pairs", result["update_seconds"], "transformers")
     args.out.parent.mkdir(parents=True, exist_ok=True)
