@@ -153,7 +153,9 @@ def translate(
     prefix: PrefixFile = None,
     sampling: SamplingOption = None,
     temperature: Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")] = 1.0,
-    seed: Annotated[int, typer.Option(help="With --sampling: the same seed gives the same samples.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**64 - 1, help="With --sampling: the same seed gives the same samples (0 to 2^64-1).")
+    ] = 0,
     no_repeat_ngram: Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")] = 0,
     alignments: Alignments = False,
     alignment_layer: Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")] = -1,
@@ -227,6 +229,12 @@ def serve(
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = 20_000,
     batch_lines: Annotated[int, typer.Option(min=0, help="Sentences merged into a batch at most (0: 16 on CPU, else 128).")] = 0,
     workers: Annotated[int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")] = 0,
+    max_work: Annotated[
+        int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
+    ] = 30_000,
+    request_timeout: Annotated[
+        float, typer.Option(min=0, help="Seconds a request may take; later: 504 and its work stopped (0: no limit).")
+    ] = 60.0,
     api_key: Annotated[
         Optional[str], typer.Option(envvar="MTKIT_API_KEY", help="Require 'Authorization: Bearer KEY' (or set MTKIT_API_KEY).")
     ] = None,
@@ -236,7 +244,17 @@ def serve(
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serving.app import ServeLimits, run_server
 
-    limits = ServeLimits(max_lines, max_chars, max_queue, max_wait_ms, batch_lines, workers, api_key)
+    limits = ServeLimits(
+        max_lines=max_lines,
+        max_chars=max_chars,
+        max_queue=max_queue,
+        max_work=max_work,
+        request_timeout=request_timeout,
+        max_wait_ms=max_wait_ms,
+        batch_lines=batch_lines,
+        workers=workers,
+        api_key=api_key,
+    )
     run_server(model, engine, device, host, port, limits)
 
 

@@ -8,6 +8,7 @@ log-probability of its tokens, whatever steered it there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ import torch
 from torch import Tensor
 
 from mtkit.errors import MtkitError
+
+SEED_LIMIT = 2**64 - 1  # torch's generators take 64-bit seeds
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,10 @@ class Sampling:
     def parse(cls, text: str, temperature: float = 1.0, seed: int = 0) -> Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
-        if temperature <= 0:
-            raise MtkitError(f"--temperature {temperature}: give a number > 0, such as 1.0 (sharper below 1)")
+        if not math.isfinite(temperature) or temperature <= 0:
+            raise MtkitError(f"--temperature {temperature}: give a finite number > 0, such as 1.0 (sharper below 1)")
+        if not 0 <= seed <= SEED_LIMIT:
+            raise MtkitError(f"--seed {seed}: give a whole number from 0 to 2^64-1, such as 1")
         try:
             if kind == "full" and not value:
                 return cls(0, 1.0, temperature, seed)

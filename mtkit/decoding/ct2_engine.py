@@ -145,8 +145,10 @@ class CT2Engine(Engine):
         CTranslate2 seeds a worker thread's random generator once, at the thread's first draw, and
         `set_random_seed` does not reseed it later; only a new translator (new threads) starts from
         the seed again, so each sampled batch loads one, as the PyTorch engine seeds each batch.
+        Its seeds have 32 bits: a 64-bit seed is folded (its two halves xor-ed), so the same seed
+        still draws the same samples.
         """
-        import_ctranslate2().set_random_seed(seed)
+        import_ctranslate2().set_random_seed((seed ^ (seed >> 32)) & 0xFFFFFFFF)
         return self._load()
 
     def _translate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
 from typing import ClassVar
@@ -24,7 +24,7 @@ from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.constraints import Constraints, Sampling, draw
-from mtkit.decoding.search import Hypothesis, beam_search, greedy_search
+from mtkit.decoding.search import Hypothesis, Stop, beam_search, greedy_search
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
 from mtkit.runtime import retain_freed_memory
@@ -53,6 +53,7 @@ class SearchOptions:
     sampling: Sampling | None = None
     no_repeat_ngram: int = 0
     attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
+    stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
 
     @property
     def width(self) -> int:
@@ -128,10 +129,21 @@ class PyTorchEngine(Engine):
         else:
             constraints = Constraints.build(batch.prefixes, options.no_repeat_ngram, self.device)
             if options.beam == 1:
-                found = [[h] for h in greedy_search(self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints)]
+                greedy = greedy_search(self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints, stop=options.stop)
+                found = [[h] for h in greedy]
             else:
                 found = beam_search(
-                    self.model, src, src_mask, caps, options.beam, options.alpha, options.nbest, BOS_ID, EOS_ID, constraints
+                    self.model,
+                    src,
+                    src_mask,
+                    caps,
+                    options.beam,
+                    options.alpha,
+                    options.nbest,
+                    BOS_ID,
+                    EOS_ID,
+                    constraints,
+                    options.stop,
                 )
         if options.attention_layer is not None:
             link_hypotheses(self.model, src, src_mask, found, options.attention_layer)
@@ -178,7 +190,9 @@ class PyTorchEngine(Engine):
         constraints = Constraints.build(repeated, options.no_repeat_ngram, self.device)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=(PAD_ID, BOS_ID))
-        drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick)
+        drawn = greedy_search(
+            self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick, options.stop
+        )
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
 
 

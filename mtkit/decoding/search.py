@@ -9,6 +9,9 @@ once; `model.reorder_state` both shrinks the decoder cache and reorders beams.
 A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, its next token is
 forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
 a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
+
+Both searches take an optional `stop`, asked before every step: once it says True the search ends
+with `SearchStopped` (the server's way to free a worker whose client has gone or timed out).
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
 NEVER_EMITTED = (PAD_ID, BOS_ID)
+Stop = Callable[[], bool]  # asked before every step; True ends the search
+
+
+class SearchStopped(Exception):
+    """The search's `stop` said True between two steps; nothing was found."""
 
 
 @dataclass
@@ -73,6 +81,7 @@ def greedy_search(
     alpha: float = 0.0,
     constraints: Constraints | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
+    stop: Stop | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
@@ -89,6 +98,7 @@ def greedy_search(
     results: list[Hypothesis | None] = [None] * batch_size
     step = 0
     while sentence.numel() > 0:
+        _check(stop)
         log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state)  # (A, V)
         if constraints is not None:
             log_probs = constraints.apply(log_probs, tokens, sentence, step)
@@ -133,6 +143,7 @@ def beam_search(
     bos_id: int,
     eos_id: int,
     constraints: Constraints | None = None,
+    stop: Stop | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
@@ -162,6 +173,7 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     step = 0
     while beams.sentence.numel() > 0:
+        _check(stop)
         beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints)
         step += 1
     return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[:nbest] for hypotheses in finished]
@@ -254,6 +266,11 @@ def _record_finished(
         tokens = beams.tokens[rows[active_index, candidate], 1:].tolist()
         log_prob = scores[active_index, candidate].item()
         finished[sentence[active_index]].append(_hypothesis(tokens, log_prob, alpha))
+
+
+def _check(stop: Stop | None) -> None:
+    if stop is not None and stop():
+        raise SearchStopped
 
 
 def _hypothesis(tokens: list[int], log_prob: float, alpha: float) -> Hypothesis:

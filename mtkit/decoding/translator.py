@@ -13,6 +13,7 @@ picks the engine for a path. A feature an engine lacks is one clear error (`Tran
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from mtkit.decoding.engine import (
     require,
 )
 from mtkit.decoding.pair_scores import PairScore, score_pairs
-from mtkit.decoding.search import Hypothesis
+from mtkit.decoding.search import Hypothesis, SearchStopped, Stop
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
@@ -128,17 +129,25 @@ class Translator:
         decoding: Decoding | None = None,
         prefixes: Sequence[str] | None = None,
         progress: bool = False,
+        stop: Stop | None = None,
     ) -> list[list[Translation]]:
         """The `decoding.nbest` best translations (or samples) of each line, best first, in input order.
 
         prefixes: one per line (an empty string for none); each translation starts with its prefix.
+        stop: asked before every batch and (PyTorch engine) every decoding step; True ends the work
+        with `SearchStopped`.
         """
-        return self.search(self.plan(lines, decoding, prefixes), progress)
+        plan = self.plan(lines, decoding, prefixes)
+        if stop is not None:
+            plan.options = dataclasses.replace(plan.options, stop=stop)
+        return self.search(plan, progress)
 
     def search(self, plan: Plan, progress: bool = False) -> list[list[Translation]]:
         """Let the engine search each batch of `plan`; the translations of its lines, in input order."""
         bar = tqdm(total=len(plan.sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
         for batch in plan.batches():
+            if plan.options.stop is not None and plan.options.stop():
+                raise SearchStopped
             plan.put(batch, self.engine.search(batch, plan.options))
             bar.update(len(batch.sources))
         bar.close()
@@ -239,17 +248,21 @@ class Plan:
         """How many of the lines are longer than decode.max_input_tokens and translated in segments."""
         return sum(len(segments) > 1 for segments in self.segments_of_line)
 
+    @property
+    def work(self) -> int:
+        """The most decoding steps x rows the search may take: each segment's output cap x the beam (or samples)."""
+        return self.options.width * sum(self._cap(index) for index in range(len(self.sources)))
+
     def batches(self) -> Iterator[SourceBatch]:
-        decode, max_positions = self._translator.decode, self._translator.engine.max_positions
-        for indices in length_batches([len(s) for s in self.sources], self.options.width, decode.batch_tokens):
-            sources = [self.sources[i] for i in indices]
-            caps = [output_cap(len(source) + 1, decode, max_positions) for source in sources]
-            if self.prefixes is None:
-                yield SourceBatch(indices, sources, caps)
-                continue
-            prefixes = [self.prefixes[i] for i in indices]
-            caps = [max(cap, len(prefix)) for cap, prefix in zip(caps, prefixes, strict=True)]
-            yield SourceBatch(indices, sources, caps, prefixes)
+        batch_tokens = self._translator.decode.batch_tokens
+        for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens):
+            prefixes = None if self.prefixes is None else [self.prefixes[i] for i in indices]
+            yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes)
+
+    def _cap(self, index: int) -> int:
+        """Most output tokens of segment `index`: the output-length rule, or its whole prefix if longer."""
+        cap = output_cap(len(self.sources[index]) + 1, self._translator.decode, self._translator.engine.max_positions)
+        return max(cap, len(self.prefixes[index])) if self.prefixes is not None else cap
 
     def put(self, batch: SourceBatch, hypotheses: list[list[Hypothesis]]) -> None:
         detokenize = self._translator.tokenizers.tgt.decode

@@ -5,8 +5,10 @@
 
 Requests from many clients are merged into batches by one worker (`mtkit.serving.batcher`). Limits and
 failures are answered with a status and a one-line reason, and the server keeps serving: a full
-queue is 503 with Retry-After, too many lines or characters 413, a malformed body 422, a bad option
-or text the model cannot read 400, a wrong or missing API key 401. SIGTERM stops accepting, answers
+queue is 503 with Retry-After, too many lines, characters or decoding work 413, a malformed body or
+an unknown field 422, a bad option or text the model cannot read 400, a wrong or missing API key
+401, a request past its deadline 504. A request whose client has gone or whose deadline has passed
+stops between two decoding steps, so its worker is free for the next. SIGTERM stops accepting, answers
 what is in flight, and exits 0 (uvicorn's graceful shutdown; the worker stops last).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import difflib
 import hmac
 import signal
 import sys
@@ -28,9 +31,9 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from mtkit.decoding.constraints import Sampling
+from mtkit.decoding.constraints import SEED_LIMIT, Sampling
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, one_line
 from mtkit.evaluation.report import known_scores
@@ -38,6 +41,7 @@ from mtkit.runtime import cpu_cores, resolve_device
 from mtkit.serving.batcher import Batcher, QueueFull
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
+MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 
 
 @dataclass
@@ -47,6 +51,8 @@ class ServeLimits:
     max_lines: int = 64  # lines per request
     max_chars: int = 20_000  # characters per request
     max_queue: int = 256  # requests waiting for the worker; more get 503
+    max_work: int = 30_000  # decoding steps x beam rows one request may ask for (each sentence's output cap x beam)
+    request_timeout: float = 60.0  # seconds from queueing to answer (0: none); later is 504, the work stopped
     max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
     batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
     workers: int = 0  # decoding threads, each with its share of the cores (0: 2 for PyTorch on CPU, else 1)
@@ -56,6 +62,8 @@ class ServeLimits:
 class TranslateRequest(BaseModel):
     """The body of POST /translate; options left out take the model's decoding defaults."""
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     text: list[str] = Field(description="Sentences to translate, one translation each, in order.")
     beam: int | None = Field(None, ge=1, le=64)
     nbest: int = Field(1, ge=1, le=64)
@@ -63,8 +71,8 @@ class TranslateRequest(BaseModel):
     prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
     sampling: str | None = Field(None, description="topk:K, topp:P or full.")
     temperature: float = Field(1.0, gt=0.0)
-    seed: int = 0
-    no_repeat_ngram: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=SEED_LIMIT)
+    no_repeat_ngram: int = Field(0, ge=0, le=MOST_NGRAM)
     alignments: bool = False
 
 
@@ -104,7 +112,8 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
         decoding = _decoding(translator, body, limits)
         try:
-            found = await _unless_gone(request, batcher.translate(body.text, decoding, body.prefix))
+            pending = batcher.translate(body.text, decoding, body.prefix)
+            found = await _unless_gone(request, pending, limits.request_timeout)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except MtkitError as err:
@@ -146,27 +155,35 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     try:
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
         decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, body.no_repeat_ngram, body.alignments)
-        translator.search_options(decoding)  # refuses what the engine cannot do
+        work = translator.plan(body.text, decoding, body.prefix).work  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, one_line(err).replace("--", "")) from None
+    if work > limits.max_work:
+        raise HTTPException(
+            413,
+            f"this request may take {work} decoding steps (each sentence's output cap x beam); the limit is "
+            f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
+        )
     return decoding
 
 
-async def _unless_gone(request: Request, pending: Any) -> list[list[Translation]]:
-    """Await the translations, cancelling the job if the client disconnects meanwhile.
+async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[list[Translation]]:
+    """Await the translations, cancelling the job if the client disconnects or `timeout` passes meanwhile.
 
     The disconnect is awaited, not polled: polling every pending request wakes the event loop
     hundreds of times a second, which takes the interpreter lock from the decoding thread.
     """
     task, gone = asyncio.ensure_future(pending), asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, gone}, timeout=timeout or None, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
     if task.done():
         return task.result()
     task.cancel()
-    raise HTTPException(499, "the client closed the connection")
+    if gone.done() and not gone.cancelled():
+        raise HTTPException(499, "the client closed the connection")
+    raise HTTPException(504, f"the translation took longer than the server's limit of {timeout:g} s; send less at once")
 
 
 async def _disconnected(request: Request) -> None:
@@ -209,7 +226,17 @@ async def _invalid_body(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     first = error.errors()[0] if error.errors() else {"loc": ["body"], "msg": "invalid body"}
     where = ".".join(str(part) for part in first.get("loc", []) if part != "body" and not isinstance(part, int)) or "body"
+    if first.get("type") == "extra_forbidden":
+        return JSONResponse({"detail": _unknown_field(where)}, status_code=422)
     return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
+
+
+def _unknown_field(name: str) -> str:
+    """One line for a field the request does not have, with the closest one it does."""
+    fields = list(TranslateRequest.model_fields)
+    closest = difflib.get_close_matches(name, fields, n=1)
+    hint = f"did you mean {closest[0]!r}? " if closest else ""
+    return f"{name[:40]!r} is not a field of the request; {hint}the fields are {', '.join(fields)}"
 
 
 def model_info(translator: Translator, path: str) -> dict[str, Any]:

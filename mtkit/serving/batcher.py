@@ -5,7 +5,8 @@ most `max_wait` for more (up to `batch_lines` lines), groups the jobs that ask f
 decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
 lines by length into token-budget batches. The model runs on one worker thread, off the event
 loop, and each job gets its own translations back in its own order. A job whose client has gone
-(its future cancelled) is dropped before it is translated.
+or whose deadline has passed (its future cancelled) is dropped before it is translated, and a
+group whose every job is gone stops between two decoding steps, freeing the worker.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
+from mtkit.decoding.search import SearchStopped
 from mtkit.decoding.translator import Decoding, Translation, Translator
 
 
@@ -40,6 +43,7 @@ class Batcher:
         self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
         self.batches = 0  # engine calls made, for tests and logs
+        self.stopped = 0  # engine calls stopped because every client of theirs had gone
 
     async def translate(
         self, lines: Sequence[str], decoding: Decoding, prefixes: Sequence[str] | None = None
@@ -95,8 +99,12 @@ class Batcher:
         prefixes = None
         if any(job.prefixes is not None for job in jobs):
             prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.lines))]
+        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, jobs))
         try:
-            found = await loop.run_in_executor(self.executor, self.translator.translate_nbest, lines, decoding, prefixes)
+            found = await loop.run_in_executor(self.executor, translate, lines, decoding, prefixes)
+        except SearchStopped:
+            self.stopped += 1
+            return
         except Exception as err:  # noqa: BLE001 - every waiting client gets the error, the worker goes on
             for job in jobs:
                 if not job.future.done():
@@ -108,6 +116,11 @@ class Batcher:
             if not job.future.done():
                 job.future.set_result(found[start : start + len(job.lines)])
             start += len(job.lines)
+
+
+def _all_gone(jobs: list[Job]) -> bool:
+    """True once no job of a group has a client waiting (asked from the decoding thread)."""
+    return all(job.future.done() for job in jobs)
 
 
 def _by_decoding(jobs: list[Job]) -> dict[Decoding, list[Job]]:

@@ -136,6 +136,21 @@ def test_a_bad_sampling_option_is_one_clear_error(text):
         Sampling.parse("full", temperature=0)
 
 
+@pytest.mark.parametrize(
+    ("temperature", "seed", "message"),
+    [
+        (float("nan"), 0, "--temperature nan"),
+        (float("inf"), 0, "--temperature inf"),
+        (1.0, 2**70, "--seed 1180591620717411303424"),
+        (1.0, -1, "--seed -1"),
+    ],
+)
+def test_non_finite_temperatures_and_seeds_outside_64_bits_are_refused(temperature, seed, message):
+    with pytest.raises(MtkitError, match=message):
+        Sampling.parse("topk:5", temperature, seed)
+    assert Sampling.parse("topk:5", 1.0, 2**64 - 1).seed == 2**64 - 1
+
+
 def test_sampling_options_parse():
     assert Sampling.parse("topk:10", 0.7, 3) == Sampling(top_k=10, temperature=0.7, seed=3)
     assert Sampling.parse("topp:0.9") == Sampling(top_p=0.9)

@@ -121,6 +121,8 @@ def test_sampling_is_seeded_draws_nbest_samples_and_top_k_1_is_greedy(pytorch, e
     texts = [[t.text for t in best] for best in first]
     assert texts == [[t.text for t in best] for best in again]
     assert texts != [[t.text for t in best] for best in other]
+    widest = Decoding(sampling=Sampling(0, 1.0, 2.0, seed=2**64 - 1), nbest=4)  # CTranslate2's own seeds have 32 bits
+    assert exported.translate_nbest(lines, widest) == exported.translate_nbest(lines, widest)
     assert [len(best) for best in first] == [4] * len(lines)
     assert any(len(set(samples)) > 1 for samples in texts)
     assert all([t.score for t in best] == sorted((t.score for t in best), reverse=True) for best in first)

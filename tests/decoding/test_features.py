@@ -79,6 +79,15 @@ def test_sampling_cli_is_reproducible_by_seed(model_run, model_valid, tmp_path):
     assert all(len(line.split("\t")) == 6 for line in first.splitlines())  # 3 samples and their scores
     bad = CliRunner().invoke(app, ["translate", "-m", str(model_run.run_path), "-i", str(source), "--sampling", "top5"])
     assert bad.exit_code == 2 and "--sampling top5: give topk:K" in bad.output
+    for option in (["--seed", str(2**70)], ["--temperature", "nan"]):
+        bad = CliRunner().invoke(
+            app, ["translate", "-m", str(model_run.run_path), "-i", str(source), "--sampling", "topk:5", *option]
+        )
+        assert bad.exit_code == 2 and option[0] in bad.output and "Traceback" not in bad.output, bad.output
+    widest = cli_output(
+        "translate", "-m", str(model_run.run_path), "-i", str(source), "--sampling", "topk:5", "--seed", str(2**64 - 1)
+    )
+    assert len(widest.splitlines()) == 6
 
 
 def test_no_repeat_ngram_leaves_no_repeated_ngram(model_run, model_translator, tmp_path):

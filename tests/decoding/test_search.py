@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.search import Hypothesis, beam_search, beam_step, greedy_search, length_penalty
+from mtkit.decoding.search import Hypothesis, SearchStopped, beam_search, beam_step, greedy_search, length_penalty
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -271,3 +271,33 @@ def test_a_wide_beam_finds_every_possible_sequence_and_nothing_impossible():
     assert [tuple(h.tokens) for h in hypotheses] == sorted(expected, key=expected.get, reverse=True)
     for hypothesis in hypotheses:
         assert_hypothesis(hypothesis, hypothesis.tokens, math.log(expected[tuple(hypothesis.tokens)]))
+
+
+class StopAfter:
+    """A `stop` that says True from its `calls`-th question on, counting the questions."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls, self.asked = calls, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked >= self.calls
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_stop_ends_the_search_before_the_next_step(beam_size: int):
+    model, src, src_mask, max_len = random_batch()
+    unstopped = beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID)
+    steps, decode = [], model.decode
+    model.decode = lambda *arguments: (steps.append(1), decode(*arguments))[1]
+    never = StopAfter(10**9)
+    assert beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID, stop=never) == unstopped
+    assert never.asked == len(steps)  # asked before every step
+    for search in (
+        lambda stop: greedy_search(model, src, src_mask, max_len, BOS_ID, EOS_ID, stop=stop),
+        lambda stop: beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID, stop=stop),
+    ):
+        stop = StopAfter(3)
+        with pytest.raises(SearchStopped):
+            search(stop)
+        assert stop.asked == 3  # two steps were taken, the third never began

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import free_port, serving
 
-from mtkit.decoding.engine import SearchOptions, SourceBatch
-from mtkit.decoding.translator import Translator
+from mtkit.decoding.engine import PyTorchEngine, SearchOptions, SourceBatch, output_cap
+from mtkit.decoding.translator import Decoding, Translator
 from mtkit.serving.app import ServeLimits, model_info
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +48,27 @@ def translate(port: int, lines: list[str], **options: object) -> Reply:
 
 def reverse(line: str) -> str:
     return " ".join(reversed(line.split()))
+
+
+class SlowSteps:
+    """A model whose every decoding step takes `delay` seconds, counting the steps."""
+
+    def __init__(self, model, delay: float) -> None:
+        self.model, self.delay, self.steps = model, delay, 0
+
+    def decode(self, *arguments):
+        time.sleep(self.delay)
+        self.steps += 1
+        return self.model.decode(*arguments)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+
+def slow_steps(translator: Translator, delay: float) -> tuple[Translator, SlowSteps]:
+    engine = PyTorchEngine(translator.engine.model)
+    engine.model = SlowSteps(engine.model, delay)
+    return Translator(engine, translator.tokenizers, translator.decode, translator.normalize), engine.model
 
 
 class SlowEngine:
@@ -130,6 +151,11 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
         ({"text": ["a", "b"], "prefix": ["c"]}, 400, "1 prefixes for 2 sentences"),
         ({"text": ["a \ud800"]}, 400, "not valid Unicode"),
         ({"text": ["a"], "beam": 3, "sampling": "full"}, 400, "beam 3 with sampling"),
+        ({"text": ["a"], "beem": 5}, 422, "'beem' is not a field of the request; did you mean 'beam'?"),
+        (b'{"text": ["a"], "temperature": Infinity}', 422, "temperature: Input should be a finite number"),
+        ({"text": ["a"], "length_penalty": float("nan")}, 422, "length_penalty: Input should be a finite number"),
+        ({"text": ["a"], "sampling": "topk:5", "seed": 2**70}, 422, "seed: Input should be less than or equal to"),
+        ({"text": ["a"], "no_repeat_ngram": 10**6}, 422, "no_repeat_ngram: Input should be less than or equal to 64"),
     ],
 )
 def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources, body, status, message):
@@ -169,6 +195,59 @@ def test_a_client_that_disconnects_leaves_no_work_behind(translator, sources):
         time.sleep(0.6)
         assert translate(port, [sources[7]]).status == 200
     assert sorted(slow.engine.searched) == [1, 1]  # the five lines of the closed request were never translated
+
+
+def test_a_seed_of_64_bits_is_served(server, sources):
+    port, _ = server
+    options = {"sampling": "topk:5", "seed": 2**64 - 1}
+    first = translate(port, sources[:2], **options)
+    assert first.status == 200 and first.body == translate(port, sources[:2], **options).body
+
+
+def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(translator, sources):
+    lines = sources[:3]
+    caps = [
+        output_cap(len(translator.segments(line)[0]) + 1, translator.decode, translator.engine.max_positions) for line in lines
+    ]
+    with serving(translator, ServeLimits(max_work=sum(caps) * 8)) as (port, app):
+        assert translate(port, lines, beam=8).status == 200
+        reply = translate(port, lines, beam=9, nbest=2)
+        assert reply.status == 413
+        assert reply.body["detail"].startswith(f"this request may take {sum(caps) * 9} decoding steps")
+        assert "the limit is" in reply.body["detail"] and "smaller beam" in reply.body["detail"]
+        assert translator.plan(lines, Decoding(beam=9)).work == sum(caps) * 9
+
+
+def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(translator, sources):
+    slow, model = slow_steps(translator, 0.05)
+    with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0.4)) as (port, app):
+        started = time.monotonic()
+        reply = translate(port, [sources[0] * 3], beam=4)
+        assert reply.status == 504 and "longer than the server's limit of 0.4 s" in reply.body["detail"]
+        assert time.monotonic() - started < 2
+        time.sleep(0.2)
+        steps = model.steps
+        time.sleep(0.3)
+        assert model.steps == steps and app.state.batcher.stopped == 1  # the worker stopped, not the answer only
+        model.delay = 0.0
+        assert translate(port, [sources[1]]).body["translations"] == [reverse(sources[1])]
+
+
+@pytest.mark.slow
+def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_step(translator, sources):
+    slow, model = slow_steps(translator, 0.05)
+    with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0)) as (port, app):
+        gone = socket.create_connection(("127.0.0.1", port))
+        body = json.dumps({"text": [sources[0] * 3], "beam": 4}).encode()
+        gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        gone.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(0.3)
+        assert model.steps > 0
+        gone.close()
+        time.sleep(0.3)
+        steps = model.steps
+        time.sleep(0.3)
+        assert model.steps == steps and app.state.batcher.stopped == 1
 
 
 def test_an_api_key_is_required_when_set(translator, sources):

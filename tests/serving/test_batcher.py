@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
+from mtkit.decoding.search import SearchStopped
 from mtkit.decoding.translator import Decoding, Translation
 from mtkit.serving.batcher import Batcher, QueueFull
 
@@ -16,7 +19,8 @@ class UpperCaser:
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], Decoding]] = []
 
-    def translate_nbest(self, lines, decoding, prefixes=None):  # noqa: ANN001, ANN201 - the Translator's signature
+    def translate_nbest(self, lines, decoding, prefixes=None, stop=None):  # noqa: ANN001, ANN201 - the Translator's signature
+        assert stop is not None and not stop()  # its clients are waiting
         self.calls.append((list(lines), decoding))
         return [[Translation(line.upper(), 0.0, [])] for line in lines]
 
@@ -59,3 +63,36 @@ def test_a_full_queue_refuses_at_once():
         batcher.close()
 
     asyncio.run(overfill())
+
+
+class WaitsForStop:
+    """A translator stub that decodes until its `stop` says every client has gone, as search does."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def translate_nbest(self, lines, decoding, prefixes=None, stop=None):  # noqa: ANN001, ANN201 - the Translator's signature
+        self.started.set()
+        deadline = time.monotonic() + 10
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise SearchStopped
+
+
+def test_a_translation_whose_clients_have_all_gone_is_stopped():
+    async def scenario() -> Batcher:
+        stub = WaitsForStop()
+        batcher = Batcher(stub, max_wait=0.0, max_queue=4, batch_lines=8)
+        worker = asyncio.create_task(batcher.run())
+        client = asyncio.create_task(batcher.translate(["a"], Decoding()))
+        await asyncio.get_running_loop().run_in_executor(None, stub.started.wait, 10)
+        client.cancel()  # the client goes (disconnect or deadline) while its line is being decoded
+        for _ in range(500):
+            if batcher.stopped:
+                break
+            await asyncio.sleep(0.01)
+        worker.cancel()
+        return batcher
+
+    batcher = asyncio.run(scenario())
+    assert batcher.stopped == 1 and batcher.batches == 0
