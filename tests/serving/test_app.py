@@ -219,10 +219,10 @@ def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(transla
 
 
 def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(translator, sources):
-    slow, model = slow_steps(translator, 0.05)
+    slow, model = slow_steps(translator, 0.1)  # a long line: far more steps than fit in the time below
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0.4)) as (port, app):
         started = time.monotonic()
-        reply = translate(port, [sources[0] * 3], beam=4)
+        reply = translate(port, [" ".join(sources[:6])], beam=4)
         assert reply.status == 504 and "longer than the server's limit of 0.4 s" in reply.body["detail"]
         assert time.monotonic() - started < 2
         time.sleep(0.2)
@@ -235,10 +235,10 @@ def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(tra
 
 @pytest.mark.slow
 def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_step(translator, sources):
-    slow, model = slow_steps(translator, 0.05)
+    slow, model = slow_steps(translator, 0.1)  # a long line: far more steps than fit in the time below
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0)) as (port, app):
         gone = socket.create_connection(("127.0.0.1", port))
-        body = json.dumps({"text": [sources[0] * 3], "beam": 4}).encode()
+        body = json.dumps({"text": [" ".join(sources[:6])], "beam": 4}).encode()
         gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
         gone.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         time.sleep(0.3)
