@@ -69,7 +69,7 @@ class CT2Engine(Engine):
     """
 
     name = "ctranslate2"
-    capabilities = frozenset(Capability) - {Capability.ATTENTION, Capability.ENSEMBLE}
+    capabilities = frozenset(Capability) - {Capability.ATTENTION, Capability.ENSEMBLE, Capability.CONSTRAINTS}
     alternative = "use the PyTorch engine: mtkit translate -m RUN_DIR (the run directory the export came from)"
 
     def __init__(

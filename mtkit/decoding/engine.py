@@ -24,6 +24,7 @@ from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.constraints import Constraints, Sampling, draw
+from mtkit.decoding.lexical import TermRequest, Terms
 from mtkit.decoding.search import Hypothesis, Stop, beam_search, greedy_search
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
@@ -41,6 +42,7 @@ class Capability(str, Enum):
     NO_REPEAT_NGRAM = "n-gram blocking"
     ALIGNMENTS = "word alignments"
     ENSEMBLE = "ensembles"
+    CONSTRAINTS = "lexical constraints"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class SearchOptions:
     no_repeat_ngram: int = 0
     attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
     stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
+    constraints_in_order: bool = False  # lexical constraints in the order given
 
     @property
     def width(self) -> int:
@@ -69,6 +72,7 @@ class SourceBatch:
     sources: list[list[int]]  # ids without EOS, longest first
     max_len: list[int]  # most output tokens of each, EOS excluded
     prefixes: list[list[int]] | None = None  # target ids each output must start with ([]: none)
+    terms: TermRequest | None = None  # lexical constraints each output must contain
 
 
 def require(engine: Engine, capability: Capability, option: str) -> None:
@@ -144,6 +148,7 @@ class PyTorchEngine(Engine):
                     EOS_ID,
                     constraints,
                     options.stop,
+                    Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None,
                 )
         if options.attention_layer is not None:
             link_hypotheses(self.model, src, src_mask, found, options.attention_layer)

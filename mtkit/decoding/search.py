@@ -10,6 +10,10 @@ A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, it
 forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
 a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
 
+Beam search also takes lexical constraints (`mtkit.decoding.lexical.Terms`): terms every hypothesis
+must contain, with dynamic beam allocation; a hypothesis that reaches its output cap without them is
+returned with `Hypothesis.unmet` naming them, and ranks after every one that has them all.
+
 Both searches take an optional `stop`, asked before every step: once it says True the search ends
 with `SearchStopped` (the server's way to free a worker whose client has gone or timed out).
 """
@@ -24,6 +28,7 @@ from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, PAD_ID
 from mtkit.decoding.constraints import Constraints
+from mtkit.decoding.lexical import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -43,6 +48,7 @@ class Hypothesis:
     score: float  # length-normalised score used for ranking
     log_prob: float  # total log-probability, EOS included
     links: list[int] | None = None  # per output token, the source token it attends to most (when asked)
+    unmet: tuple[int, ...] = ()  # the lexical constraints it lacks (it reached its output cap first)
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -129,6 +135,8 @@ class _Beams:
     memory: Tensor  # (A*K, S, D)
     src_mask: Tensor  # (A*K, S)
     state: DecoderState
+    terms: Terms | None = None  # lexical constraints of the active sentences
+    marks: TermState | None = None  # (A, K) where each beam stands with them
 
 
 @torch.inference_mode()
@@ -144,13 +152,15 @@ def beam_search(
     eos_id: int,
     constraints: Constraints | None = None,
     stop: Stop | None = None,
+    terms: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
     src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
     Beams are ranked by total log-probability; finished hypotheses by `log_prob / length_penalty`.
     A sentence is finished once it holds `beam_size` finished hypotheses (fairseq's rule), reaches
-    `max_len`, or has no beam left with a non-zero probability.
+    `max_len`, or has no beam left with a non-zero probability. With `terms`, hypotheses lacking a
+    constraint (cut by the output cap) rank after all others.
     """
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
@@ -169,6 +179,8 @@ def beam_search(
         memory=memory.index_select(0, rows),  # (B*K, S, D)
         src_mask=src_mask.index_select(0, rows),  # (B*K, S)
         state={},
+        terms=terms,
+        marks=TermState.start(terms, beam_size) if terms is not None else None,
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     step = 0
@@ -176,7 +188,7 @@ def beam_search(
         _check(stop)
         beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints)
         step += 1
-    return [sorted(hypotheses, key=lambda h: h.score, reverse=True)[:nbest] for hypotheses in finished]
+    return [sorted(hypotheses, key=lambda h: (len(h.unmet), -h.score))[:nbest] for hypotheses in finished]
 
 
 def _advance_beams(
@@ -193,39 +205,55 @@ def _advance_beams(
     log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state)
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
-    log_probs = _force_eos(log_probs.view(active, beam_size, -1), beams.max_len <= step, eos_id)  # (A, K, V)
+    at_limit = beams.max_len <= step  # (A,)
+    log_probs = log_probs.view(active, beam_size, -1)  # (A, K, V)
+    terms = beams.terms.fit(log_probs.size(2)) if beams.terms is not None else None
+    if terms is not None and beams.marks is not None:
+        log_probs = hold_end(terms, beams.marks, log_probs, at_limit, eos_id)
     # The step's log-probabilities are this function's own: the totals are added in place (with a
     # vocabulary of 58,000 pieces, each pass over them costs about as much as a decoder layer).
-    scores, beam_index, token = _best_candidates(log_probs.add_(beams.running.unsqueeze(2)))  # (A, 2K)
+    totals = _force_eos(log_probs, at_limit, eos_id).add_(beams.running.unsqueeze(2))
+    if terms is not None and beams.marks is not None:
+        scores, beam_index, token, marks = allocate(terms, beams.marks, totals)  # (A, C) in allocation order
+    else:
+        (scores, beam_index, token), marks = _best_candidates(totals), None  # (A, 2K)
     offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)
-    rows = offsets + beam_index  # (A, 2K) row in beams.tokens of each candidate's beam
+    rows = offsets + beam_index  # (A, C) row in beams.tokens of each candidate's beam
 
     # 1. As in fairseq, an EOS candidate is finalised only if it ranks among the top K.
     is_final = token[:, :beam_size].eq(eos_id) & scores[:, :beam_size].isfinite()  # (A, K)
-    _record_finished(finished, beams, rows, scores, is_final, alpha)
+    _record_finished(finished, beams, rows, scores, is_final, alpha, (terms, marks) if terms is not None else None)
     num_finished = beams.num_finished + is_final.sum(dim=1)  # (A,)
 
     # 2. The best K candidates that do not end in EOS continue (a stable sort keeps score order).
     order = torch.sort(token.eq(eos_id).int(), dim=1, stable=True).indices[:, :beam_size]  # (A, K)
     running, rows, token = scores.gather(1, order), rows.gather(1, order), token.gather(1, order)  # (A, K)
-
-    # 3. Finished sentences leave the batch; the kept beams are reordered in every cached tensor.
     done = (beams.max_len <= step) | (num_finished >= beam_size) | running.isneginf().all(dim=1)  # (A,)
-    keep = (~done).nonzero().flatten()  # (A',)
+    kept = _Beams(beams.sentence, beams.max_len, num_finished, running, beams.tokens, beams.memory, beams.src_mask, state)
+    kept.terms, kept.marks = terms, marks.take(order) if marks is not None else None
+    return _without_finished(model, kept, rows, token, (~done).nonzero().flatten())
+
+
+def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token: Tensor, keep: Tensor) -> _Beams:
+    """The next step's beams: sentences `keep` (A',), each beam row `rows` (A, K) extended by `token` (A, K);
+    finished sentences leave the batch, and the kept beams are reordered in every cached tensor."""
+    active, beam_size = rows.shape
     rows, token = rows.index_select(0, keep).flatten(), token.index_select(0, keep).flatten()  # (A'*K,)
     memory, src_mask = beams.memory, beams.src_mask
     if keep.numel() < active:
-        sentence_rows = (offsets.index_select(0, keep) + torch.arange(beam_size, device=keep.device)).flatten()
-        memory, src_mask = memory.index_select(0, sentence_rows), src_mask.index_select(0, sentence_rows)
+        offsets = keep.unsqueeze(1) * beam_size + torch.arange(beam_size, device=keep.device)  # (A', K)
+        memory, src_mask = memory.index_select(0, offsets.flatten()), src_mask.index_select(0, offsets.flatten())
     return _Beams(
         sentence=beams.sentence.index_select(0, keep),
         max_len=beams.max_len.index_select(0, keep),
-        num_finished=num_finished.index_select(0, keep),
-        running=running.index_select(0, keep),
+        num_finished=beams.num_finished.index_select(0, keep),
+        running=beams.running.index_select(0, keep),
         tokens=torch.cat([beams.tokens.index_select(0, rows), token.unsqueeze(1)], dim=1),  # (A'*K, 2 + step)
         memory=memory,
         src_mask=src_mask,
-        state=model.reorder_state(state, rows, keep_memory=keep.numel() == active),  # no sentence left: beams moved
+        state=model.reorder_state(beams.state, rows, keep_memory=keep.numel() == active),  # no sentence left: beams moved
+        terms=beams.terms.select(keep) if beams.terms is not None else None,
+        marks=beams.marks.select(keep) if beams.marks is not None else None,
     )
 
 
@@ -254,18 +282,26 @@ def _force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
 
 
 def _record_finished(
-    finished: list[list[Hypothesis]], beams: _Beams, rows: Tensor, scores: Tensor, is_final: Tensor, alpha: float
+    finished: list[list[Hypothesis]],
+    beams: _Beams,
+    rows: Tensor,
+    scores: Tensor,
+    is_final: Tensor,
+    alpha: float,
+    constrained: tuple[Terms, TermState] | None,
 ) -> None:
     """Append the candidates marked in is_final (A, K) to their sentence's hypotheses.
 
-    rows and scores (A, 2K) give each candidate's beam row and total log-probability; the loop runs
-    over the finalised candidates only.
+    rows and scores (A, C) give each candidate's beam row and total log-probability, `constrained`
+    the terms and where each candidate stands with them; the loop runs over the finalised candidates only.
     """
     sentence = beams.sentence.tolist()
     for active_index, candidate in is_final.nonzero().tolist():
         tokens = beams.tokens[rows[active_index, candidate], 1:].tolist()
-        log_prob = scores[active_index, candidate].item()
-        finished[sentence[active_index]].append(_hypothesis(tokens, log_prob, alpha))
+        hypothesis = _hypothesis(tokens, scores[active_index, candidate].item(), alpha)
+        if constrained is not None:
+            hypothesis.unmet = constrained[1].unmet(constrained[0], active_index, candidate)
+        finished[sentence[active_index]].append(hypothesis)
 
 
 def _check(stop: Stop | None) -> None:

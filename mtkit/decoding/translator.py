@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
@@ -38,14 +38,19 @@ from mtkit.decoding.engine import (
     output_cap,
     require,
 )
+from mtkit.decoding.lexical import Phrases, TermRequest
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.search import Hypothesis, SearchStopped, Stop
+from mtkit.decoding.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
 from mtkit.options import EngineName
 from mtkit.runtime import resolve_device
 from mtkit.textio import model_text
+
+LineConstraints = Sequence[str | Sequence[str] | Term]  # one line's constraints
+Constraints = Sequence[LineConstraints] | None  # per line
 
 
 @dataclass
@@ -55,6 +60,7 @@ class Translation:
     tokens: list[int]
     links: list[int] | None = None  # per token, the line's source token it attends to most (--alignments)
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, 0-based (--alignments)
+    unmet: list[str] = field(default_factory=list)  # constraints it lacks: the output cap came first
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Decoding:
     no_repeat_ngram: int = 0
     alignments: bool = False
     alignment_layer: int = -1  # the decoder layer whose cross-attention aligns (-1: the last)
+    constraints_in_order: bool = False  # lexical constraints must appear in the order given
 
 
 class Translator:
@@ -119,9 +126,15 @@ class Translator:
         """One clear error when `option` needs a capability this engine lacks."""
         require(self.engine, capability, option)
 
-    def translate(self, lines: Sequence[str], beam: int | None = None, progress: bool = False) -> list[str]:
-        """One output line per input line, in order; empty inputs give empty outputs."""
-        return [best[0].text for best in self.translate_nbest(lines, Decoding(beam=beam), progress=progress)]
+    def translate(
+        self, lines: Sequence[str], beam: int | None = None, progress: bool = False, constraints: Constraints = None
+    ) -> list[str]:
+        """One output line per input line, in order; empty inputs give empty outputs.
+
+        constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
+        """
+        best = self.translate_nbest(lines, Decoding(beam=beam), progress=progress, constraints=constraints)
+        return [translations[0].text for translations in best]
 
     def translate_nbest(
         self,
@@ -130,14 +143,17 @@ class Translator:
         prefixes: Sequence[str] | None = None,
         progress: bool = False,
         stop: Stop | None = None,
+        constraints: Constraints = None,
     ) -> list[list[Translation]]:
         """The `decoding.nbest` best translations (or samples) of each line, best first, in input order.
 
         prefixes: one per line (an empty string for none); each translation starts with its prefix.
         stop: asked before every batch and (PyTorch engine) every decoding step; True ends the work
         with `SearchStopped`.
+        constraints: per line, phrases (or lists of alternative phrases, or `Term`s) each translation
+        must contain (beam search; a translation cut by the output cap lists what it lacks in `unmet`).
         """
-        plan = self.plan(lines, decoding, prefixes)
+        plan = self.plan(lines, decoding, prefixes, constraints)
         if stop is not None:
             plan.options = dataclasses.replace(plan.options, stop=stop)
         return self.search(plan, progress)
@@ -157,17 +173,51 @@ class Translator:
         """The model's log-probability of each target given its source, in input order."""
         return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_tokens, sources, targets)
 
-    def plan(self, lines: Sequence[str], decoding: Decoding | None = None, prefixes: Sequence[str] | None = None) -> Plan:
+    def plan(
+        self,
+        lines: Sequence[str],
+        decoding: Decoding | None = None,
+        prefixes: Sequence[str] | None = None,
+        constraints: Constraints = None,
+    ) -> Plan:
         """The way of `lines` through the engine; see `Plan`."""
         options = self.search_options(decoding or Decoding())
+        terms = self.line_terms(lines, constraints, options) if constraints is not None else None
         if prefixes is not None and len(prefixes) != len(lines):
             raise MtkitError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one prefix per line (empty for none)")
         prefix_ids = None
         if prefixes is not None and any(prefixes):
             self.require(Capability.PREFIX, "--prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
-        segments = [self.segments(line) or ([[]] if prefix_ids and prefix_ids[n] else []) for n, line in enumerate(lines)]
-        return Plan(segments, prefix_ids, options, self)
+        segments = [
+            self.segments(line) or ([[]] if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
+            for n, line in enumerate(lines)
+        ]
+        return Plan(segments, prefix_ids, options, self, terms)
+
+    def line_terms(
+        self, lines: Sequence[str], constraints: Sequence[LineConstraints], options: SearchOptions
+    ) -> list[list[Term]]:
+        """Each line's constraints as `Term`s, checked against the lines and the search."""
+        if len(constraints) != len(lines):
+            counts = f"constraints for {len(constraints)} lines, but {len(lines)} lines"
+            raise MtkitError(f"{counts}: give one list per line ([] for none)")
+        terms = [as_terms(items, f"line {n + 1}") for n, items in enumerate(constraints)]
+        if any(terms):
+            self.require(Capability.CONSTRAINTS, "--constraints")
+            if options.sampling is not None or options.beam < 2:
+                used = "--sampling" if options.sampling is not None else "greedy search (beam 1)"
+                raise MtkitError(f"--constraints need beam search, not {used}: give --beam 2 or more, such as --beam 5")
+        return terms
+
+    def encoded_term(self, term: Term) -> Phrases:
+        """The target ids of each alternative of `term` (an error names the term's line)."""
+        return encode_term(term, self.tokenizers.tgt, self.normalize, self.engine.max_positions - 2)
+
+    def word_continuations(self) -> tuple[bool, ...]:
+        if not hasattr(self, "_continuations"):
+            self._continuations = word_continuations(self.tokenizers.tgt)
+        return self._continuations
 
     def search_options(self, decoding: Decoding) -> SearchOptions:
         """The engine's options for `decoding`, checked against what the engine can do."""
@@ -188,7 +238,9 @@ class Translator:
             self.engine.check_alignment_layer(decoding.alignment_layer)
         alpha = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
         layer = decoding.alignment_layer if decoding.alignments else None
-        return SearchOptions(beam, nbest, alpha, decoding.sampling, decoding.no_repeat_ngram, layer)
+        in_order = decoding.constraints_in_order
+        ngram = decoding.no_repeat_ngram
+        return SearchOptions(beam, nbest, alpha, decoding.sampling, ngram, layer, constraints_in_order=in_order)
 
     def target_prefix(self, prefix: str) -> list[int]:
         """Target ids a translation must start with; a prefix longer than the model allows is an error."""
@@ -216,7 +268,8 @@ class Plan:
     """One list of lines on its way through an engine, the pipeline's bookkeeping written once.
 
     1. `segments_of_line`: the source ids of each line (none if empty, several if over-long); a
-       line's target prefix goes with its first segment;
+       line's target prefix goes with its first segment, its constraints with the segment they
+       belong to (`mtkit.decoding.terms.place_terms`);
     2. `batches()`: the segments sorted by length into batches of `decode.batch_tokens` x beam;
     3. `put()` records what the engine found for a batch; `results()` detokenises and puts
        segments and lines back together, in input order (with word alignments when asked).
@@ -229,6 +282,7 @@ class Plan:
         prefixes_of_line: list[list[int]] | None,
         options: SearchOptions,
         translator: Translator,
+        terms_of_line: list[list[Term]] | None = None,
     ) -> None:
         self.segments_of_line = segments_of_line
         self.sources = [segment for segments in segments_of_line for segment in segments]
@@ -242,6 +296,13 @@ class Plan:
         self.options = options
         self.found: list[list[Translation]] = [[] for _ in self.sources]
         self._translator = translator
+        self.terms: list[list[Term]] | None = None  # per segment
+        self.term_ids: list[list[Phrases]] = []
+        if terms_of_line is not None and any(terms_of_line):
+            decode = translator.tokenizers.src.decode
+            texts = [[decode(segment) for segment in segments] for segments in segments_of_line]
+            self.terms = place_terms(texts, terms_of_line)
+            self.term_ids = [[translator.encoded_term(term) for term in terms] for terms in self.terms]
 
     @property
     def split_lines(self) -> int:
@@ -257,17 +318,29 @@ class Plan:
         batch_tokens = self._translator.decode.batch_tokens
         for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens):
             prefixes = None if self.prefixes is None else [self.prefixes[i] for i in indices]
-            yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes)
+            terms = None
+            if self.terms is not None:
+                continuations, in_order = self._translator.word_continuations(), self.options.constraints_in_order
+                terms = TermRequest([self.term_ids[i] for i in indices], continuations, in_order)
+            yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes, terms)
 
     def _cap(self, index: int) -> int:
-        """Most output tokens of segment `index`: the output-length rule, or its whole prefix if longer."""
+        """Most output tokens of segment `index`: the output-length rule, or room for its whole prefix, or
+        for all its constraints, if longer."""
         cap = output_cap(len(self.sources[index]) + 1, self._translator.decode, self._translator.engine.max_positions)
+        if self.terms is not None:
+            pieces = sum(max(len(phrase) for phrase in alternatives) for alternatives in self.term_ids[index])
+            cap = max(cap, min(pieces, self._translator.engine.max_positions - 1))
         return max(cap, len(self.prefixes[index])) if self.prefixes is not None else cap
 
     def put(self, batch: SourceBatch, hypotheses: list[list[Hypothesis]]) -> None:
         detokenize = self._translator.tokenizers.tgt.decode
         for index, found in zip(batch.indices, hypotheses, strict=True):
-            self.found[index] = [Translation(detokenize(h.tokens), h.score, h.tokens, h.links) for h in found]
+            terms = self.terms[index] if self.terms is not None else []
+            self.found[index] = [
+                Translation(detokenize(h.tokens), h.score, h.tokens, h.links, unmet=[terms[j].label for j in h.unmet])
+                for h in found
+            ]
 
     def results(self) -> list[list[Translation]]:
         lines = regroup(self.segments_of_line, self.found, self.options.nbest)
@@ -338,6 +411,7 @@ def _join(parts: list[list[Translation]], source_lengths: list[int], nbest: int)
                 sum(t.score for t in chosen),
                 [token for t in chosen for token in t.tokens],
                 links,
+                unmet=[term for t in chosen for term in t.unmet],
             )
         )
     return joined

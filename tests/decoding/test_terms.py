@@ -1,0 +1,145 @@
+"""Terminology: constraint lists and files, glossaries, and constrained translation end to end
+(the reverse-task model: the target is the source's letters in reverse order)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from mtkit.decoding.terms import Glossary, Term, as_terms, contains_term, parse_constraints, place_terms
+from mtkit.decoding.translator import Decoding, Translator
+from mtkit.errors import MtkitError
+from tests.conftest import write_text_lines
+
+
+def test_a_constraints_line_is_a_json_list_of_phrases_or_alternatives():
+    terms = parse_constraints('["Fahrrad", ["Hund", " Hunde "]]', "c.jsonl:3")
+    assert terms == [Term(("Fahrrad",), where="c.jsonl:3"), Term(("Hund", "Hunde"), where="c.jsonl:3")]
+    assert parse_constraints("", "c.jsonl:4") == [] and parse_constraints("[]", "c.jsonl:5") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('["Hund"', "not JSON"),
+        ('{"a": 1}', "is not a list"),
+        ('["Hund", ""]', "an empty phrase"),
+        ('[["Hund", 3]]', "is not a phrase or a list of phrases"),
+        ("[[]]", "is not a phrase or a list of phrases"),
+    ],
+)
+def test_a_bad_constraints_line_is_one_error_naming_the_file_and_line(text, says):
+    with pytest.raises(MtkitError, match=rf"^c\.jsonl:7: .*{re.escape(says)}"):
+        parse_constraints(text, "c.jsonl:7")
+
+
+def test_the_api_takes_phrases_alternatives_or_terms():
+    assert as_terms(["Hund", ["Katze", "Katzen"]], "line 1")[1].alternatives == ("Katze", "Katzen")
+    with pytest.raises(MtkitError, match="line 2: constraints are a list of phrases"):
+        as_terms("Hund", "line 2")
+
+
+def test_glossary_terms_match_whole_words_in_any_case(tmp_path):
+    path = write_text_lines(tmp_path / "g.tsv", ["# source\ttargets", "Hund\tdog\tdogs", "", "rote Auto\tred car"])
+    glossary = Glossary.load(path)
+    assert [t.alternatives for t in glossary.terms_for("Der HUND schläft.")] == [("dog", "dogs")]
+    assert glossary.terms_for("Die Hunde schlafen.") == []  # inside a longer word: not the term
+    assert [t.source for t in glossary.terms_for("Das rote Auto, der Hund")] == ["Hund", "rote Auto"]
+    assert glossary.terms_for("Der Hund")[0].where == f"{path}:2"
+    assert contains_term("ein Hund.", "Hund") and not contains_term("Schäferhund", "hund")
+
+
+@pytest.mark.parametrize("line", ["Hund", "Hund\t", "\tdog"])
+def test_a_bad_glossary_line_is_one_error_naming_the_line(tmp_path, line):
+    path = write_text_lines(tmp_path / "g.tsv", ["Katze\tcat", line])
+    with pytest.raises(MtkitError, match=r"g\.tsv:2: .*a source term, a tab"):
+        Glossary.load(path)
+
+
+def test_terms_of_a_line_cut_into_segments_go_where_their_source_term_is():
+    glossary_term = Term(("dog",), source="Hund", where="g.tsv:1")
+    placed = place_terms([["Die Katze schläft.", "Der Hund bellt."], ["Ein Satz."]], [[glossary_term], []])
+    assert placed == [[], [glossary_term], []]
+    with pytest.raises(MtkitError, match=r"line 1: .* translated in 2 segments"):
+        place_terms([["a.", "b."]], [[Term(("x",), where="line 1")]])
+
+
+# The reverse task's words are single letters a-l; a model translates "a b c" as "c b a".
+
+
+@pytest.fixture(scope="module")
+def translator(reverse_run) -> Translator:
+    return Translator.load(reverse_run.run_path)
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+def test_constrained_translations_contain_their_terms_and_others_are_unchanged(translator):
+    lines = ["a b c d", "e f g", "h i j k l", "a c e"]
+    constraints = [["l"], [], [["a", "b"]], ["g", "b"]]
+    decoding = Decoding(beam=4, nbest=2, length_penalty=0.0)  # scores are log-probabilities
+    plain = translator.translate_nbest(lines, decoding)
+    found = translator.translate_nbest(lines, decoding, constraints=constraints)
+    assert [t.text for t in found[1]] == [t.text for t in plain[1]]  # no constraints: unchanged
+    for translations, terms in zip(found, constraints, strict=True):
+        for translation in translations:
+            assert translation.unmet == []
+            for term in as_terms(terms, "test"):
+                assert any(alternative in words(translation.text) for alternative in term.alternatives), translation.text
+    scores = translator.score(lines, [t[0].text for t in found])
+    for translations, pair in zip(found, scores, strict=True):
+        assert abs(translations[0].score - pair.log_prob) < 1e-3 * max(1.0, abs(pair.log_prob))
+
+
+def test_given_order_puts_terms_in_order(translator):
+    found = translator.translate_nbest(["a b c d"], Decoding(beam=5, constraints_in_order=True), constraints=[["a", "d"]])
+    output = words(found[0][0].text)
+    assert "a" in output and "d" in output and output.index("a") < output.index("d"), output
+
+
+def test_the_translate_api_takes_constraints(translator):
+    assert "l" in words(translator.translate(["a b c"], beam=3, constraints=[["l"]])[0])
+
+
+@pytest.mark.parametrize(
+    ("decoding", "says"),
+    [
+        (Decoding(beam=1), r"need beam search, not greedy search \(beam 1\)"),
+        (Decoding(sampling=__import__("mtkit.decoding.constraints").decoding.constraints.Sampling()), "not --sampling"),
+    ],
+)
+def test_constraints_without_beam_search_are_refused(translator, decoding, says):
+    with pytest.raises(MtkitError, match=says):
+        translator.translate_nbest(["a b c"], decoding, constraints=[["a"]])
+
+
+def test_bad_constraints_name_the_line(translator):
+    with pytest.raises(MtkitError, match=r"constraints for 1 lines, but 2 lines"):
+        translator.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[["a"]])
+    with pytest.raises(MtkitError, match=r"^line 2: the model's target vocabulary cannot write 'ж'"):
+        translator.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[[], ["ж"]])
+
+
+def test_a_long_line_with_constraints_needs_their_source_terms(translator):
+    short = dataclasses.replace(translator.decode, max_input_tokens=8)
+    cut = Translator(translator.engine, translator.tokenizers, short, translator.normalize)
+    line = "a b c d e. f g h i j."
+    with pytest.raises(MtkitError, match="line 1: the line is longer than decode.max_input_tokens"):
+        cut.translate_nbest([line], Decoding(beam=3), constraints=[["l"]])
+    found = cut.translate_nbest([line], Decoding(beam=3), constraints=[[Term(("l",), source="g", where="g.tsv:1")]])
+    assert "l" in words(found[0][0].text)
+
+
+def test_the_ctranslate2_engine_refuses_constraints(reverse_export):
+    exported = Translator.load(reverse_export)
+    with pytest.raises(MtkitError, match="needs lexical constraints, which the ctranslate2 engine lacks"):
+        exported.translate_nbest(["a b"], Decoding(beam=2), constraints=[["a"]])
+
+
+def test_an_empty_line_with_constraints_still_gets_them(translator):
+    found = translator.translate_nbest(["", "a b"], Decoding(beam=3), constraints=[["c"], []])
+    assert "c" in words(found[0][0].text)
