@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from mtkit.errors import MtkitError
-from mtkit.options import BadBytes, EngineName, ExportFormat, Quantization, Split
+from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
 
 
 class _Group(TyperGroup):
@@ -174,6 +174,17 @@ def translate(
     buffer_lines: Annotated[
         int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")
     ] = 10_000,
+    constraints: Annotated[
+        Optional[Path],
+        typer.Option(help='Terms each translation must contain: one JSON list per input line, e.g. ["Rad", ["Hund", "Hunde"]].'),
+    ] = None,
+    constraints_order: Annotated[
+        ConstraintOrder, typer.Option(help="any: the terms in any order; given: in the order of the list.")
+    ] = ConstraintOrder.ANY,
+    glossary: Annotated[
+        Optional[Path],
+        typer.Option(help="TSV of source term TAB target term(s): a line containing a source term gets its target term."),
+    ] = None,
 ) -> None:
     """Translate text: one output line per input line, in order, written as soon as each window is done.
 
@@ -186,8 +197,11 @@ def translate(
     from mtkit.runtime import resolve_device
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
-    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer)
-    options = FileOptions(input, output, decoding, prefix, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines)
+    in_order = constraints_order is ConstraintOrder.GIVEN
+    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer, in_order)
+    options = FileOptions(
+        input, output, decoding, prefix, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines, constraints, glossary
+    )
     with translation_job(resolve_device(device)) as (job, rank_device):
         translate_file(Translator.load(model, engine, str(rank_device)), options, job)
 

@@ -45,3 +45,10 @@ class Split(str, Enum):
 
     VALID = "valid"
     TEST = "test"
+
+
+class ConstraintOrder(str, Enum):
+    """Whether lexical constraints may appear in any order or must follow the order given."""
+
+    ANY = "any"
+    GIVEN = "given"

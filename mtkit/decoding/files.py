@@ -4,9 +4,11 @@
 flat and a line piped in is answered at once), translates each window with a `Translator`, writes
 plain or n-best lines in input order as soon as a window is done, draws attention heatmaps when
 asked, and says on stderr what the user should know (lines translated in segments, heatmaps
-written). An output file is written under a temporary name and renamed when complete, so an
-interrupted run never leaves a half-written file in its place. `score_files` does the same for
-pairs of files, one score line per pair (`mtkit.decoding.pair_scores`).
+written, translations that lack a constraint). `--constraints` and `--glossary` files are read, and
+every term is checked against the model's vocabulary, before anything is translated. An output
+file is written under a temporary name and renamed when complete, so an interrupted run never
+leaves a half-written file in its place. `score_files` does the same for pairs of files, one
+score line per pair (`mtkit.decoding.pair_scores`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from tqdm import tqdm
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.engine import Capability
 from mtkit.decoding.heatmaps import check_can_plot, plot_attention
+from mtkit.decoding.terms import Glossary, Term, parse_constraints
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes
-from mtkit.textio import atomic_output, count_lines, file_lines, line_windows
+from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text
 
 BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 WINDOW_PAIRS = 10_000  # pairs scored together by score_files
@@ -45,6 +48,8 @@ class FileOptions:
     plot_count: int = 10
     plot_heads: bool = False
     buffer_lines: int = BUFFER_LINES
+    constraints: Path | None = None  # one JSON list of target phrases per input line
+    glossary: Path | None = None  # source term TAB target term(s)
 
 
 def translate_file(translator: Translator, options: FileOptions, job: Distributed | None = None) -> int:
@@ -56,17 +61,23 @@ def translate_file(translator: Translator, options: FileOptions, job: Distribute
     """
     job = job or Distributed()
     _check(translator, options, job)
+    glossary = _checked_terms(translator, options)
     windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
-    prefixes = _prefix_lines(options)
-    done = plotted = split_lines = 0
+    prefixes = _side_lines(options.prefix, "--prefix", options.input, "target prefix")
+    constraint_lines = _side_lines(options.constraints, "--constraints", options.input, "list of constraints")
+    done = plotted = split_lines = lacking = 0
     bar = tqdm(unit=" lines", disable=None if options.output is not None and job.is_main else True, file=sys.stderr)
     with atomic_output(options.output, discard=not job.is_main) as out:
         for window in windows:
-            window_prefixes = _take_prefixes(prefixes, len(window), options.prefix)
-            shares = window_prefixes[job.rank :: job.world_size] if window_prefixes is not None else None
-            plan = translator.plan(window[job.rank :: job.world_size], options.decoding, shares)
+            window_prefixes = _take(prefixes, len(window), options.prefix, "--prefix")
+            shares = [text for _, text in window_prefixes[job.rank :: job.world_size]] if window_prefixes is not None else None
+            given = _take(constraint_lines, len(window), options.constraints, "--constraints")
+            terms = _window_terms(window, given, options.constraints, glossary, translator.normalize)
+            terms_share = terms[job.rank :: job.world_size] if terms is not None else None
+            plan = translator.plan(window[job.rank :: job.world_size], options.decoding, shares, terms_share)
             results = gather_in_order(translator.search(plan), job)
             split_lines += plan.split_lines
+            lacking += sum(bool(best[0].unmet) for best in results if best)
             out.write("".join(render(best, options.decoding.nbest, options.decoding.alignments) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:
@@ -74,11 +85,17 @@ def translate_file(translator: Translator, options: FileOptions, job: Distribute
             done += len(window)
             bar.update(len(window))
     bar.close()
-    if prefixes is not None and next(prefixes, None) is not None:
-        raise MtkitError(f"{options.prefix} has more lines than the input ({done}); give one prefix line per input line")
+    for lines, path in ((prefixes, options.prefix), (constraint_lines, options.constraints)):
+        if lines is not None and next(lines, None) is not None:
+            raise MtkitError(f"{path} has more lines than the input ({done}); give one line per input line")
     split_lines = sum(gather_in_order([split_lines], job))
     if options.plot_attention is not None:
         _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
+    if lacking:
+        _say(
+            f"mtkit: warning: {lacking} translations lack a constraint: the output cap (decode.max_len_a, max_len_b) "
+            "came first; check those terms fit the sentence"
+        )
     if split_lines:
         _say(
             f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments"
@@ -113,29 +130,58 @@ def _check(translator: Translator, options: FileOptions, job: Distributed) -> No
         check_can_plot(translator)
 
 
-def _prefix_lines(options: FileOptions) -> Iterator[str] | None:
-    """The lines of --prefix, after checking they are as many as the input file's (when it is a file)."""
-    if options.prefix is None:
+def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
+    """The (number, text) lines of a file given line by line beside the input (--prefix, --constraints),
+    after checking they are as many as the input file's (when it is a file)."""
+    if path is None:
         return None
-    if not options.prefix.is_file():
-        raise MtkitError(f"--prefix {options.prefix}: no such file; give one target prefix per input line")
-    if options.input is not None:
-        counts = [count_lines(path) for path in (options.input, options.prefix)]
+    if not path.is_file():
+        raise MtkitError(f"{option} {path}: no such file; give one {what} per input line")
+    if input is not None:
+        counts = [count_lines(p) for p in (input, path)]
         if counts[0] != counts[1]:
             raise MtkitError(
-                f"--prefix {options.prefix} has {counts[1]} lines but {options.input} has {counts[0]}: "
-                "give one prefix line per input line (an empty line for none)"
+                f"{option} {path} has {counts[1]} lines but {input} has {counts[0]}: give one {what} per input line "
+                "(an empty line for none)"
             )
-    return (text for _, text in file_lines(options.prefix))
+    return file_lines(path)
 
 
-def _take_prefixes(prefixes: Iterator[str] | None, count: int, path: Path | None) -> list[str] | None:
-    if prefixes is None:
+def _take(lines: Iterator[tuple[int, str]] | None, count: int, path: Path | None, option: str) -> list[tuple[int, str]] | None:
+    if lines is None:
         return None
-    taken = list(islice(prefixes, count))
+    taken = list(islice(lines, count))
     if len(taken) < count:
-        raise MtkitError(f"--prefix {path} has fewer lines than the input; give one prefix line per input line")
+        raise MtkitError(f"{option} {path} has fewer lines than the input; give one line per input line")
     return taken
+
+
+def _checked_terms(translator: Translator, options: FileOptions) -> Glossary | None:
+    """The glossary, and every term of --constraints and --glossary checked against the model, before any work."""
+    glossary = Glossary.load(options.glossary, translator.normalize) if options.glossary is not None else None
+    terms = [Term(targets, source, where) for source, targets, where in glossary.entries] if glossary else []
+    if options.constraints is not None and options.constraints.is_file():
+        for number, text in file_lines(options.constraints):
+            terms += parse_constraints(text, f"{options.constraints}:{number}")
+    if terms or options.constraints is not None:
+        translator.line_terms([""], [terms], translator.search_options(options.decoding))  # beam search, an engine that can
+    for term in terms:
+        translator.encoded_term(term)
+    return glossary
+
+
+def _window_terms(
+    window: list[str], lines: list[tuple[int, str]] | None, path: Path | None, glossary: Glossary | None, normalize: str
+) -> list[list[Term]] | None:
+    """Each input line's constraints: its line of --constraints, then the glossary's terms for it."""
+    if lines is None and glossary is None:
+        return None
+    given: list[list[Term]] = [[] for _ in window]
+    if lines is not None:
+        given = [parse_constraints(text, f"{path}:{number}") for number, text in lines]
+    if glossary is not None:
+        given = [terms + glossary.terms_for(model_text(line, normalize)) for terms, line in zip(given, window, strict=True)]
+    return given
 
 
 def _plot(

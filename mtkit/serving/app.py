@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -34,6 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from mtkit.decoding.constraints import SEED_LIMIT, Sampling
+from mtkit.decoding.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, one_line
 from mtkit.evaluation.report import known_scores
@@ -42,6 +43,7 @@ from mtkit.serving.batcher import Batcher, QueueFull
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
+MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
 
 
 @dataclass
@@ -74,6 +76,11 @@ class TranslateRequest(BaseModel):
     seed: int = Field(0, ge=0, le=SEED_LIMIT)
     no_repeat_ngram: int = Field(0, ge=0, le=MOST_NGRAM)
     alignments: bool = False
+    constraints: list[list[str | list[str]]] | None = Field(
+        None,
+        description="Per sentence, the terms its translation must contain (a phrase or a list of alternatives); [] for none.",
+    )
+    constraints_order: Literal["any", "given"] = "any"
 
 
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
@@ -112,13 +119,16 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
         decoding = _decoding(translator, body, limits)
         try:
-            pending = batcher.translate(body.text, decoding, body.prefix)
+            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body))
             found = await _unless_gone(request, pending, limits.request_timeout)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except MtkitError as err:
             raise HTTPException(400, one_line(err)) from None
-        return {"translations": [_render(translations, body) for translations in found]}
+        answer: dict[str, Any] = {"translations": [_render(translations, body) for translations in found]}
+        if body.constraints is not None:  # the terms each best translation lacks (its output cap came first)
+            answer["unmet"] = [translations[0].unmet if translations else [] for translations in found]
+        return answer
 
     return app
 
@@ -143,19 +153,22 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     if len(body.text) > limits.max_lines:
         raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
     characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
+    characters += sum(len(term) for term in _phrases(body))
     if characters > limits.max_chars:
         raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
     if body.prefix is not None and len(body.prefix) != len(body.text):
         raise HTTPException(400, f"{len(body.prefix)} prefixes for {len(body.text)} sentences; give one per sentence")
-    for line in [*body.text, *(body.prefix or [])]:
+    _check_constraints(body)
+    for line in [*body.text, *(body.prefix or []), *_phrases(body)]:
         try:
             line.encode("utf-8")
         except UnicodeEncodeError:
             raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
     try:
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
-        decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, body.no_repeat_ngram, body.alignments)
-        work = translator.plan(body.text, decoding, body.prefix).work  # refuses what the engine cannot do
+        in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
+        decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, ngram, body.alignments, -1, in_order)
+        work = translator.plan(body.text, decoding, body.prefix, _terms(body)).work  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, one_line(err).replace("--", "")) from None
     if work > limits.max_work:
@@ -165,6 +178,33 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
         )
     return decoding
+
+
+def _check_constraints(body: TranslateRequest) -> None:
+    """One list of constraints per sentence, each within MOST_PHRASES phrases."""
+    if body.constraints is None:
+        return
+    if len(body.constraints) != len(body.text):
+        counts = f"{len(body.constraints)} lists for {len(body.text)} sentences"
+        raise HTTPException(400, f"constraints: {counts}; give one per sentence ([] for none)")
+    for n, terms in enumerate(body.constraints):
+        phrases = sum(1 if isinstance(term, str) else len(term) for term in terms)
+        if phrases > MOST_PHRASES:
+            raise HTTPException(413, f"constraints[{n}]: {phrases} phrases for one sentence; the limit is {MOST_PHRASES}")
+
+
+def _phrases(body: TranslateRequest) -> list[str]:
+    return [p for terms in body.constraints or [] for term in terms for p in ([term] if isinstance(term, str) else term)]
+
+
+def _terms(body: TranslateRequest) -> list[list[Term]] | None:
+    """The request's constraints as terms whose errors name the field (constraints[N])."""
+    if body.constraints is None:
+        return None
+    try:
+        return [as_terms(terms, f"constraints[{n}]") for n, terms in enumerate(body.constraints)]
+    except MtkitError as err:
+        raise HTTPException(400, one_line(err)) from None
 
 
 async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[list[Translation]]:

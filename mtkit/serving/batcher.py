@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from mtkit.decoding.search import SearchStopped
+from mtkit.decoding.terms import Term
 from mtkit.decoding.translator import Decoding, Translation, Translator
 
 
@@ -32,6 +33,7 @@ class Job:
     decoding: Decoding
     prefixes: list[str] | None
     future: asyncio.Future = field(repr=False)
+    constraints: list[list[Term]] | None = None
 
 
 class Batcher:
@@ -46,12 +48,15 @@ class Batcher:
         self.stopped = 0  # engine calls stopped because every client of theirs had gone
 
     async def translate(
-        self, lines: Sequence[str], decoding: Decoding, prefixes: Sequence[str] | None = None
+        self,
+        lines: Sequence[str],
+        decoding: Decoding,
+        prefixes: Sequence[str] | None = None,
+        constraints: list[list[Term]] | None = None,
     ) -> list[list[Translation]]:
         """The translations of `lines`, once a batch holding them is done; `QueueFull` at once if full."""
-        job = Job(
-            list(lines), decoding, list(prefixes) if prefixes is not None else None, asyncio.get_running_loop().create_future()
-        )
+        future = asyncio.get_running_loop().create_future()
+        job = Job(list(lines), decoding, list(prefixes) if prefixes is not None else None, future, constraints)
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -99,7 +104,10 @@ class Batcher:
         prefixes = None
         if any(job.prefixes is not None for job in jobs):
             prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.lines))]
-        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, jobs))
+        constraints = None
+        if any(job.constraints is not None for job in jobs):
+            constraints = [terms for job in jobs for terms in (job.constraints or [[]] * len(job.lines))]
+        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, jobs), constraints=constraints)
         try:
             found = await loop.run_in_executor(self.executor, translate, lines, decoding, prefixes)
         except SearchStopped:

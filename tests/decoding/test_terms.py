@@ -7,11 +7,13 @@ import dataclasses
 import re
 
 import pytest
+from typer.testing import CliRunner
 
+from mtkit.cli import app
 from mtkit.decoding.terms import Glossary, Term, as_terms, contains_term, parse_constraints, place_terms
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
-from tests.conftest import write_text_lines
+from tests.conftest import cli_output, write_text_lines
 
 
 def test_a_constraints_line_is_a_json_list_of_phrases_or_alternatives():
@@ -143,3 +145,37 @@ def test_the_ctranslate2_engine_refuses_constraints(reverse_export):
 def test_an_empty_line_with_constraints_still_gets_them(translator):
     found = translator.translate_nbest(["", "a b"], Decoding(beam=3), constraints=[["c"], []])
     assert "c" in words(found[0][0].text)
+
+
+def test_translate_takes_a_constraints_file_and_a_glossary(reverse_run, tmp_path):
+    source = write_text_lines(tmp_path / "in.txt", ["a b c", "d e f", "g h"])
+    constraints = write_text_lines(tmp_path / "c.jsonl", ['["l"]', "[]", '[["k", "j"]]'])
+    glossary = write_text_lines(tmp_path / "g.tsv", ["e\ti", "nowhere\tk"])
+    run = reverse_run.run_path
+    out = cli_output("translate", "-m", run, "-i", source, "--beam", 4, "--constraints", constraints, "--glossary", glossary)
+    first, second, third = (words(line) for line in out.splitlines())
+    assert "l" in first and "i" in second and ("k" in third or "j" in third), out
+    order = ("--constraints-order", "given")
+    given = cli_output("translate", "-m", run, "-i", source, "--beam", 4, "--constraints", constraints, *order)
+    assert "l" in words(given.splitlines()[0])
+
+
+@pytest.mark.parametrize(
+    ("lines", "extra", "says"),
+    [
+        (['["l"]', "[]"], [], r"--constraints .*c\.jsonl has 2 lines but .*in\.txt has 3"),
+        (['["l"]', "[", "[]"], [], r"c\.jsonl:2: not JSON"),
+        (['["l"]', '["ж"]', "[]"], [], r"c\.jsonl:2: the model's target vocabulary cannot write 'ж'"),
+        (['["l"]', '[""]', "[]"], [], r"c\.jsonl:2: an empty phrase"),
+        (['["l"]', "[]", "[]"], ["--beam", "1"], r"--constraints need beam search, not greedy search"),
+    ],
+)
+def test_a_bad_constraints_file_is_one_line_naming_it_before_any_output(reverse_run, tmp_path, lines, extra, says):
+    source = write_text_lines(tmp_path / "in.txt", ["a b c", "d e f", "g h"])
+    constraints = write_text_lines(tmp_path / "c.jsonl", lines)
+    output = tmp_path / "out.txt"
+    arguments = ["translate", "-m", reverse_run.run_path, "-i", source, "-o", output, "--constraints", constraints, *extra]
+    result = CliRunner().invoke(app, [str(a) for a in arguments])
+    assert result.exit_code != 0 and re.search(says, result.output), result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not output.exists()

@@ -124,6 +124,8 @@ def test_options_reach_the_engine(server, sources):
     assert aligned["text"] == reverse(sources[4]) and all(len(pair) == 2 for pair in aligned["alignment"])
     samples = [translate(port, [sources[5]], sampling="topk:3", temperature=2.0, seed=4).body for _ in range(2)]
     assert samples[0] == samples[1]
+    termed = translate(port, ["a b c", "d e"], beam=3, constraints=[["l"], []], constraints_order="given").body
+    assert "l" in termed["translations"][0].split() and termed["translations"][1] == "e d" and termed["unmet"] == [[], []]
 
 
 @pytest.mark.slow
@@ -156,6 +158,13 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
         ({"text": ["a"], "length_penalty": float("nan")}, 422, "length_penalty: Input should be a finite number"),
         ({"text": ["a"], "sampling": "topk:5", "seed": 2**70}, 422, "seed: Input should be less than or equal to"),
         ({"text": ["a"], "no_repeat_ngram": 10**6}, 422, "no_repeat_ngram: Input should be less than or equal to 64"),
+        ({"text": ["a", "b"], "constraints": [["c"]]}, 400, "constraints: 1 lists for 2 sentences"),
+        ({"text": ["a"], "constraints": [["c", ""]]}, 400, "constraints[0]: an empty phrase"),
+        ({"text": ["a"], "constraints": [["ж"]]}, 400, "constraints[0]: the model's target vocabulary cannot write 'ж'"),
+        ({"text": ["a"], "constraints": [["c"] * 17]}, 413, "constraints[0]: 17 phrases for one sentence; the limit is 16"),
+        ({"text": ["a"], "beam": 1, "constraints": [["c"]]}, 400, "constraints need beam search, not greedy search"),
+        ({"text": ["a"], "constraints": [[3]]}, 422, "constraints"),
+        ({"text": ["a"], "constraints_order": "sorted"}, 422, "constraints_order"),
     ],
 )
 def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources, body, status, message):
