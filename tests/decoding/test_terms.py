@@ -97,6 +97,18 @@ def test_constrained_translations_contain_their_terms_and_others_are_unchanged(t
         assert abs(translations[0].score - pair.log_prob) < 1e-3 * max(1.0, abs(pair.log_prob))
 
 
+def test_no_constraints_change_nothing_and_terms_work_with_prefixes_and_ensembles(translator, reverse_run):
+    lines, decoding = ["a b c d", "e f g"], Decoding(beam=3, nbest=3, no_repeat_ngram=2)
+    plain = translator.translate_nbest(lines, decoding)
+    empty = translator.translate_nbest(lines, decoding, constraints=[[], []])
+    assert [[(t.tokens, t.score) for t in line] for line in empty] == [[(t.tokens, t.score) for t in line] for line in plain]
+    prefixed = translator.translate_nbest(lines, decoding, prefixes=["k", ""], constraints=[["l"], ["a"]])
+    assert all(words(t.text)[0] == "k" and "l" in words(t.text) for t in prefixed[0])
+    assert all("a" in words(t.text) for t in prefixed[1])
+    ensemble = Translator.load([reverse_run.run_path, reverse_run.run_path])
+    assert "l" in words(ensemble.translate_nbest(lines, decoding, constraints=[["l"], []])[0][0].text)
+
+
 def test_given_order_puts_terms_in_order(translator):
     found = translator.translate_nbest(["a b c d"], Decoding(beam=5, constraints_in_order=True), constraints=[["a", "d"]])
     output = words(found[0][0].text)
