@@ -9,13 +9,14 @@ Builds its own test sets from the references, seeded:
       word of 4+ letters seen 10+ times, the English word of best Dice coefficient, kept when the
       coefficient is at least 0.5), written as a `--glossary` TSV; each test sentence gets the terms
       whose source word is in its source (as `--glossary` finds them) and whose target word is in
-      its reference. Its lines are reported in two groups: those whose unconstrained translation
-      already had every term ("right") and the others ("missed").
+      its reference (a term is also met with a capital first letter). Its lines are reported in two
+      groups: those whose unconstrained translation already had every term ("right"), and the
+      others ("missed").
 For each set: inclusion at the piece level (the search met every term before its output cap) and at
 the word level (each term appears as whole words in the detokenised output), BLEU without and with
 the constraints, and sentences/s at beam 5 with and without them, timed back to back in one
-process, alternating A B A (unconstrained, constrained, unconstrained), with the matmul peak.
-Run it on an otherwise idle machine.
+process, alternating A B A (unconstrained, constrained, unconstrained), with the matmul peak (fp32) of the
+decoding device. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def glossary_terms(glossary: Glossary, sources: list[str], references: list[str]
     found = []
     for source, reference in zip(sources, references, strict=True):
         terms = glossary.terms_for(source)
-        found.append([Term(t.alternatives[:1], t.source, t.where) for t in terms if contains_term(reference, t.alternatives[0])])
+        found.append([t for t in terms if contains_term(reference, t.alternatives[0])])
     return found
 
 
@@ -164,11 +165,13 @@ def main() -> None:
     sources = read(args.data / "test_2016_flickr.de.gz")[: args.sentences]
     references = read(args.data / "test_2016_flickr.en.gz")[: args.sentences]
     translator.translate(sources[:16], beam=args.beam)  # warm-up
+    device = getattr(translator.engine, "device", torch.device("cpu"))
     report: dict = {
         "date": datetime.date.today().isoformat(),
         "model": str(args.model),
         "machine": {"cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
-        "matmul_gflop_per_s": speed.matmul_flops_per_s() / 1e9,
+        "device": str(device),
+        "matmul_gflop_per_s": speed.matmul_flops_per_s(device) / 1e9,
     }
     report["ngrams"] = evaluate_set(translator, sources, references, ngram_terms(references, args.seed), args.beam)
     with tempfile.TemporaryDirectory() as scratch:
@@ -179,7 +182,7 @@ def main() -> None:
     report["glossary"] = evaluate_set(
         translator, [sources[n] for n in kept], [references[n] for n in kept], [terms[n] for n in kept], args.beam
     )
-    report["matmul_gflop_per_s_after"] = speed.matmul_flops_per_s() / 1e9
+    report["matmul_gflop_per_s_after"] = speed.matmul_flops_per_s(device) / 1e9
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print_table(report)

@@ -1,7 +1,7 @@
 """The `mtkit` command line: one thin command per stage, each calling one library function.
 
 Heavy modules (torch, datasets) are imported inside the commands so `mtkit --help` is instant.
-A user mistake (`MtkitError`) is printed as one line on stderr with exit status 2.
+A user mistake (`MtkitError`, or a bad option value) is printed as one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -17,15 +17,24 @@ from typer.core import TyperGroup
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
 
+# Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
+_UsageError = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "UsageError")
+
 
 class _Group(TyperGroup):
-    """Turns `MtkitError` into one line on stderr and exit status 2, never a traceback."""
+    """Turns `MtkitError` and a command's usage errors (a bad option value, an unknown option) into
+    one line on stderr and exit status 2, never a traceback."""
 
     def invoke(self, ctx: typer.Context):  # noqa: ANN201 - click's signature
         try:
             return super().invoke(ctx)
         except MtkitError as err:
             typer.echo(f"mtkit: error: {err}", err=True)
+            raise typer.Exit(2) from None
+        except _UsageError as err:
+            command = err.ctx.command_path if err.ctx is not None else "mtkit"
+            message = " ".join(err.format_message().split()).rstrip(".")
+            typer.echo(f"mtkit: error: {message}; see '{command} --help'", err=True)
             raise typer.Exit(2) from None
 
 
@@ -246,6 +255,9 @@ def serve(
     max_work: Annotated[
         int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
     ] = 30_000,
+    max_steps: Annotated[
+        int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
+    ] = 1_000,
     request_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds a request may take; later: 504 and its work stopped (0: no limit).")
     ] = 60.0,
@@ -263,6 +275,7 @@ def serve(
         max_chars=max_chars,
         max_queue=max_queue,
         max_work=max_work,
+        max_steps=max_steps,
         request_timeout=request_timeout,
         max_wait_ms=max_wait_ms,
         batch_lines=batch_lines,

@@ -10,9 +10,11 @@ at every step, with no loop over sentences:
   word-boundary token, and each beam's next piece of every open phrase (dynamic beam allocation, Post
   and Vilar 2018, in the vectorised form of Hu et al. 2019). Each candidate's state is advanced, its
   bank is the number of constraint pieces it has met (then, within that, the pieces it is in the
-  middle of), and the beam is filled
-  round-robin over the banks (every bank's best first, then every bank's second...), highest bank
-  first in each round, so hypotheses that carry their terms survive beside better-scoring ones;
+  middle of). Half the beam (rounded up) goes to the best candidates by score, whatever their bank,
+  so the hypotheses the model would keep on its own go on (a translation that has its terms anyway
+  comes out much as without constraints); the rest is filled round-robin over the banks (every
+  bank's best, highest bank first, then every bank's second...), so hypotheses that carry their
+  terms survive beside better-scoring ones;
 - `advance`: the state after a token. A phrase is met when all its pieces were produced in a row and
   the next token starts a new word (a piece with the word-start mark, punctuation, or end of
   sentence), so "Hund" is not met by the first piece of "Hunde". A phrase interrupted half-way is
@@ -162,7 +164,7 @@ def allocate(terms: Terms, state: TermState, totals: Tensor) -> tuple[Tensor, Te
     token = torch.cat([best_index % vocab, row_tokens, boundary_tokens, pieces.flatten(1)], dim=1)
     scores = _without_repeats(scores, beam * vocab + token)
     moved = advance(terms, state.take(beam), token)
-    order = _round_robin(scores, _bank(terms, moved))
+    order = _allocation_order(scores, _bank(terms, moved), (beam_size + 1) // 2)
     return scores.gather(1, order), beam.gather(1, order), token.gather(1, order), moved.take(order)
 
 
@@ -185,19 +187,23 @@ def _bank(terms: Terms, state: TermState) -> Tensor:
     return met * (int(terms.weight.sum(1).max()) + 1) + under_way
 
 
-def _round_robin(scores: Tensor, bank: Tensor) -> Tensor:
-    """(A, C) candidate order: each bank's best (highest bank first), then each bank's second...;
+def _allocation_order(scores: Tensor, bank: Tensor, natural: int) -> Tensor:
+    """(A, C) candidate order: first the `natural` best by score, whatever their bank (the beam the
+    model would keep on its own), then each bank's best (highest bank first), each bank's second...;
     impossible candidates (-inf) last."""
+    count = bank.size(1)
+    position = torch.arange(count, device=bank.device).expand_as(bank)
     by_score = scores.argsort(dim=1, descending=True, stable=True)
     grouped = by_score.gather(1, bank.gather(1, by_score).argsort(dim=1, descending=True, stable=True))  # by bank, then score
     group_bank = bank.gather(1, grouped)
-    position = torch.arange(bank.size(1), device=bank.device).expand_as(bank)
     starts = torch.ones_like(group_bank, dtype=torch.bool)
     starts[:, 1:] = group_bank[:, 1:] != group_bank[:, :-1]
-    rank = position - torch.where(starts, position, 0).cummax(dim=1).values  # place within its bank
+    rank = torch.empty_like(position).scatter_(1, grouped, position - torch.where(starts, position, 0).cummax(dim=1).values)
     top = int(bank.max()) + 1
-    key = (rank * top + (top - 1 - group_bank)).masked_fill(scores.gather(1, grouped).isneginf(), rank.numel() * top)
-    return grouped.gather(1, key.argsort(dim=1, stable=True))
+    key = rank * top + (top - 1 - bank)  # round-robin over the banks
+    score_rank = torch.empty_like(position).scatter_(1, by_score, position)
+    key = torch.where(score_rank < natural, score_rank - natural, key).masked_fill(scores.isneginf(), count * top)
+    return key.argsort(dim=1, stable=True)
 
 
 def _without_repeats(scores: Tensor, key: Tensor) -> Tensor:

@@ -8,7 +8,8 @@ the translation must contain (`mtkit.decoding.lexical` does the searching).
 - `--glossary FILE.tsv`: a source term, a tab, and one or more target terms (tab-separated
   alternatives). A line of input gets the target terms of every source term it contains: matched
   without regard to case, as a whole word or words (not inside a longer word), on the text as the
-  model reads it (Unicode NFC). Empty lines and lines starting with `#` are skipped.
+  model reads it (Unicode NFC); a target term is also met with its first letter capitalised. Empty
+  lines and lines starting with `#` are skipped.
 """
 
 from __future__ import annotations
@@ -92,8 +93,17 @@ class Glossary:
         return cls(tuple(entries))
 
     def terms_for(self, text: str) -> list[Term]:
-        """The target terms of every source term found in `text` (as the model reads it)."""
-        return [Term(targets, source, where) for source, targets, where in self.entries if contains_term(text, source)]
+        """The target terms of every source term found in `text` (as the model reads it); each target
+        term may also start with a capital letter (a sentence may begin with it)."""
+        return [
+            Term(with_capitals(targets), source, where) for source, targets, where in self.entries if contains_term(text, source)
+        ]
+
+
+def with_capitals(alternatives: tuple[str, ...]) -> tuple[str, ...]:
+    """The alternatives, then each one with its first letter capitalised where that differs."""
+    capitalised = (a[:1].upper() + a[1:] for a in alternatives)
+    return tuple(dict.fromkeys([*alternatives, *capitalised]))
 
 
 def contains_term(text: str, term: str) -> bool:

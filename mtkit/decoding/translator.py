@@ -202,7 +202,9 @@ class Translator:
         if len(constraints) != len(lines):
             counts = f"constraints for {len(constraints)} lines, but {len(lines)} lines"
             raise MtkitError(f"{counts}: give one list per line ([] for none)")
-        terms = [as_terms(items, f"line {n + 1}") for n, items in enumerate(constraints)]
+        # A term given twice (or by two glossary entries) is one constraint: one occurrence meets both.
+        given = [as_terms(items, f"line {n + 1}") for n, items in enumerate(constraints)]
+        terms = [list({term.alternatives: term for term in line}.values()) for line in given]
         if any(terms):
             self.require(Capability.CONSTRAINTS, "--constraints")
             if options.sampling is not None or options.beam < 2:
@@ -314,6 +316,11 @@ class Plan:
         """The most decoding steps x rows the search may take: each segment's output cap x the beam (or samples)."""
         return self.options.width * sum(self._cap(index) for index in range(len(self.sources)))
 
+    @property
+    def most_steps(self) -> int:
+        """The most decoding steps one segment may take: its output cap (or its prefix, if longer)."""
+        return max((self._cap(index) for index in range(len(self.sources))), default=0)
+
     def batches(self) -> Iterator[SourceBatch]:
         batch_tokens = self._translator.decode.batch_tokens
         for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens):
@@ -329,7 +336,8 @@ class Plan:
         for all its constraints, if longer."""
         cap = output_cap(len(self.sources[index]) + 1, self._translator.decode, self._translator.engine.max_positions)
         if self.terms is not None:
-            pieces = sum(max(len(phrase) for phrase in alternatives) for alternatives in self.term_ids[index])
+            terms = self.term_ids[index]  # each term's longest alternative, and a word boundary after it
+            pieces = sum(max(len(phrase) for phrase in alternatives) + 1 for alternatives in terms)
             cap = max(cap, min(pieces, self._translator.engine.max_positions - 1))
         return max(cap, len(self.prefixes[index])) if self.prefixes is not None else cap
 

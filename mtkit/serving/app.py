@@ -54,6 +54,7 @@ class ServeLimits:
     max_chars: int = 20_000  # characters per request
     max_queue: int = 256  # requests waiting for the worker; more get 503
     max_work: int = 30_000  # decoding steps x beam rows one request may ask for (each sentence's output cap x beam)
+    max_steps: int = 1_000  # decoding steps one sentence may take (its output cap, or its prefix if longer)
     request_timeout: float = 60.0  # seconds from queueing to answer (0: none); later is 504, the work stopped
     max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
     batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
@@ -168,9 +169,16 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
         decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, ngram, body.alignments, -1, in_order)
-        work = translator.plan(body.text, decoding, body.prefix, _terms(body)).work  # refuses what the engine cannot do
+        plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, one_line(err).replace("--", "")) from None
+    work, steps = plan.work, plan.most_steps
+    if steps > limits.max_steps:
+        raise HTTPException(
+            413,
+            f"a sentence of this request may take {steps} decoding steps (its output cap, or its prefix); the limit is "
+            f"{limits.max_steps}: send shorter sentences or prefixes",
+        )
     if work > limits.max_work:
         raise HTTPException(
             413,

@@ -46,7 +46,7 @@ def test_the_api_takes_phrases_alternatives_or_terms():
 def test_glossary_terms_match_whole_words_in_any_case(tmp_path):
     path = write_text_lines(tmp_path / "g.tsv", ["# source\ttargets", "Hund\tdog\tdogs", "", "rote Auto\tred car"])
     glossary = Glossary.load(path)
-    assert [t.alternatives for t in glossary.terms_for("Der HUND schläft.")] == [("dog", "dogs")]
+    assert [t.alternatives for t in glossary.terms_for("Der HUND schläft.")] == [("dog", "dogs", "Dog", "Dogs")]
     assert glossary.terms_for("Die Hunde schlafen.") == []  # inside a longer word: not the term
     assert [t.source for t in glossary.terms_for("Das rote Auto, der Hund")] == ["Hund", "rote Auto"]
     assert glossary.terms_for("Der Hund")[0].where == f"{path}:2"

@@ -227,6 +227,16 @@ def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(transla
         assert translator.plan(lines, Decoding(beam=9)).work == sum(caps) * 9
 
 
+def test_a_sentence_or_prefix_that_would_take_too_many_steps_is_413(translator, sources):
+    cap = output_cap(len(translator.segments(sources[0])[0]) + 1, translator.decode, translator.engine.max_positions)
+    with serving(translator, ServeLimits(max_steps=cap)) as (port, _):
+        assert translate(port, [sources[0]]).status == 200
+        reply = translate(port, [sources[0]], prefix=[" ".join(["k"] * (cap + 1))])
+        assert reply.status == 413
+        assert reply.body["detail"].startswith(f"a sentence of this request may take {cap + 1} decoding steps")
+        assert translator.plan([sources[0]], prefixes=["k " * (cap + 1)]).most_steps == cap + 1
+
+
 def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(translator, sources):
     slow, model = slow_steps(translator, 0.1)  # a long line: far more steps than fit in the time below
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0.4)) as (port, app):

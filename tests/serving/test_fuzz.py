@@ -1,0 +1,98 @@
+"""Hostile requests against a real `mtkit serve` on loopback, drawn by hypothesis: every answer is
+200, a 4xx with a one-line `detail`, 503 or 504, never a 500, and the server goes on answering."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from conftest import serving
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_app import Reply, request
+
+from mtkit.decoding.translator import Translator
+from mtkit.serving.app import ServeLimits
+
+CI = os.environ.get("CI") == "true"
+
+# JSON of any shape: what a confused or hostile client sends where a field's value belongs.
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40) | st.sampled_from(
+    ["a b c", "", " ", "a " * 150, "\u202e\u0301", "\ufeffa", "d\r\ne"]
+)
+NUMBER = st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True) | ANY_JSON
+PHRASE = TEXT | st.lists(TEXT, max_size=3)
+FIELDS = {
+    "text": st.lists(TEXT, max_size=10) | ANY_JSON,
+    "beam": st.integers(-3, 80) | NUMBER,
+    "nbest": st.integers(-3, 80) | NUMBER,
+    "length_penalty": st.floats(-1, 20) | NUMBER,
+    "prefix": st.lists(TEXT, max_size=10) | ANY_JSON,
+    "sampling": st.sampled_from(["topk:3", "topp:0.9", "full", "topk:0", "topp:2", "top", ""]) | ANY_JSON,
+    "temperature": st.floats(-1, 100) | NUMBER,
+    "seed": NUMBER,
+    "no_repeat_ngram": st.integers(-3, 100) | NUMBER,
+    "alignments": st.booleans() | ANY_JSON,
+    "constraints": st.lists(st.lists(PHRASE, max_size=20), max_size=10) | ANY_JSON,
+    "constraints_order": st.sampled_from(["any", "given", "sorted"]) | ANY_JSON,
+}
+BODY = st.fixed_dictionaries({}, optional=FIELDS) | st.dictionaries(st.text(max_size=10), ANY_JSON, max_size=4)
+ODD = [b"", b"null", b"[]", b'{"text": NaN}', b'{"text": ["a"]' + b"}" * 3, b"[" * 5000, b'{"text": ["\xff\xfe"]}']
+RAW = st.binary(max_size=200) | st.sampled_from(ODD)
+
+
+@pytest.fixture(scope="module")
+def server(reverse_run):
+    translator = Translator.load(reverse_run.run_path, device="cpu")
+    limits = ServeLimits(max_lines=8, max_chars=400, max_wait_ms=5, max_work=20_000, request_timeout=20)
+    with serving(translator, limits) as (port, _):
+        yield port
+
+
+def check(reply: Reply) -> None:
+    assert reply.status in (200, 503, 504) or 400 <= reply.status < 500, reply
+    if 400 <= reply.status < 500 or reply.status in (503, 504):
+        assert isinstance(reply.body.get("detail"), str) and "\n" not in reply.body["detail"], reply.body
+        assert "Traceback" not in reply.body["detail"]
+
+
+def still_serving(port: int) -> None:
+    reply = request(port, "POST", "/translate", {"text": ["a b c"]})
+    assert reply.status == 200 and reply.body["translations"] == ["c b a"], reply
+
+
+FUZZ = settings(
+    max_examples=300 if CI else 60,
+    derandomize=CI,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@pytest.mark.slow
+@FUZZ
+@given(body=BODY)
+def test_any_request_body_is_answered_without_a_server_error(server, body):
+    data = json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass")
+    reply = request(server, "POST", "/translate", data)
+    check(reply)
+    if reply.status == 200:
+        assert len(reply.body["translations"]) == len(body["text"])
+        scores = [t["score"] for row in reply.body["translations"] if isinstance(row, list) for t in row]
+        assert all(math.isfinite(score) for score in scores)
+    still_serving(server)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=100 if CI else 30)
+@given(data=RAW, path=st.sampled_from(["/translate", "/info", "/health", "/nowhere"]))
+def test_any_bytes_to_any_path_are_answered_without_a_server_error(server, data, path):
+    check(request(server, "POST", path, data))
+    still_serving(server)
