@@ -73,6 +73,24 @@ InitFrom = Annotated[
 PrefixFile = Annotated[
     Optional[Path], typer.Option(help="File of target prefixes, one per input line (empty: none); outputs start with them.")
 ]
+Nbest = Annotated[
+    int, typer.Option(min=1, help="Print the N best translations (or N samples) per line, tab-separated with scores.")
+]
+SamplingSeed = Annotated[
+    int, typer.Option(min=0, max=2**64 - 1, help="With --sampling: the same seed gives the same samples (0 to 2^64-1).")
+]
+BadBytesOption = Annotated[BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace, and warn.")]
+PlotAttention = Annotated[Optional[Path], typer.Option(help="Write an attention heatmap PNG per sentence into this directory.")]
+EngineOption = Annotated[EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")]
+BufferLines = Annotated[int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")]
+ConstraintsFile = Annotated[
+    Optional[Path],
+    typer.Option(help='Terms each translation must contain: one JSON list per input line, e.g. ["Rad", ["Hund", "Hunde"]].'),
+]
+ConstraintsOrder = Annotated[ConstraintOrder, typer.Option(help="any: the terms in any order; given: in the order of the list.")]
+GlossaryFile = Annotated[
+    Optional[Path], typer.Option(help="TSV of source term TAB target term(s): a line holding a source term gets its target term.")
+]
 SamplingOption = Annotated[
     Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
 ]
@@ -155,45 +173,25 @@ def translate(
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
-    nbest: Annotated[
-        int, typer.Option(min=1, help="Print the N best translations (or N samples) per line, tab-separated with scores.")
-    ] = 1,
+    nbest: Nbest = 1,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
     prefix: PrefixFile = None,
     sampling: SamplingOption = None,
     temperature: Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")] = 1.0,
-    seed: Annotated[
-        int, typer.Option(min=0, max=2**64 - 1, help="With --sampling: the same seed gives the same samples (0 to 2^64-1).")
-    ] = 0,
+    seed: SamplingSeed = 0,
     no_repeat_ngram: Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")] = 0,
     alignments: Alignments = False,
     alignment_layer: Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")] = -1,
-    bad_bytes: Annotated[
-        BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace them and warn.")
-    ] = BadBytes.ERROR,
-    plot_attention: Annotated[
-        Optional[Path], typer.Option(help="Write an attention heatmap PNG per sentence into this directory.")
-    ] = None,
+    bad_bytes: BadBytesOption = BadBytes.ERROR,
+    plot_attention: PlotAttention = None,
     plot_count: Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")] = 10,
     plot_heads: Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")] = False,
-    engine: Annotated[
-        EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
-    ] = EngineName.AUTO,
+    engine: EngineOption = EngineName.AUTO,
     device: Device = "auto",
-    buffer_lines: Annotated[
-        int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")
-    ] = 10_000,
-    constraints: Annotated[
-        Optional[Path],
-        typer.Option(help='Terms each translation must contain: one JSON list per input line, e.g. ["Rad", ["Hund", "Hunde"]].'),
-    ] = None,
-    constraints_order: Annotated[
-        ConstraintOrder, typer.Option(help="any: the terms in any order; given: in the order of the list.")
-    ] = ConstraintOrder.ANY,
-    glossary: Annotated[
-        Optional[Path],
-        typer.Option(help="TSV of source term TAB target term(s): a line containing a source term gets its target term."),
-    ] = None,
+    buffer_lines: BufferLines = 10_000,
+    constraints: ConstraintsFile = None,
+    constraints_order: ConstraintsOrder = ConstraintOrder.ANY,
+    glossary: GlossaryFile = None,
 ) -> None:
     """Translate text: one output line per input line, in order, written as soon as each window is done.
 

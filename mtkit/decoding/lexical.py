@@ -58,6 +58,7 @@ class Terms:
     real: Tensor  # (A, J) bool: a constraint, not padding
     continues_word: Tensor  # (V,) bool
     in_order: bool
+    scale: int = 1  # 1 + the most pieces a source's constraints hold: banks are met x scale + under way (no sync)
 
     @classmethod
     def build(cls, request: TermRequest, device: torch.device) -> Terms:
@@ -78,7 +79,8 @@ class Terms:
                     p += 1
         continues = torch.tensor(request.continues_word, dtype=torch.bool)
         parts = (table, table.ge(0).sum(2), owner, weight, weight.gt(0), continues)
-        return cls(*(part.to(device) for part in parts), in_order=request.in_order)
+        scale = 1 + max(sum(max(len(p) for p in alternatives) for alternatives in c) for c in per_source)
+        return cls(*(part.to(device) for part in parts), in_order=request.in_order, scale=scale)
 
     def fit(self, vocab: int) -> Terms:
         """These terms for a model of `vocab` output ids (ids beyond the tokenizer's start no word)."""
@@ -164,7 +166,7 @@ def allocate(terms: Terms, state: TermState, totals: Tensor) -> tuple[Tensor, Te
     token = torch.cat([best_index % vocab, row_tokens, boundary_tokens, pieces.flatten(1)], dim=1)
     scores = _without_repeats(scores, beam * vocab + token)
     moved = advance(terms, state.take(beam), token)
-    order = _allocation_order(scores, _bank(terms, moved), (beam_size + 1) // 2)
+    order = _allocation_order(scores, _bank(terms, moved), (beam_size + 1) // 2, terms.scale**2)
     return scores.gather(1, order), beam.gather(1, order), token.gather(1, order), moved.take(order)
 
 
@@ -184,13 +186,13 @@ def _bank(terms: Terms, state: TermState) -> Tensor:
     another constraint."""
     met = torch.where(state.met, terms.weight.unsqueeze(1), 0).sum(2)  # (A, C)
     under_way = ((_depth(state).unsqueeze(3) * terms.owner.unsqueeze(1)).amax(2) * _open(terms, state)).sum(2)  # (A, C)
-    return met * (int(terms.weight.sum(1).max()) + 1) + under_way
+    return met * terms.scale + under_way
 
 
-def _allocation_order(scores: Tensor, bank: Tensor, natural: int) -> Tensor:
+def _allocation_order(scores: Tensor, bank: Tensor, natural: int, top: int) -> Tensor:
     """(A, C) candidate order: first the `natural` best by score, whatever their bank (the beam the
     model would keep on its own), then each bank's best (highest bank first), each bank's second...;
-    impossible candidates (-inf) last."""
+    impossible candidates (-inf) last. Banks are below `top`."""
     count = bank.size(1)
     position = torch.arange(count, device=bank.device).expand_as(bank)
     by_score = scores.argsort(dim=1, descending=True, stable=True)
@@ -199,7 +201,6 @@ def _allocation_order(scores: Tensor, bank: Tensor, natural: int) -> Tensor:
     starts = torch.ones_like(group_bank, dtype=torch.bool)
     starts[:, 1:] = group_bank[:, 1:] != group_bank[:, :-1]
     rank = torch.empty_like(position).scatter_(1, grouped, position - torch.where(starts, position, 0).cummax(dim=1).values)
-    top = int(bank.max()) + 1
     key = rank * top + (top - 1 - bank)  # round-robin over the banks
     score_rank = torch.empty_like(position).scatter_(1, by_score, position)
     key = torch.where(score_rank < natural, score_rank - natural, key).masked_fill(scores.isneginf(), count * top)

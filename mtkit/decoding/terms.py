@@ -34,6 +34,7 @@ class Term:
     alternatives: tuple[str, ...]
     source: str | None = None
     where: str = ""  # "FILE:LINE" or "line N", for errors
+    optional: frozenset[str] = frozenset()  # alternatives mtkit added (capitalised): dropped where the model cannot write them
 
     @property
     def label(self) -> str:
@@ -95,15 +96,15 @@ class Glossary:
     def terms_for(self, text: str) -> list[Term]:
         """The target terms of every source term found in `text` (as the model reads it); each target
         term may also start with a capital letter (a sentence may begin with it)."""
-        return [
-            Term(with_capitals(targets), source, where) for source, targets, where in self.entries if contains_term(text, source)
-        ]
+        found = [Term(targets, source, where) for source, targets, where in self.entries if contains_term(text, source)]
+        return [with_capitals(term) for term in found]
 
 
-def with_capitals(alternatives: tuple[str, ...]) -> tuple[str, ...]:
-    """The alternatives, then each one with its first letter capitalised where that differs."""
-    capitalised = (a[:1].upper() + a[1:] for a in alternatives)
-    return tuple(dict.fromkeys([*alternatives, *capitalised]))
+def with_capitals(term: Term) -> Term:
+    """The term, also met with the first letter of an alternative capitalised (those added are optional)."""
+    capitalised = [a[:1].upper() + a[1:] for a in term.alternatives]
+    added = [a for a in dict.fromkeys(capitalised) if a not in term.alternatives]
+    return Term((*term.alternatives, *added), term.source, term.where, frozenset(added))
 
 
 def contains_term(text: str, term: str) -> bool:
@@ -116,6 +117,8 @@ def encode_term(term: Term, tokenizer: Tokenizer, normalize: str, most_pieces: i
     phrases = []
     for text in term.alternatives:
         ids = tokenizer.encode(model_text(text, normalize))
+        if text in term.optional and (not ids or UNK_ID in ids or len(ids) > most_pieces):
+            continue
         if not ids:
             raise MtkitError(f"{term.where}: the phrase {text!r} has no text once normalised; give a word or words")
         if UNK_ID in ids:

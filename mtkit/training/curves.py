@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.errors import MtkitError
-from mtkit.textio import atomic_file
+from mtkit.textio import atomic_file, file_lines
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
 
@@ -48,11 +48,13 @@ def read_curves(run: Path) -> RunCurves:
         raise MtkitError(f"{run}: no log.jsonl; give a run directory that `mtkit train` wrote")
     curves = RunCurves(run.name if run.is_dir() else run.parent.name)
     clock = ([0], [0.0])
-    for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in file_lines(log, fix=" (is it a training log? give a run directory that `mtkit train` wrote)"):
         try:
             record = json.loads(line)
         except ValueError:
             raise MtkitError(f"{log}:{number}: not a JSON record; was the file edited or cut short?") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise MtkitError(f"{log}:{number}: not a training log record (no step); give a run directory `mtkit train` wrote")
         for key, _ in PANELS:
             if key in record:
                 steps, values = curves.points.setdefault(key, ([], []))
