@@ -118,9 +118,9 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
 
     @app.post("/translate", dependencies=[Depends(authorised)])
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-        decoding = _decoding(translator, body, limits)
+        decoding, work = _decoding(translator, body, limits)
         try:
-            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body))
+            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), work)
             found = await _unless_gone(request, pending, limits.request_timeout)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
@@ -149,8 +149,8 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
     return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
 
 
-def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> Decoding:
-    """The request's decoding, checked against the limits and the engine before it is queued."""
+def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> tuple[Decoding, int]:
+    """The request's decoding and its work (`Plan.work`), checked against the limits and the engine before queueing."""
     if len(body.text) > limits.max_lines:
         raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
     characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
@@ -185,7 +185,7 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
             f"this request may take {work} decoding steps (each sentence's output cap x beam); the limit is "
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
         )
-    return decoding
+    return decoding, work
 
 
 def _check_constraints(body: TranslateRequest) -> None:

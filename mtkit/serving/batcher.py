@@ -1,8 +1,10 @@
 """Dynamic batching for `mtkit serve`: requests from many clients merged into one engine's batches.
 
-Each request becomes a `Job` in a bounded queue. One worker takes the first waiting job, waits at
-most `max_wait` for more (up to `batch_lines` lines), groups the jobs that ask for the same
-decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
+Each request becomes a `Job` in a bounded queue, ordered by its decoding work (`Plan.work`; the
+smallest first, then first come first served), so a few large requests do not hold back the many
+small ones. A worker takes the smallest waiting job, waits at most `max_wait` for more (up to
+`batch_lines` lines; a job that would overflow them waits for the next batch), groups the jobs that
+ask for the same decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
 lines by length into token-budget batches. The model runs on one worker thread, off the event
 loop, and each job gets its own translations back in its own order. A job whose client has gone
 or whose deadline has passed (its future cancelled) is dropped before it is translated, and a
@@ -12,6 +14,7 @@ group whose every job is gone stops between two decoding steps, freeing the work
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +37,7 @@ class Job:
     prefixes: list[str] | None
     future: asyncio.Future = field(repr=False)
     constraints: list[list[Term]] | None = None
+    work: int = 0  # the plan's decoding work: smaller jobs are taken first
 
 
 class Batcher:
@@ -42,7 +46,8 @@ class Batcher:
     def __init__(self, translator: Translator, max_wait: float, max_queue: int, batch_lines: int, workers: int = 1) -> None:
         self.translator = translator
         self.max_wait, self.batch_lines, self.workers = max_wait, batch_lines, workers
-        self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
+        self.queue: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue(max_queue)
+        self.arrivals = itertools.count()  # first come, first served among equal work
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
         self.batches = 0  # engine calls made, for tests and logs
         self.stopped = 0  # engine calls stopped because every client of theirs had gone
@@ -53,12 +58,13 @@ class Batcher:
         decoding: Decoding,
         prefixes: Sequence[str] | None = None,
         constraints: list[list[Term]] | None = None,
+        work: int = 0,
     ) -> list[list[Translation]]:
         """The translations of `lines`, once a batch holding them is done; `QueueFull` at once if full."""
         future = asyncio.get_running_loop().create_future()
-        job = Job(list(lines), decoding, list(prefixes) if prefixes is not None else None, future, constraints)
+        job = Job(list(lines), decoding, list(prefixes) if prefixes is not None else None, future, constraints, work)
         try:
-            self.queue.put_nowait(job)
+            self.queue.put_nowait((work, next(self.arrivals), job))
         except asyncio.QueueFull:
             raise QueueFull from None
         return await job.future
@@ -78,22 +84,25 @@ class Batcher:
         self.executor.shutdown(wait=True)
 
     async def _collect(self) -> list[Job]:
-        """The first waiting job and those that arrive within `max_wait`, up to `batch_lines` lines."""
-        jobs = [await self.queue.get()]
+        """The smallest waiting job and those that arrive within `max_wait`, up to `batch_lines` lines
+        (a job that would overflow them goes back to wait for the next batch)."""
+        jobs = [(await self.queue.get())[2]]
         deadline = time.monotonic() + self.max_wait
-        while sum(len(job.lines) for job in jobs) < self.batch_lines:
+        while (room := self.batch_lines - sum(len(job.lines) for job in jobs)) > 0:
             try:
-                jobs.append(self.queue.get_nowait())
-                continue
+                entry = self.queue.get_nowait()
             except asyncio.QueueEmpty:
-                pass
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    entry = await asyncio.wait_for(self.queue.get(), remaining)
+                except TimeoutError:
+                    break
+            if len(entry[2].lines) > room:
+                self.queue.put_nowait(entry)
                 break
-            try:
-                jobs.append(await asyncio.wait_for(self.queue.get(), remaining))
-            except TimeoutError:
-                break
+            jobs.append(entry[2])
         return [job for job in jobs if not job.future.done()]  # a cancelled job's client has gone
 
     async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, jobs: list[Job]) -> None:
