@@ -299,7 +299,7 @@ def write_piece_data(config: Config, directory: Path) -> PieceData:
     write_vocab(directory / "vocab.src", src_table)
     write_vocab(directory / "vocab.tgt", tgt_table)
     assert config.data.test is not None  # checked in check_inputs
-    pairs = list(iter_split(config.data.test, config.src_lang, config.tgt_lang, config.data.normalize, "data.test"))
+    pairs = list(iter_split(config.data.test[0], config.src_lang, config.tgt_lang, config.data.normalize, "data.test"))
     with atomic_file(directory / "test.src") as out:
         for ids in tokenizers.src.encode_batch([source for source, _ in pairs]):
             out.write(" ".join(src_table[ids]) + "\n")

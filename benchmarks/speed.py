@@ -155,7 +155,7 @@ def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
 
 
 def decode_split(config, translator) -> dict:
-    split = config.data.test or config.data.valid
+    split = (config.data.test or config.data.valid)[0]
     pairs = list(iter_split(split, config.src_lang, config.tgt_lang, config.data.normalize))
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     results = {}

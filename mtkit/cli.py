@@ -64,6 +64,9 @@ TranslateModels = Annotated[
     ),
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+TgtLang = Annotated[
+    Optional[str], typer.Option(help="The language to translate into, for a model of several (data.lang_tag: target).")
+]
 InitFrom = Annotated[
     Optional[Path],
     typer.Option(
@@ -192,6 +195,7 @@ def translate(
     constraints: ConstraintsFile = None,
     constraints_order: ConstraintsOrder = ConstraintOrder.ANY,
     glossary: GlossaryFile = None,
+    tgt_lang: TgtLang = None,
 ) -> None:
     """Translate text: one output line per input line, in order, written as soon as each window is done.
 
@@ -205,7 +209,7 @@ def translate(
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
     in_order = constraints_order is ConstraintOrder.GIVEN
-    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer, in_order)
+    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer, in_order, tgt_lang)
     options = FileOptions(
         input, output, decoding, prefix, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines, constraints, glossary
     )
@@ -224,13 +228,15 @@ def score(
         EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
     ] = EngineName.AUTO,
     device: Device = "auto",
+    tgt_lang: TgtLang = None,
 ) -> None:
     """Score given translations: per pair, the total log-probability, its per-token average and the token count."""
     from mtkit.decoding.files import score_files
     from mtkit.decoding.translator import Translator
     from mtkit.runtime import resolve_device
 
-    truncated = score_files(Translator.load(model, engine, str(resolve_device(device))), src, tgt, output, as_json)
+    translator = Translator.load(model, engine, str(resolve_device(device)))
+    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang)
     if truncated:
         typer.echo(
             f"mtkit: warning: {len(truncated)} pairs (lines {', '.join(map(str, truncated[:5]))}"
@@ -256,6 +262,9 @@ def serve(
     max_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
     ] = 1_000,
+    chunk_work: Annotated[
+        int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
+    ] = 2_000,
     request_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds a request may take; later: 504 and its work stopped (0: no limit).")
     ] = 60.0,
@@ -274,6 +283,7 @@ def serve(
         max_queue=max_queue,
         max_work=max_work,
         max_steps=max_steps,
+        chunk_work=chunk_work,
         request_timeout=request_timeout,
         max_wait_ms=max_wait_ms,
         batch_lines=batch_lines,
@@ -314,9 +324,14 @@ def evaluate(
         bool, typer.Option(help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).")
     ] = True,
     device: Device = "auto",
+    tgt_lang: TgtLang = None,
+    off_target: Annotated[
+        bool, typer.Option(help="Report the share of outputs not in the target language (pip install 'mtkit[langid]').")
+    ] = False,
 ) -> None:
     """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU), flag problem
-    sentences, and compare several systems with the first by paired significance tests."""
+    sentences, and compare several systems with the first by paired significance tests. A split of several
+    directions (a multilingual recipe) is also scored direction by direction, with their mean."""
     from mtkit.evaluation.problems import parse_rules
     from mtkit.evaluation.report import EvaluateRequest, scores_directory
     from mtkit.evaluation.report import evaluate as run_evaluation
@@ -324,7 +339,7 @@ def evaluate(
 
     request = EvaluateRequest(
         hyp or [], ref or [], model or [], split.value if split else None, src, beam, output, device, compare, flags,
-        parse_rules(flag_rule or []), seed, bootstrap_samples, randomisation_trials,
+        parse_rules(flag_rule or []), seed, bootstrap_samples, randomisation_trials, tgt_lang, off_target,
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

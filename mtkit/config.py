@@ -30,6 +30,8 @@ RETIRED_KEYS = frozenset({"decode.nbest"})
 _ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
 DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
+LANGUAGE = r"[a-z]{2,3}([_-][A-Za-z0-9]{1,8})*"  # a language code: de, fra, pt_BR, zh-Hant
+LANGUAGE_RULE = "a language code such as de, fra or pt_BR"
 # A fine-tuning recipe (train.init_from) takes these sections from its parent; these keys of them it may change.
 INHERITED_SECTIONS = ("model", "tokenizer")
 FREE_WHEN_INHERITED = frozenset(
@@ -146,6 +148,9 @@ class SplitConfig:
     hf: str | None = None  # Hugging Face dataset name (online) or a save_to_disk directory
     split: str | None = None  # the split of `hf` (train, validation, test, ...)
     limit: int | None = field(default=None, metadata=_at_least(1, 10000))  # keep only the first N pairs
+    # the languages of this split's pairs (a multilingual recipe); None: the recipe's src_lang / tgt_lang
+    src_lang: str | None = field(default=None, metadata=_pattern(LANGUAGE, LANGUAGE_RULE, "de"))
+    tgt_lang: str | None = field(default=None, metadata=_pattern(LANGUAGE, LANGUAGE_RULE, "fr"))
 
 
 @dataclass
@@ -160,7 +165,20 @@ class TrainSource(SplitConfig):
 def _unique_names(data: DataConfig) -> str | None:
     names = [source.name for source in data.train if source.name is not None]
     repeated = sorted({name for name in names if names.count(name) > 1})
-    return f"give each corpus its own name ({repeated[0]!r} is used twice)" if repeated else None
+    if repeated:
+        return f"give each corpus its own name ({repeated[0]!r} is used twice)"
+    weighted = [index for index, source in enumerate(data.train) if source.weight != 1.0]
+    if data.temperature is not None and weighted:
+        return (
+            f"data.temperature sets every corpus's weight from its size, but data.train[{weighted[0]}].weight is "
+            f"{data.train[weighted[0]].weight:g}; give either data.temperature or weights, not both"
+        )
+    return None
+
+
+def _languages(text: str) -> list[str]:
+    """data.langs as a list: 'de, fr' -> ['de', 'fr']."""
+    return [lang.strip() for lang in text.split(",") if lang.strip()]
 
 
 @dataclass
@@ -171,8 +189,17 @@ class DataConfig:
     """
 
     train: list[TrainSource] = field(default_factory=lambda: [TrainSource()], metadata=_relation(_unique_names))
-    valid: SplitConfig = field(default_factory=SplitConfig)
-    test: SplitConfig | None = None
+    # one split or a list of them (a multilingual recipe: one per direction, each with src_lang/tgt_lang)
+    valid: list[SplitConfig] = field(default_factory=lambda: [SplitConfig()])
+    test: list[SplitConfig] | None = None
+    # target: every source starts with a tag (one reserved piece, <2xx>) naming its target language
+    lang_tag: str = field(default="none", metadata=_choice("none", "target"))
+    # more languages to reserve tags for (to be added later by fine-tuning), separated by commas
+    langs: str = field(
+        default="", metadata=_pattern(rf"\s*|\s*{LANGUAGE}\s*(,\s*{LANGUAGE}\s*)*", "language codes separated by commas", "de,fr")
+    )
+    # corpus weights from their sizes: pairs drawn per epoch p ~ n^(1/T) (1: as they are; larger: flatter)
+    temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
     bad_bytes: str = field(default="error", metadata=_choice(*(choice.value for choice in BadBytes)))  # bytes that are not UTF-8
     # drop training pairs with more whitespace tokens than this on a side
@@ -331,13 +358,47 @@ class DecodeConfig:
     max_input_tokens: int = field(default=250, metadata=_range(1, 10_000))
 
 
+def _one_target_untagged(config: Config) -> str | None:
+    """Without language tags the model cannot be told which language to write: one target language only."""
+    targets = target_languages(config)
+    if config.data.lang_tag == "none" and len(targets) > 1:
+        return (
+            f"the training corpora translate into {', '.join(targets)}; set data.lang_tag=target so that each source "
+            "names its target language, or give every corpus the same tgt_lang"
+        )
+    return None
+
+
+def split_languages(config: Config, split: SplitConfig) -> tuple[str, str]:
+    """The (source, target) languages of one split: its own, else the recipe's."""
+    return split.src_lang or config.src_lang, split.tgt_lang or config.tgt_lang
+
+
+def direction(config: Config, split: SplitConfig) -> str:
+    """How reports name a split's direction: "de-en"."""
+    return "-".join(split_languages(config, split))
+
+
+def target_languages(config: Config) -> list[str]:
+    """The languages the model is trained to write (the training corpora's targets), in order of first use."""
+    return list(dict.fromkeys(split_languages(config, source)[1] for source in config.data.train))
+
+
+def tag_languages(config: Config) -> list[str]:
+    """The languages a tagged recipe reserves a tag for, sorted: every split's, the recipe's and data.langs."""
+    splits = [*config.data.train, *config.data.valid, *(config.data.test or [])]
+    found = {lang for split in splits for lang in split_languages(config, split)}
+    return sorted(found | {config.src_lang, config.tgt_lang} | set(_languages(config.data.langs)))
+
+
 @dataclass
 class Config:
     """A whole recipe."""
 
     name: str = field(default="run", metadata=_pattern(r"(?s).*\S.*", "a name that is not blank", "multi30k_transformer"))
-    src_lang: str = "src"
-    tgt_lang: str = "tgt"
+    # the languages of the pairs, unless a split of `data` gives its own
+    src_lang: str = field(default="src", metadata=_pattern(LANGUAGE, LANGUAGE_RULE, "de"))
+    tgt_lang: str = field(default="tgt", metadata=_pattern(LANGUAGE, LANGUAGE_RULE, "fr") | _relation(_one_target_untagged))
     data_dir: str | None = None  # default data/<name>
     run_dir: str | None = None  # default runs/<name>
     # the test BLEU band the recipe should reach, LOW-HIGH; `mtkit evaluate --split test` says if it did
@@ -404,8 +465,9 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
 
 
 def inherit_from_parent(raw: dict[str, Any], source: str) -> dict[str, Any]:
-    """A fine-tuning recipe (`train.init_from`) with its parent's `model` and `tokenizer` sections and
-    `data.normalize` filled in; a value of its own that disagrees with the parent is an error naming the key."""
+    """A fine-tuning recipe (`train.init_from`) with its parent's `model` and `tokenizer` sections,
+    `data.normalize` and `data.lang_tag` filled in; a value of its own that disagrees with the parent is an
+    error naming the key."""
     train = raw.get("train")
     init_from = train.get("init_from") if isinstance(train, dict) else None
     if not init_from:
@@ -413,7 +475,7 @@ def inherit_from_parent(raw: dict[str, Any], source: str) -> dict[str, Any]:
     parent = _parent_recipe(Path(str(init_from)), source)
     parent_data = parent.get("data") if isinstance(parent.get("data"), dict) else {}
     inherited = {name: parent.get(name) or {} for name in INHERITED_SECTIONS}
-    inherited["data"] = {"normalize": parent_data.get("normalize", "NFC")}
+    inherited["data"] = {"normalize": parent_data.get("normalize", "NFC"), "lang_tag": parent_data.get("lang_tag", "none")}
     merged = dict(raw)
     for section, keys in inherited.items():
         own = raw.get(section) or {}
@@ -423,7 +485,8 @@ def inherit_from_parent(raw: dict[str, Any], source: str) -> dict[str, Any]:
             if key in keys and value != keys[key] and f"{section}.{key}" not in FREE_WHEN_INHERITED:
                 raise MtkitError(
                     f"{source}: '{section}.{key}' is {_show(value)} but the parent model {init_from} has {_show(keys[key])}; "
-                    "a fine-tuned model keeps its parent's architecture, vocabulary and normalisation: remove the key"
+                    "a fine-tuned model keeps its parent's architecture, vocabulary, normalisation and language tags: "
+                    "remove the key"
                 )
         merged[section] = {**keys, **own}
     return merged
@@ -544,6 +607,9 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
         if type(None) in options:
             return None
         raise MtkitError(f"{source}: '{key}' cannot be empty")
+    listed = [option for option in options if typing.get_origin(option) is list]
+    if listed:  # a list of sections, or None
+        return _convert_list(typing.get_args(listed[0])[0], value, key, source, saved)
     for option in options:
         if dataclasses.is_dataclass(option):
             return _build(option, value, f"{key}.", source, saved)

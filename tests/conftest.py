@@ -20,7 +20,7 @@ from mtkit.decoding.translator import Translator
 
 # The fixtures that train a model or start a server or a browser: a test that uses one is slow.
 SLOW_FIXTURES = {
-    *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid"),
+    *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid", "tagged_run"),
     *("workspace", "de_en_run", "rnn_run", "server", "browser"),
 }
 
@@ -118,6 +118,48 @@ def prepared_reverse_task(directory: Path, seed: int = 0, **train: object):
     else:
         train_tokenizers(config)
     prepare_corpus(config)
+    return config
+
+
+def tagged_task_config(directory: Path, **train: object):
+    """The copy/reverse task: the same sources into `cp` (copied) and into `rv` (reversed)."""
+    raw = directory / "raw"
+    write_reverse_task(raw, train_pairs=2000, valid_pairs=60)
+    corpora = [
+        {"src": str(raw / "train.src"), "tgt": str(raw / "train.src"), "tgt_lang": "cp", "name": "copy"},
+        {"src": str(raw / "train.src"), "tgt": str(raw / "train.tgt"), "tgt_lang": "rv", "name": "reverse"},
+    ]
+    valid = [
+        {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.src"), "tgt_lang": "cp"},
+        {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.tgt"), "tgt_lang": "rv"},
+    ]
+    return config_from_dict(
+        {
+            "name": "tagged",
+            "src_lang": "xx",
+            "tgt_lang": "rv",
+            "data_dir": str(directory / "data"),
+            "run_dir": str(directory / "run"),
+            "data": {"train": corpora, "valid": valid, "test": valid, "lang_tag": "target", "langs": "zz", "drop_copies": False},
+            "tokenizer": {"vocab_size": 60},
+            "model": {"layers": 2, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
+            "train": {"batch_tokens": 1600, "lr": 0.002, "warmup_steps": 50, "label_smoothing": 0.0, "max_steps": 600,
+                      "validate_every": 300, "log_every": 50, "threads": 1, **train},
+            "decode": {"beam": 2},
+        }
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tagged_run(tmp_path_factory: pytest.TempPathFactory):
+    """The copy/reverse task trained with target tags (the multilingual, serving and page tests)."""
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
+    from mtkit.training.trainer import train
+
+    config = tagged_task_config(tmp_path_factory.mktemp("tagged"))
+    train_tokenizers(config)
+    prepare_corpus(config)
+    train(config)
     return config
 
 

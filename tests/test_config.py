@@ -303,8 +303,8 @@ def test_multi30k_recipe_loads_with_the_promised_schema():
     assert {f.name for f in dataclasses.fields(SplitConfig)} >= {"src", "tgt", "hf", "split"}
     assert (config.name, config.src_lang, config.tgt_lang) == ("multi30k_transformer", "de", "en")
     assert config.data.train == [TrainSource(hf="bentrevett/multi30k", split="train")]
-    assert config.data.valid == SplitConfig(hf="bentrevett/multi30k", split="validation")
-    assert config.data.test == SplitConfig(hf="bentrevett/multi30k", split="test")
+    assert config.data.valid == [SplitConfig(hf="bentrevett/multi30k", split="validation")]  # a list, like data.train
+    assert config.data.test == [SplitConfig(hf="bentrevett/multi30k", split="test")]  # a list, like data.train
     assert (config.model.arch, config.model.layers, config.model.d_model, config.model.heads) == ("transformer", 3, 256, 4)
     assert config.tokenizer.joint and config.model.tie_embeddings
     assert parse_duration(config.train.max_time) == 85 * 60

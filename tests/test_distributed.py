@@ -157,7 +157,7 @@ def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
 
 
 def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
-    lines = Path(reverse_run.data.valid.src).read_text().splitlines()[:45]
+    lines = Path(reverse_run.data.valid[0].src).read_text().splitlines()[:45]
     lines[10:10] = ["", "a b c d e f g h i j k l " * 3]  # an empty line and a long one among them
     source = tmp_path / "in.txt"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

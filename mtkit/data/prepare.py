@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from mtkit.config import Config, SplitConfig
+from mtkit.config import Config, SplitConfig, split_languages, tag_languages
 from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_split
 from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
@@ -37,8 +37,9 @@ def train_tokenizers(config: Config) -> TokenizerPair:
 def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerPair:
     """SentencePiece model(s) of `vocab_size` pieces learnt from the training split, with the recipe's settings."""
     settings = config.tokenizer
+    tags = tag_languages(config) if config.data.lang_tag == "target" else []
 
-    def train(sentences: Iterable[str]) -> Tokenizer:
+    def train(sentences: Iterable[str], tags: list[str] = tags) -> Tokenizer:
         return train_sentencepiece(
             sentences,
             vocab_size,
@@ -46,6 +47,7 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
             character_coverage=settings.character_coverage,
             max_sentences=settings.max_sentences,
             seed=config.train.seed,
+            tag_langs=tags,
         )
 
     def pairs() -> Iterator[Pair]:
@@ -55,7 +57,7 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
     if joint:
         shared = train(sentence for pair in pairs() for sentence in pair)
         return TokenizerPair(shared, shared)
-    return TokenizerPair(train(src for src, _ in pairs()), train(tgt for _, tgt in pairs()))
+    return TokenizerPair(train(src for src, _ in pairs()), train((tgt for _, tgt in pairs()), tags=[]))
 
 
 def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
@@ -89,10 +91,13 @@ def prepare_corpus(config: Config) -> dict:
         report = {"splits": {"train": _prepare_train(config, output.split("train", TRAIN_FEATURES), pipeline)}}
         report |= report["splits"]["train"].pop("report")
         tests = {"valid": config.data.valid} | ({"test": config.data.test} if config.data.test is not None else {})
-        for name, split in tests.items():
-            writer = output.split(name, FEATURES)
-            for chunk in _chunks(_pairs(config, f"data.{name}", split), name):
-                pipeline.put(writer, chunk, corpus=0)
+        for name, splits in tests.items():
+            writer = output.split(name, TRAIN_FEATURES if len(splits) > 1 else FEATURES)
+            for index, split in enumerate(splits):
+                key = _split_key(f"data.{name}", splits, index)
+                tag = source_tag(config, tokenizers, split, key)
+                for chunk in _chunks(_pairs(config, key, split), name):
+                    pipeline.put(writer, chunk, corpus=index, tag=tag)
             report["splits"][name] = pipeline.finish(writer)
             if not report["splits"][name]["pairs"]:
                 raise MtkitError(f"data.{name}: the split has no sentence pairs; check data.{name} in the recipe")
@@ -108,9 +113,9 @@ class _Pipeline:
         self.encoder = encoder
         self.pending: Future | None = None  # at most one chunk waits, so memory holds about two
 
-    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int) -> None:
+    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int, tag: int | None = None) -> None:
         self.wait()
-        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus)
+        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus, tag)
 
     def wait(self) -> None:
         if self.pending is not None:
@@ -128,10 +133,11 @@ def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> 
     names = corpus_names(config.data.train)
     reports = [CleanReport() for _ in names]
     for index, source in enumerate(config.data.train):
+        tag = source_tag(config, pipeline.tokenizers, source, _train_key(config, index))
         for chunk in _chunks(_pairs(config, _train_key(config, index), source), f"train {names[index]}"):
             kept = cleaner.clean(chunk, reports[index])
             if kept:
-                pipeline.put(writer, kept, corpus=index)
+                pipeline.put(writer, kept, corpus=index, tag=tag)
         if not reports[index].total:
             key = _train_key(config, index)
             raise MtkitError(f"{key}: the corpus has no sentence pairs; check {key} in the recipe")
@@ -164,11 +170,32 @@ def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
             yield chunk
 
 
+def source_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> int | None:
+    """The tag id every source of `split` starts with (None in an untagged recipe)."""
+    if config.data.lang_tag != "target":
+        return None
+    lang = split_languages(config, split)[1]
+    if lang not in tokenizers.src.tags:
+        reserved = ", ".join(tokenizers.src.tags) or "none"
+        raise MtkitError(
+            f"{key}: target language {lang!r} has no tag in the tokenizer (tags reserved: {reserved}); tags are "
+            "reserved when the tokenizer is trained: run `mtkit tokenizer train RECIPE` again (list languages to be "
+            "added later in data.langs)"
+        )
+    return tokenizers.src.tags[lang]
+
+
 def _pairs(config: Config, key: str, split: SplitConfig) -> Iterator[Pair]:
     normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
-    return iter_split(split, config.src_lang, config.tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
+    src_lang, tgt_lang = split_languages(config, split)
+    return iter_split(split, src_lang, tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
 
 
 def _train_key(config: Config, index: int) -> str:
     """How the recipe names one training corpus: data.train, or data.train[i] in a list of several."""
-    return "data.train" if len(config.data.train) == 1 else f"data.train[{index}]"
+    return _split_key("data.train", config.data.train, index)
+
+
+def _split_key(key: str, splits: list, index: int) -> str:
+    """How the recipe names one split of a list: `key`, or key[i] in a list of several."""
+    return key if len(splits) == 1 else f"{key}[{index}]"

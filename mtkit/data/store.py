@@ -23,7 +23,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from mtkit.data.tokenizer import TokenizerPair
+from mtkit.data.tokenizer import TokenizerPair, tagged
 from mtkit.errors import MtkitError
 from mtkit.textio import write_file
 
@@ -55,10 +55,11 @@ class SplitWriter:
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self.counts = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
 
-    def write(self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int) -> None:
-        """Encode `pairs` (ids without BOS/EOS) and append them as one record batch; `corpus` goes in a train split."""
+    def write(self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: int | None = None) -> None:
+        """Encode `pairs` (ids without BOS/EOS; sources after `tag`, if any) and append them as one record batch;
+        `corpus` goes in a split of several corpora."""
         sources, targets = [src for src, _ in pairs], [tgt for _, tgt in pairs]
-        src_ids, tgt_ids = tokenizers.src.encode_batch(sources), tokenizers.tgt.encode_batch(targets)
+        src_ids, tgt_ids = tagged(tokenizers.src.encode_batch(sources), tag), tokenizers.tgt.encode_batch(targets)
         columns = [pa.array(sources, pa.string()), pa.array(targets, pa.string())]
         columns += [pa.array(src_ids, _IDS), pa.array(tgt_ids, _IDS)]
         if "corpus" in self.schema.names:

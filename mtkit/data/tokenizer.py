@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -21,6 +22,12 @@ UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
 LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a target-language token at the start of a source, e.g. >>fra<<
+TAG = re.compile(r"<2([^<>\s]+)>")  # mtkit's target-language tag, a reserved piece: <2fr>
+
+
+def tag_piece(lang: str) -> str:
+    """The reserved piece naming target language `lang`: <2fr>."""
+    return f"<2{lang}>"
 
 
 class Tokenizer:
@@ -84,6 +91,21 @@ class Tokenizer:
         if self.table is None:
             return self._sp.decode(kept)
         return self._sp.decode_pieces([self.table[i] for i in kept])
+
+    @functools.cached_property
+    def tags(self) -> dict[str, int]:
+        """The target-language tags this tokenizer reserves (`data.lang_tag: target`): language -> id.
+
+        A tag is a control piece: text never produces it (the text "<2fr>" is split like any other
+        text), decoding drops it, and search never emits it.
+        """
+        if self.table is not None:
+            return {}
+        found = {}
+        for index in range(self.vocab_size):
+            if self._sp.is_control(index) and (match := TAG.fullmatch(self._sp.id_to_piece(index))):
+                found[match.group(1)] = index
+        return found
 
     def all_pieces(self) -> list[str]:
         """Every piece, in id order."""
@@ -161,6 +183,20 @@ class TokenizerPair:
         return cls(src, src if same else tgt)
 
 
+def tagged(rows: list[list[int]], tags: int | None | Sequence[int | None]) -> list[list[int]]:
+    """Source ids with their target-language tag first: the one place a tag is put on a source.
+
+    `tags`: one tag id for every row, one per row, or None (an untagged model). Prepare, subword
+    sampling and every translation path call this on the same encoding of the same text, so the
+    ids a model trains on and the ids it translates are the same.
+    """
+    if tags is None:
+        return rows
+    if isinstance(tags, int):
+        return [[tags, *row] for row in rows]
+    return [row if tag is None else [tag, *row] for row, tag in zip(rows, tags, strict=True)]
+
+
 def seed_sampling(seed: int) -> None:
     """Seed SentencePiece's sampling generator (process-wide) so sampled segmentations repeat."""
     spm.set_random_generator_seed(seed % 2**32)
@@ -194,10 +230,13 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     max_sentences: int = 2_000_000,
     seed: int = 1,
+    tag_langs: Sequence[str] = (),
 ) -> Tokenizer:
     """Train a SentencePiece model in memory with mtkit's fixed special ids.
 
     At most `max_sentences` non-blank sentences, a uniform sample, are read into memory.
+    `tag_langs`: languages whose tags (`tag_piece`) are reserved as control pieces, with ids 4, 5, ...
+    in the order given.
     """
     sample = reservoir_sample(sentences, max_sentences, seed)
     if not sample:
@@ -219,6 +258,7 @@ def train_sentencepiece(
             num_threads=2,
             hard_vocab_limit=False,
             minloglevel=2,
+            **({"control_symbols": [tag_piece(lang) for lang in tag_langs]} if tag_langs else {}),
         )
     except RuntimeError as err:
         raise MtkitError(

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.config import config_from_dict
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
 from mtkit.decoding.engine import Capability, Engine, LoadedModel, SearchOptions, SourceBatch
 from mtkit.decoding.export import MANIFEST, import_ctranslate2
 from mtkit.decoding.search import Hypothesis, length_penalty
@@ -103,7 +103,7 @@ class CT2Engine(Engine):
             if batch.prefixes is not None:
                 prefixes = [[self._target_pieces[i] for i in batch.prefixes[index]] for index in indices]
             results = self._translate(sources, prefixes, cap, options, model)
-            suppressed = self._emits_never(results)  # rare: then again, with PAD and BOS suppressed
+            suppressed = self._emits_never(results, options)  # rare: then again, with those suppressed
             if suppressed:
                 results = self._translate(sources, prefixes, cap, options, model, suppress=True)
             for index, hypotheses in zip(
@@ -112,9 +112,9 @@ class CT2Engine(Engine):
                 found[index] = hypotheses
         return found
 
-    def _emits_never(self, results: list[Any]) -> bool:
-        """Whether a hypothesis holds PAD or BOS, which mtkit never emits."""
-        never = {self._target_pieces[PAD_ID], self._target_pieces[BOS_ID]}
+    def _emits_never(self, results: list[Any], options: SearchOptions) -> bool:
+        """Whether a hypothesis holds a piece mtkit never emits: PAD, BOS or a target-language tag."""
+        never = {self._target_pieces[index] for index in options.never}
         return any(never.intersection(pieces) for result in results for pieces in result.hypotheses)
 
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
@@ -161,7 +161,7 @@ class CT2Engine(Engine):
         suppress: bool = False,
     ) -> list[Any]:
         """CTranslate2's results for source pieces that share the output cap `max_len` (tokens, EOS not counted);
-        `suppress`: PAD and BOS are never emitted (CTranslate2 then renormalises over the other tokens)."""
+        `suppress`: PAD, BOS and tags are never emitted (CTranslate2 then renormalises over the other tokens)."""
         sampling = options.sampling
         beam = options.beam if sampling is None else 1
         return model.translate_batch(
@@ -178,7 +178,7 @@ class CT2Engine(Engine):
             max_input_length=0,  # segments are already cut to the model's positions
             max_decoding_length=max_len + 1,  # max_len tokens (a prefix included), then EOS
             min_decoding_length=0,
-            suppress_sequences=[[self._target_pieces[PAD_ID]], [self._target_pieces[BOS_ID]]] if suppress else None,
+            suppress_sequences=[[self._target_pieces[index]] for index in options.never] if suppress else None,
             return_scores=True,
             return_end_token=True,  # the length penalty counts the EOS, as in mtkit
             return_attention=options.attention_layer is not None,

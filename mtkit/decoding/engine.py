@@ -25,7 +25,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.constraints import Constraints, Sampling, draw
 from mtkit.decoding.lexical import TermRequest, Terms
-from mtkit.decoding.search import Hypothesis, Stop, beam_search, greedy_search
+from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, Stop, beam_search, greedy_search
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
 from mtkit.runtime import retain_freed_memory
@@ -57,6 +57,7 @@ class SearchOptions:
     attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
     stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
     constraints_in_order: bool = False  # lexical constraints in the order given
+    never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's target-language tags
 
     @property
     def width(self) -> int:
@@ -133,7 +134,9 @@ class PyTorchEngine(Engine):
         else:
             constraints = Constraints.build(batch.prefixes, options.no_repeat_ngram, self.device)
             if options.beam == 1:
-                greedy = greedy_search(self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints, stop=options.stop)
+                greedy = greedy_search(
+                    self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints, stop=options.stop, never=options.never
+                )
                 found = [[h] for h in greedy]
             else:
                 found = beam_search(
@@ -149,6 +152,7 @@ class PyTorchEngine(Engine):
                     constraints,
                     options.stop,
                     Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None,
+                    options.never,
                 )
         if options.attention_layer is not None:
             link_hypotheses(self.model, src, src_mask, found, options.attention_layer)
@@ -194,10 +198,11 @@ class PyTorchEngine(Engine):
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
         constraints = Constraints.build(repeated, options.no_repeat_ngram, self.device)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
-        pick = partial(draw, sampling=options.sampling, generator=generator, never=(PAD_ID, BOS_ID))
+        pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
         drawn = greedy_search(
-            self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick, options.stop
-        )
+            self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick, options.stop,
+            options.never,
+        )  # fmt: skip
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
 
 

@@ -128,6 +128,7 @@ def _check(translator: Translator, options: FileOptions, job: Distributed) -> No
         raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         check_can_plot(translator)
+    translator.source_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
 
 
 def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
@@ -190,19 +191,23 @@ def _plot(
     """Heatmaps for up to `count` non-empty lines of a window whose first line is input line offset + 1."""
     best = [found[0] for found in results]
     assert options.plot_attention is not None
-    return len(plot_attention(translator, lines, best, options.plot_attention, count, options.plot_heads, offset))
+    directory, heads, tgt_lang = options.plot_attention, options.plot_heads, options.decoding.tgt_lang
+    return len(plot_attention(translator, lines, best, directory, count, heads, offset, tgt_lang))
 
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def score_files(translator: Translator, src: Path, tgt: Path, output: Path | None, as_json: bool = False) -> list[int]:
-    """Write one score line per pair of `src` and `tgt` lines into `output` (stdout when None).
+def score_files(
+    translator: Translator, src: Path, tgt: Path, output: Path | None, as_json: bool = False, tgt_lang: str | None = None
+) -> list[int]:
+    """Write one score line per pair of `src` and `tgt` lines (in `tgt_lang`, for a model of several) into `output`
+    (stdout when None).
 
     Returns the line numbers (1-based) of pairs scored on their first pieces only.
     """
-
+    translator.source_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
     for path in (src, tgt):
         if not path.is_file():
             raise MtkitError(f"{path}: no such file; give a text file with one sentence per line")
@@ -215,7 +220,7 @@ def score_files(translator: Translator, src: Path, tgt: Path, output: Path | Non
     bar = tqdm(total=counts[0], unit=" pairs", disable=None if output is not None else True, file=sys.stderr)
     with atomic_output(output) as out:
         while window := list(islice(pairs, WINDOW_PAIRS)):
-            scores = translator.score([s for (_, s), _ in window], [t for _, (_, t) in window])
+            scores = translator.score([s for (_, s), _ in window], [t for _, (_, t) in window], tgt_lang)
             out.write("".join((score.json() if as_json else score.line()) + "\n" for score in scores))
             truncated += [number for ((number, _), _), score in zip(window, scores, strict=True) if score.truncated]
             bar.update(len(window))

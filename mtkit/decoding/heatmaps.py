@@ -33,7 +33,7 @@ class AttentionMap:
 
 
 @torch.inference_mode()
-def attention_map(translator: Translator, line: str, target: list[int]) -> AttentionMap:
+def attention_map(translator: Translator, line: str, target: list[int], tgt_lang: str | None = None) -> AttentionMap:
     """Cross-attention of the model decoding `target` (ids, no BOS/EOS) for the source `line`.
 
     Rows are the target pieces and a final </s>; columns the source pieces and </s>. A line
@@ -41,7 +41,7 @@ def attention_map(translator: Translator, line: str, target: list[int]) -> Atten
     """
     translator.require(Capability.ATTENTION, "--plot-attention")
     model, device = translator.engine.model, translator.engine.device
-    source = translator.segments(line)[0] + [EOS_ID]
+    source = translator.segments(line, translator.source_tag(tgt_lang))[0] + [EOS_ID]
     src = torch.tensor([source], device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.tensor([[BOS_ID, *target]], device=device)
@@ -61,10 +61,11 @@ def plot_attention(
     count: int,
     per_head: bool = False,
     offset: int = 0,
+    tgt_lang: str | None = None,
 ) -> list[Path]:
     """Write attention_NNNN.png (NNNN = input line number) for the first `count` non-empty lines.
 
-    `lines` start at input line `offset + 1` (a later window of a long input).
+    `lines` start at input line `offset + 1` (a later window of a long input), translated into `tgt_lang`.
     """
     import matplotlib
 
@@ -79,7 +80,7 @@ def plot_attention(
         if not line.strip():
             continue
         title = f"{model_label(translator.config.model if translator.config else None)}, line {number}"
-        figure = _figure(plt, attention_map(translator, line, translation.tokens), per_head, title)
+        figure = _figure(plt, attention_map(translator, line, translation.tokens, tgt_lang), per_head, title)
         path = directory / f"attention_{number:04d}.png"
         with atomic_file(path, binary=True) as file:
             figure.savefig(file, format="png", dpi=100, bbox_inches="tight")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from mtkit.data.tokenizer import TokenizerPair
+from mtkit.data.tokenizer import TokenizerPair, tagged
 from mtkit.decoding.engine import Capability, Engine, length_batches, require
 from mtkit.errors import MtkitError
 from mtkit.textio import model_text
@@ -40,14 +40,21 @@ class PairScore:
 
 
 def score_pairs(
-    engine: Engine, tokenizers: TokenizerPair, normalize: str, batch_tokens: int, sources: Sequence[str], targets: Sequence[str]
+    engine: Engine,
+    tokenizers: TokenizerPair,
+    normalize: str,
+    batch_tokens: int,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    tag: int | None = None,
 ) -> list[PairScore]:
-    """The score of each (source, target) pair, in input order (`Translator.score` with its engine and settings)."""
+    """The score of each (source, target) pair, in input order (`Translator.score` with its engine and settings);
+    each source after `tag` (a tagged model's target-language tag), if any."""
     require(engine, Capability.SCORE, "mtkit score")
     if len(sources) != len(targets):
         raise MtkitError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
     limit = engine.max_positions - 1  # room for EOS (source) or BOS (target)
-    source_ids = [tokenizers.src.encode(model_text(s, normalize)) for s in sources]
+    source_ids = tagged([tokenizers.src.encode(model_text(s, normalize)) for s in sources], tag)
     target_ids = [tokenizers.tgt.encode(model_text(t, normalize)) for t in targets]
     truncated = [len(s) > limit or len(t) > limit for s, t in zip(source_ids, target_ids, strict=True)]
     source_ids, target_ids = [s[:limit] for s in source_ids], [t[:limit] for t in target_ids]

@@ -20,7 +20,7 @@ with `SearchStopped` (the server's way to free a worker whose client has gone or
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -88,14 +88,17 @@ def greedy_search(
     constraints: Constraints | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
     stop: Stop | None = None,
+    never: Sequence[int] = NEVER_EMITTED,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
     src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
     `alpha` only sets `Hypothesis.score` (as in `beam_search`); the tokens do not depend on it.
     `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
+    `never`: ids no output holds (padding, BOS, target-language tags).
     """
     batch_size = src.size(0)
+    banned = torch.tensor(list(never), device=src.device)
     memory = model.encode(src, src_mask)  # (B, S, D)
     sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
@@ -105,7 +108,7 @@ def greedy_search(
     step = 0
     while sentence.numel() > 0:
         _check(stop)
-        log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state)  # (A, V)
+        log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state, banned)  # (A, V)
         if constraints is not None:
             log_probs = constraints.apply(log_probs, tokens, sentence, step)
         next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
@@ -153,6 +156,7 @@ def beam_search(
     constraints: Constraints | None = None,
     stop: Stop | None = None,
     terms: Terms | None = None,
+    never: Sequence[int] = NEVER_EMITTED,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
@@ -183,10 +187,10 @@ def beam_search(
         marks=TermState.start(terms, beam_size) if terms is not None else None,
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-    step = 0
+    banned, step = torch.tensor(list(never), device=device), 0
     while beams.sentence.numel() > 0:
         _check(stop)
-        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints)
+        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints, banned)
         step += 1
     return [sorted(hypotheses, key=lambda h: (len(h.unmet), -h.score))[:nbest] for hypotheses in finished]
 
@@ -199,10 +203,11 @@ def _advance_beams(
     eos_id: int,
     finished: list[list[Hypothesis]],
     constraints: Constraints | None,
+    banned: Tensor,
 ) -> _Beams:
     """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""
     active, beam_size = beams.running.shape
-    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state)
+    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned)
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
     at_limit = beams.max_len <= step  # (A,)
@@ -258,17 +263,18 @@ def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token:
 
 
 def _next_log_probs(
-    model: EncoderDecoder, tokens: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState
+    model: EncoderDecoder, tokens: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState, banned: Tensor
 ) -> tuple[Tensor, DecoderState]:
     """Feed the newest token of each row (rows, 1); float32 next-token log-probabilities (rows, V).
 
-    PAD and BOS are never emitted: their log-probabilities are set to -inf after the softmax, so
-    every other token keeps the model's own log-probability (as `mtkit score` computes it).
+    The `banned` ids (PAD, BOS, target-language tags) are never emitted: their log-probabilities are
+    set to -inf after the softmax, so every other token keeps the model's own log-probability (as
+    `mtkit score` computes it).
     """
     logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state)  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
-    return log_probs.index_fill_(1, torch.tensor(NEVER_EMITTED, device=log_probs.device), float("-inf")), new_state
+    return log_probs.index_fill_(1, banned, float("-inf")), new_state
 
 
 def _force_eos(log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:

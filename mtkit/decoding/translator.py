@@ -22,8 +22,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mtkit.config import Config, DecodeConfig
-from mtkit.data.tokenizer import TokenizerPair
+from mtkit.config import Config, DecodeConfig, target_languages
+from mtkit.data.tokenizer import TokenizerPair, tagged
 from mtkit.decoding.alignment import word_alignment
 from mtkit.decoding.constraints import Sampling
 from mtkit.decoding.ct2_engine import is_ctranslate2_export, load_export
@@ -40,7 +40,7 @@ from mtkit.decoding.engine import (
 )
 from mtkit.decoding.lexical import Phrases, TermRequest
 from mtkit.decoding.pair_scores import PairScore, score_pairs
-from mtkit.decoding.search import Hypothesis, SearchStopped, Stop
+from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchStopped, Stop
 from mtkit.decoding.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model
@@ -75,6 +75,7 @@ class Decoding:
     alignments: bool = False
     alignment_layer: int = -1  # the decoder layer whose cross-attention aligns (-1: the last)
     constraints_in_order: bool = False  # lexical constraints must appear in the order given
+    tgt_lang: str | None = None  # the language to write, for a model of several (data.lang_tag: target)
 
 
 class Translator:
@@ -127,13 +128,20 @@ class Translator:
         require(self.engine, capability, option)
 
     def translate(
-        self, lines: Sequence[str], beam: int | None = None, progress: bool = False, constraints: Constraints = None
+        self,
+        lines: Sequence[str],
+        beam: int | None = None,
+        progress: bool = False,
+        constraints: Constraints = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
 
         constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
+        tgt_lang: the language to translate into, for a model of several (`target_languages`).
         """
-        best = self.translate_nbest(lines, Decoding(beam=beam), progress=progress, constraints=constraints)
+        decoding = Decoding(beam=beam, tgt_lang=tgt_lang)
+        best = self.translate_nbest(lines, decoding, progress=progress, constraints=constraints)
         return [translations[0].text for translations in best]
 
     def translate_nbest(
@@ -169,9 +177,38 @@ class Translator:
         bar.close()
         return plan.results()
 
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
-        """The model's log-probability of each target given its source, in input order."""
-        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_tokens, sources, targets)
+    def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
+        """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
+        tag = self.source_tag(tgt_lang)
+        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_tokens, sources, targets, tag)
+
+    @property
+    def target_languages(self) -> list[str]:
+        """The languages this model writes: several for a tagged model (`data.lang_tag: target`), else its recipe's one."""
+        return target_languages(self.config) if self.config is not None else []
+
+    @property
+    def tagged(self) -> bool:
+        """Whether every source starts with a target-language tag."""
+        return self.config is not None and self.config.data.lang_tag == "target"
+
+    def source_tag(self, tgt_lang: str | None) -> int | None:
+        """The tag id a source starts with to be translated into `tgt_lang` (None: an untagged model);
+        a language the model does not write, or none for a model of several, is an error listing the valid ones."""
+        languages = self.target_languages
+        if tgt_lang is None and self.tagged and len(languages) > 1:
+            raise MtkitError(
+                f"this model translates into {', '.join(languages)}: choose one with --tgt-lang, "
+                f"such as --tgt-lang {languages[0]}"
+            )
+        if tgt_lang is not None and languages and tgt_lang not in languages:
+            raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates into {', '.join(languages)} only; give one of them")
+        if not self.tagged:
+            return None
+        lang = tgt_lang or languages[0]
+        if lang not in self.tokenizers.src.tags:
+            raise MtkitError(f"--tgt-lang {lang}: the model's tokenizer has no tag for it; the model cannot be told to write it")
+        return self.tokenizers.src.tags[lang]
 
     def plan(
         self,
@@ -189,8 +226,9 @@ class Translator:
         if prefixes is not None and any(prefixes):
             self.require(Capability.PREFIX, "--prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
+        tag = self.source_tag((decoding or Decoding()).tgt_lang)
         segments = [
-            self.segments(line) or ([[]] if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
+            self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
             for n, line in enumerate(lines)
         ]
         return Plan(segments, prefix_ids, options, self, terms)
@@ -242,7 +280,8 @@ class Translator:
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
-        return SearchOptions(beam, nbest, alpha, decoding.sampling, ngram, layer, constraints_in_order=in_order)
+        never = (*NEVER_EMITTED, *self.tokenizers.tgt.tags.values())
+        return SearchOptions(beam, nbest, alpha, decoding.sampling, ngram, layer, constraints_in_order=in_order, never=never)
 
     def target_prefix(self, prefix: str) -> list[int]:
         """Target ids a translation must start with; a prefix longer than the model allows is an error."""
@@ -253,17 +292,17 @@ class Translator:
             )
         return ids
 
-    def segments(self, line: str) -> list[list[int]]:
-        """Source ids (EOS not included) of a line: none if empty, several if over-long."""
+    def segments(self, line: str, tag: int | None = None) -> list[list[int]]:
+        """Source ids (EOS not included) of a line: none if empty, several if over-long; each after `tag`, if any."""
         text = model_text(line, self.normalize)
         if not text:
             return []
         ids = self.tokenizers.src.encode(text)
-        limit = min(self.decode.max_input_tokens, self.engine.max_positions - 1)  # room for EOS
+        limit = min(self.decode.max_input_tokens, self.engine.max_positions - 1) - (tag is not None)  # room for EOS, tag
         if len(ids) <= limit:
-            return [ids]
-        cuts = split_points(self.tokenizers.src.id_to_piece(ids), limit)
-        return [ids[start:end] for start, end in pairwise(cuts)]
+            return tagged([ids], tag)
+        cuts = split_points(self.tokenizers.src.id_to_piece(ids), max(limit, 1))
+        return tagged([ids[start:end] for start, end in pairwise(cuts)], tag)
 
 
 class Plan:
@@ -315,6 +354,15 @@ class Plan:
     def work(self) -> int:
         """The most decoding steps x rows the search may take: each segment's output cap x the beam (or samples)."""
         return self.options.width * sum(self._cap(index) for index in range(len(self.sources)))
+
+    @property
+    def line_work(self) -> list[int]:
+        """Each line's share of `work`: its segments' output caps x the beam (or samples)."""
+        found, start = [], 0
+        for segments in self.segments_of_line:
+            found.append(self.options.width * sum(self._cap(index) for index in range(start, start + len(segments))))
+            start += len(segments)
+        return found
 
     @property
     def most_steps(self) -> int:

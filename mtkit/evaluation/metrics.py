@@ -88,6 +88,11 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return float(_metrics()[0][1].corpus_score(hypotheses, [references]).score)
 
 
+def chrf(hypotheses: list[str], references: list[str]) -> float:
+    """Corpus chrF2 of one reference stream, as `score_corpus` reports it."""
+    return float(_metrics()[1][1].corpus_score(hypotheses, [references]).score)
+
+
 def _metrics() -> list[tuple[str, Metric]]:
     """The reported metrics, in report order; sacrebleu defaults unless stated."""
     from sacrebleu.metrics import BLEU, CHRF, TER

@@ -13,11 +13,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtkit.config import Config, bleu_band
+from mtkit.config import Config, bleu_band, direction, split_languages, tag_languages
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
-from mtkit.evaluation.metrics import EvalResult, score_corpus
+from mtkit.evaluation.language import off_target_rate
+from mtkit.evaluation.metrics import EvalResult, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
 from mtkit.evaluation.significance import Comparison, compare_systems
 from mtkit.textio import read_lines, write_file, write_lines
@@ -43,6 +44,8 @@ class EvaluateRequest:
     seed: int = 12345
     bootstrap_samples: int = 1000
     randomisation_trials: int = 10000
+    tgt_lang: str | None = None  # with models: the language to translate into (a model of several)
+    off_target: bool = False  # report the share of outputs not in the target language (py3langid)
 
 
 @dataclass
@@ -60,22 +63,55 @@ class SystemReport:
 
 
 @dataclass
+class DirectionReport:
+    """The first system's scores on one direction of a split of several (or with --off-target)."""
+
+    name: str  # "de-en"
+    bleu: float
+    chrf: float
+    sentences: int
+    off_target: float | None = None  # percent of outputs not in the target language
+
+    def to_dict(self) -> dict:
+        scores = {"bleu": round(self.bleu, 2), "chrf": round(self.chrf, 2), "num_sentences": self.sentences}
+        return scores | ({"off_target": round(self.off_target, 2)} if self.off_target is not None else {})
+
+    def format(self) -> str:
+        off = f", off-target {self.off_target:.1f}%" if self.off_target is not None else ""
+        return f"{self.name}: BLEU {self.bleu:.2f}, chrF {self.chrf:.2f}{off} ({self.sentences} sentences)"
+
+
+@dataclass
 class Report:
     systems: list[SystemReport]
     comparison: Comparison | None = None
     band: str | None = None  # whether the test BLEU is inside the recipe's expected band
+    directions: list[DirectionReport] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        directions = {"directions": {d.name: d.to_dict() for d in self.directions}} if self.directions else {}
+        if len(self.directions) > 1:
+            directions["mean"] = {key: round(value, 2) for key, value in self.mean().items()}
         if len(self.systems) == 1:
-            return {**self.systems[0].to_dict(), **({"band": self.band} if self.band else {})}
+            return {**self.systems[0].to_dict(), **({"band": self.band} if self.band else {}), **directions}
         comparison = self.comparison.to_dict() if self.comparison else None
-        return {"systems": [{"name": s.name, **s.to_dict()} for s in self.systems], "comparison": comparison}
+        return {"systems": [{"name": s.name, **s.to_dict()} for s in self.systems], "comparison": comparison, **directions}
+
+    def mean(self) -> dict[str, float]:
+        """The directions' mean BLEU and chrF (and off-target rate)."""
+        keys = ["bleu", "chrf"] + (["off_target"] if all(d.off_target is not None for d in self.directions) else [])
+        return {key: sum(getattr(d, key) for d in self.directions) / len(self.directions) for key in keys}
 
     def format(self) -> str:
+        lines = [d.format() for d in self.directions]
+        if len(self.directions) > 1:
+            mean = self.mean()
+            off = f", off-target {mean['off_target']:.1f}%" if "off_target" in mean else ""
+            lines.append(f"mean of {len(self.directions)} directions: BLEU {mean['bleu']:.2f}, chrF {mean['chrf']:.2f}{off}")
         if len(self.systems) == 1:
-            return self.systems[0].format() + (f"\n{self.band}" if self.band else "")
+            return "\n".join([self.systems[0].format(), *([self.band] if self.band else []), *lines])
         blocks = [f"== {system.name}\n{system.format()}" for system in self.systems]
-        return "\n".join(blocks + ([self.comparison.format()] if self.comparison else []))
+        return "\n".join(blocks + ([self.comparison.format()] if self.comparison else []) + lines)
 
 
 def evaluate(request: EvaluateRequest) -> Report:
@@ -95,26 +131,62 @@ def evaluate(request: EvaluateRequest) -> Report:
             names, hypotheses, references, request.seed, request.bootstrap_samples, request.randomisation_trials
         )
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
-    return Report(reports, comparison, _band_verdict(reports[0].result, band) if band else None)
+    by_direction = len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None
+    directions = _directions(systems, request) if by_direction else []
+    verdict = None
+    if band and len(directions) > 1:  # a multilingual recipe's band is for the mean of its directions
+        mean = sum(direction.bleu for direction in directions) / len(directions)
+        verdict = _band_verdict(mean, band, f"mean test BLEU of {len(directions)} directions")
+    elif band:
+        verdict = _band_verdict(reports[0].result.scores[0].score, band, "test BLEU")
+    return Report(reports, comparison, verdict, directions)
 
 
-def _band_verdict(result: EvalResult, band: tuple[float, float]) -> str:
+def _band_verdict(bleu: float, band: tuple[float, float], what: str) -> str:
     """Whether the test BLEU is inside the recipe's `expected_test_bleu` band."""
-    bleu, (low, high) = round(result.scores[0].score, 2), band  # as printed
+    bleu, (low, high) = round(bleu, 2), band  # as printed
     where = "inside" if low <= bleu <= high else ("below" if bleu < low else "above")
-    return f"test BLEU {bleu:.2f} is {where} the recipe's expected band {low:g}-{high:g}"
+    return f"{what} {bleu:.2f} is {where} the recipe's expected band {low:g}-{high:g}"
+
+
+def _directions(systems: _Systems, request: EvaluateRequest) -> list[DirectionReport]:
+    """The first system's BLEU, chrF (and off-target rate) on each direction."""
+    found = []
+    candidates = systems.recipe_languages()
+    for way in systems.directions:
+        hyps, refs = systems.hypotheses[0][way.start : way.end], systems.references[0][way.start : way.end]
+        if way.tgt_lang is None and request.off_target:
+            raise MtkitError("--off-target needs the target language: give --tgt-lang, such as --tgt-lang fr")
+        off = off_target_rate(hyps, way.tgt_lang, candidates) if request.off_target and way.tgt_lang else None
+        found.append(DirectionReport(way.name, bleu(hyps, refs), chrf(hyps, refs), len(hyps), off))
+    return found
+
+
+@dataclass(frozen=True)
+class _Direction:
+    """Lines start..end of the sources are one direction, translated into `tgt_lang` (None: unknown)."""
+
+    name: str
+    tgt_lang: str | None
+    start: int
+    end: int
 
 
 @dataclass
 class _Systems:
     """The systems to score: names, hypotheses, the sources (None: unknown), the reference streams,
-    and the (first) model's recipe when they come from models."""
+    the (first) model's recipe when they come from models, and the directions of the lines."""
 
     names: list[str]
     hypotheses: list[list[str]]
     sources: list[str] | None
     references: list[list[str]]
     recipe: Config | None = None
+    directions: list[_Direction] = field(default_factory=list)
+
+    def recipe_languages(self) -> list[str]:
+        """The recipe's languages: the candidates an output's language is identified among."""
+        return tag_languages(self.recipe) if self.recipe is not None else []
 
 
 def _systems(request: EvaluateRequest) -> _Systems:
@@ -126,7 +198,9 @@ def _systems(request: EvaluateRequest) -> _Systems:
             raise MtkitError("evaluate --hyp needs at least one --ref FILE to score against")
         sources = read_lines(request.src) if request.src is not None else None
         references = [read_lines(r) for r in request.refs]
-        return _Systems([str(h) for h in request.hyps], [read_lines(h) for h in request.hyps], sources, references)
+        hypotheses = [read_lines(h) for h in request.hyps]
+        whole = [_Direction(f"into {request.tgt_lang}", request.tgt_lang, 0, len(hypotheses[0]))]
+        return _Systems([str(h) for h in request.hyps], hypotheses, sources, references, directions=whole)
     if not request.models:
         raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
     return _translated(request)
@@ -138,34 +212,54 @@ def _translated(request: EvaluateRequest) -> _Systems:
     groups = [[model] for model in request.models] if request.compare else [request.models]
     if request.output is not None and len(groups) > 1:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
-    names, hypotheses, sources, references, recipe = [], [], None, None, None
+    names, hypotheses, sources, references, recipe, directions = [], [], None, None, None, []
     for group in groups:
         translator = Translator.load(group, device=request.device)  # a CTranslate2 export carries its recipe too
         if sources is None:
-            sources, references = _sources_and_references(translator.config, group[0], request)
+            sources, references, directions = _sources_and_references(translator, group[0], request)
             recipe = translator.config
         names.append(" + ".join(str(model) for model in group))
-        hypotheses.append(translator.translate(sources, beam=request.beam, progress=True))
+        translated = []
+        for way in directions:
+            lines = sources[way.start : way.end]
+            translated += translator.translate(lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang)
+        hypotheses.append(translated)
     if request.output is not None:
         write_lines(hypotheses[0], request.output)
     assert sources is not None and references is not None
-    return _Systems(names, hypotheses, sources, references, recipe)
+    return _Systems(names, hypotheses, sources, references, recipe, directions)
 
 
-def _sources_and_references(config, model: Path, request: EvaluateRequest) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001
+def _sources_and_references(
+    translator: Translator, model: Path, request: EvaluateRequest
+) -> tuple[list[str], list[list[str]], list[_Direction]]:
+    """The lines to translate, their reference streams, and their directions (one, or a split's several)."""
     refs = [read_lines(ref) for ref in request.refs]
+    config = translator.config
     if request.src is not None:
         if not refs:
             raise MtkitError("evaluate --src needs at least one --ref FILE to score against")
-        return read_lines(request.src), refs
+        translator.source_tag(request.tgt_lang)  # a missing or unknown --tgt-lang, before translating
+        sources = read_lines(request.src)
+        target = request.tgt_lang or (translator.target_languages or [None])[0]
+        return sources, refs, [_Direction(f"into {target}", target, 0, len(sources))]
     if request.split not in ("valid", "test"):
         raise MtkitError("evaluate -m RUN_DIR needs --split test (or valid), or --src FILE --ref FILE")
-
-    split_config = getattr(config.data, request.split)
-    if split_config is None:
+    splits = getattr(config.data, request.split) if config is not None else None
+    if splits is None:
         raise MtkitError(f"{model}: the recipe has no data.{request.split}; use --src FILE --ref FILE instead")
-    pairs = list(iter_split(split_config, config.src_lang, config.tgt_lang, config.data.normalize))
-    return [s for s, _ in pairs], [[t for _, t in pairs], *refs]
+    sources, references, directions = [], [], []
+    for split in splits:
+        if request.tgt_lang is not None and split_languages(config, split)[1] != request.tgt_lang:
+            continue  # --tgt-lang with --split: the directions into that language only
+        src_lang, tgt_lang = split_languages(config, split)
+        pairs = list(iter_split(split, src_lang, tgt_lang, config.data.normalize))
+        directions.append(_Direction(direction(config, split), tgt_lang, len(sources), len(sources) + len(pairs)))
+        sources += [s for s, _ in pairs]
+        references += [t for _, t in pairs]
+    if not directions:
+        raise MtkitError(f"--tgt-lang {request.tgt_lang}: no direction of data.{request.split} translates into it")
+    return sources, [references, *refs], directions
 
 
 def scores_directory(request: EvaluateRequest) -> Path | None:

@@ -55,6 +55,9 @@ class ServeLimits:
     max_queue: int = 256  # requests waiting for the worker; more get 503
     max_work: int = 30_000  # decoding steps x beam rows one request may ask for (each sentence's output cap x beam)
     max_steps: int = 1_000  # decoding steps one sentence may take (its output cap, or its prefix if longer)
+    # a request of more work is decoded in chunks of consecutive lines of at most this work, each queued on its
+    # own (smallest first), so a large request holds a worker for one chunk at a time
+    chunk_work: int = 2_000
     request_timeout: float = 60.0  # seconds from queueing to answer (0: none); later is 504, the work stopped
     max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
     batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
@@ -82,12 +85,17 @@ class TranslateRequest(BaseModel):
         description="Per sentence, the terms its translation must contain (a phrase or a list of alternatives); [] for none.",
     )
     constraints_order: Literal["any", "given"] = "any"
+    tgt_lang: str | None = Field(
+        None, max_length=32, description="The language to translate into, for a model of several (see /info target_languages)."
+    )
 
 
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
     """The application: the routes over one translator and its batcher."""
     limits = batching_for(translator, limits)
-    batcher = Batcher(translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines, limits.workers)
+    batcher = Batcher(
+        translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines, limits.workers, limits.chunk_work
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -118,9 +126,9 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
 
     @app.post("/translate", dependencies=[Depends(authorised)])
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-        decoding, work = _decoding(translator, body, limits)
+        decoding, line_work = _decoding(translator, body, limits)
         try:
-            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), work)
+            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
             found = await _unless_gone(request, pending, limits.request_timeout)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
@@ -149,8 +157,9 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
     return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
 
 
-def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> tuple[Decoding, int]:
-    """The request's decoding and its work (`Plan.work`), checked against the limits and the engine before queueing."""
+def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> tuple[Decoding, list[int]]:
+    """The request's decoding and each line's work (`Plan.line_work`), checked against the limits and the engine
+    before queueing."""
     if len(body.text) > limits.max_lines:
         raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
     characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
@@ -168,7 +177,9 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     try:
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
-        decoding = Decoding(body.beam, body.nbest, body.length_penalty, sampling, ngram, body.alignments, -1, in_order)
+        decoding = Decoding(
+            body.beam, body.nbest, body.length_penalty, sampling, ngram, body.alignments, -1, in_order, body.tgt_lang
+        )
         plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, one_line(err).replace("--", "")) from None
@@ -185,7 +196,7 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
             f"this request may take {work} decoding steps (each sentence's output cap x beam); the limit is "
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
         )
-    return decoding, work
+    return decoding, plan.line_work
 
 
 def _check_constraints(body: TranslateRequest) -> None:
@@ -299,6 +310,9 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
         "engine": engine.name,
         "source_language": config.src_lang if config else None,
         "target_language": config.tgt_lang if config else None,
+        # a model of several (data.lang_tag: target) needs one of them as each request's tgt_lang
+        "target_languages": translator.target_languages,
+        "needs_tgt_lang": translator.tagged and len(translator.target_languages) > 1,
         "architecture": config.model.arch if config else None,
         "parameters": parameters,
         "capabilities": sorted(capability.value for capability in engine.capabilities),

@@ -1,8 +1,11 @@
 """Dynamic batching for `mtkit serve`: requests from many clients merged into one engine's batches.
 
-Each request becomes a `Job` in a bounded queue, ordered by its decoding work (`Plan.work`; the
-smallest first, then first come first served), so a few large requests do not hold back the many
-small ones. A worker takes the smallest waiting job, waits at most `max_wait` for more (up to
+Each request becomes one or more `Job`s in a queue, ordered by their decoding work (`Plan.line_work`;
+the smallest first, then first come first served), so a few large requests do not hold back the
+many small ones: a request of more than `chunk_work` is cut into chunks of consecutive lines of at
+most that work (one line at least), each queued on its own, so a large request holds a worker for
+one chunk at a time and small requests that arrive meanwhile go first. At most `max_queue`
+requests wait at once. A worker takes the smallest waiting job, waits at most `max_wait` for more (up to
 `batch_lines` lines; a job that would overflow them waits for the next batch), groups the jobs that
 ask for the same decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
 lines by length into token-budget batches. The model runs on one worker thread, off the event
@@ -38,15 +41,37 @@ class Job:
     future: asyncio.Future = field(repr=False)
     constraints: list[list[Term]] | None = None
     work: int = 0  # the plan's decoding work: smaller jobs are taken first
+    queued: list[int] = field(default_factory=lambda: [1], repr=False)  # its request's chunks still queued (shared)
+
+
+def chunk_spans(line_work: Sequence[int], chunk_work: int) -> list[range]:
+    """Consecutive lines in spans of at most `chunk_work` work each (one line at least; 0: one span)."""
+    spans, start, total = [], 0, 0
+    for index, work in enumerate(line_work):
+        if chunk_work and index > start and total + work > chunk_work:
+            spans.append(range(start, index))
+            start, total = index, 0
+        total += work
+    return [*spans, range(start, len(line_work))]
 
 
 class Batcher:
     """Merges concurrent requests into batches for one translator (start with `run()` as a task)."""
 
-    def __init__(self, translator: Translator, max_wait: float, max_queue: int, batch_lines: int, workers: int = 1) -> None:
+    def __init__(
+        self,
+        translator: Translator,
+        max_wait: float,
+        max_queue: int,
+        batch_lines: int,
+        workers: int = 1,
+        chunk_work: int = 0,
+    ) -> None:
         self.translator = translator
         self.max_wait, self.batch_lines, self.workers = max_wait, batch_lines, workers
-        self.queue: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue(max_queue)
+        self.max_queue, self.chunk_work = max_queue, chunk_work
+        self.waiting = 0  # requests with a chunk in the queue
+        self.queue: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue()
         self.arrivals = itertools.count()  # first come, first served among equal work
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
         self.batches = 0  # engine calls made, for tests and logs
@@ -58,16 +83,39 @@ class Batcher:
         decoding: Decoding,
         prefixes: Sequence[str] | None = None,
         constraints: list[list[Term]] | None = None,
-        work: int = 0,
+        line_work: Sequence[int] = (),
     ) -> list[list[Translation]]:
-        """The translations of `lines`, once a batch holding them is done; `QueueFull` at once if full."""
-        future = asyncio.get_running_loop().create_future()
-        job = Job(list(lines), decoding, list(prefixes) if prefixes is not None else None, future, constraints, work)
+        """The translations of `lines`, once the batches holding them are done; `QueueFull` at once if full.
+
+        line_work: each line's decoding work (`Plan.line_work`), which orders and cuts the request.
+        """
+        if self.waiting >= self.max_queue:
+            raise QueueFull
+        loop = asyncio.get_running_loop()
+        line_work = list(line_work) or [0] * len(lines)
+        spans = chunk_spans(line_work, self.chunk_work)
+        queued = [len(spans)]
+        jobs = [
+            Job(
+                [lines[i] for i in span],
+                decoding,
+                [prefixes[i] for i in span] if prefixes is not None else None,
+                loop.create_future(),
+                [constraints[i] for i in span] if constraints is not None else None,
+                sum(line_work[i] for i in span),
+                queued,
+            )
+            for span in spans
+        ]
+        self.waiting += 1
+        for job in jobs:
+            self.queue.put_nowait((job.work, next(self.arrivals), job))
         try:
-            self.queue.put_nowait((work, next(self.arrivals), job))
-        except asyncio.QueueFull:
-            raise QueueFull from None
-        return await job.future
+            parts = await asyncio.gather(*(job.future for job in jobs))
+        finally:
+            for job in jobs:  # a client gone or an error: its other chunks are dropped before they are translated
+                job.future.cancel()
+        return [translations for part in parts for translations in part]
 
     async def run(self) -> None:
         """The workers, each on its own thread: collect, group, translate, answer; forever (cancel to stop)."""
@@ -86,7 +134,7 @@ class Batcher:
     async def _collect(self) -> list[Job]:
         """The smallest waiting job and those that arrive within `max_wait`, up to `batch_lines` lines
         (a job that would overflow them goes back to wait for the next batch)."""
-        jobs = [(await self.queue.get())[2]]
+        jobs = [self._taken(await self.queue.get())]
         deadline = time.monotonic() + self.max_wait
         while (room := self.batch_lines - sum(len(job.lines) for job in jobs)) > 0:
             try:
@@ -102,8 +150,15 @@ class Batcher:
             if len(entry[2].lines) > room:
                 self.queue.put_nowait(entry)
                 break
-            jobs.append(entry[2])
+            jobs.append(self._taken(entry))
         return [job for job in jobs if not job.future.done()]  # a cancelled job's client has gone
+
+    def _taken(self, entry: tuple[int, int, Job]) -> Job:
+        """The job of a queue entry, counted out of the queue (its request stops waiting with its last chunk)."""
+        job = entry[2]
+        job.queued[0] -= 1
+        self.waiting -= job.queued[0] == 0
+        return job
 
     async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, jobs: list[Job]) -> None:
         jobs = [job for job in jobs if not job.future.done()]

@@ -6,18 +6,18 @@ input is `BOS + ids` and the decoder output (the loss target) is `ids + EOS`, pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import torch
 from torch import Tensor
 
-from mtkit.config import TrainSource
+from mtkit.config import Config, direction, split_languages
 from mtkit.data.corpora import corpus_names
 from mtkit.data.store import corpus_column, load_prepared
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair, seed_sampling
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
 
 
@@ -82,17 +82,19 @@ class SampledIds:
     29,000 pairs (both sides) here, so about 40 s a million pairs, each epoch.
     """
 
-    def __init__(self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int) -> None:  # dataset: datasets.Dataset
+    def __init__(
+        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[int | None] | None = None
+    ) -> None:  # dataset: datasets.Dataset; tags: each pair's target-language tag (None: untagged)
         table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
         self.src_text, self.tgt_text = table.column("src").to_pylist(), table.column("tgt").to_pylist()
-        self.tokenizers, self.alpha, self.seed = tokenizers, alpha, seed
+        self.tokenizers, self.alpha, self.seed, self.tags = tokenizers, alpha, seed, tags
         self._cached: tuple[int, ParallelIds] | None = None
 
     def for_epoch(self, epoch: int) -> ParallelIds:
         """The ids of every training pair as segmented for `epoch` (the same call twice gives the same ids)."""
         if self._cached is None or self._cached[0] != epoch:
             seed_sampling(self.seed * 1_000_003 + epoch)
-            src = self.tokenizers.src.sample_batch(self.src_text, self.alpha)
+            src = tagged(self.tokenizers.src.sample_batch(self.src_text, self.alpha), self.tags)
             tgt = self.tokenizers.tgt.sample_batch(self.tgt_text, self.alpha)
             column = pa.list_(pa.int32())
             self._cached = (epoch, ParallelIds.of(IdColumn(pa.array(src, column)), IdColumn(pa.array(tgt, column))))
@@ -160,10 +162,11 @@ class CorpusMix:
     epoch from (seed, epoch). A weight of 2.0 doubles a corpus; 0.1 keeps a tenth of it.
     """
 
-    def __init__(self, corpus: np.ndarray, weights: list[float], names: list[str]) -> None:
+    def __init__(self, corpus: np.ndarray, weights: list[float], names: list[str], temperature: float | None = None) -> None:
         self.corpus = corpus  # each pair's corpus index
         self.members = [np.flatnonzero(corpus == index) for index in range(len(weights))]
-        self.weights, self.names = weights, names
+        self.names = names
+        self.weights = weights if temperature is None else temperature_weights([len(m) for m in self.members], temperature)
 
     def draw(self, seed: int, epoch: int) -> np.ndarray:
         """The indices of the pairs this epoch trains on (repeats allowed), corpus by corpus."""
@@ -178,6 +181,17 @@ class CorpusMix:
         """How many of the `drawn` pairs each corpus gave, by name."""
         per_corpus = np.bincount(self.corpus[drawn], minlength=len(self.names))
         return {name: int(count) for name, count in zip(self.names, per_corpus, strict=True)}
+
+
+def temperature_weights(sizes: Sequence[int], temperature: float) -> list[float]:
+    """`data.temperature`: corpus weights that draw pairs in proportion to size^(1/T), as many pairs an epoch in all.
+
+    Corpus c gives N x n_c^(1/T) / sum(n^(1/T)) pairs (N = all pairs): T = 1 keeps the sizes, a larger
+    T flattens them (T = 5 gives a corpus 5x larger only 5^(1/5) = 1.38x the pairs).
+    """
+    shares = np.array([size ** (1.0 / temperature) if size else 0.0 for size in sizes])
+    wanted = sum(sizes) * shares / shares.sum()
+    return [float(want / size) if size else 1.0 for want, size in zip(wanted, sizes, strict=True)]
 
 
 def epoch_batches(
@@ -197,20 +211,27 @@ class Epoch:
     batches: list[np.ndarray]  # sentence indices into `ids`, in training order
     corpus_pairs: dict[str, int]  # pairs drawn from each corpus (all ranks together)
     skipped: int  # drawn pairs too long for the model
+    direction_pairs: dict[str, int] = field(default_factory=dict)  # pairs drawn for each direction, "de-en"
 
 
 class TrainingData:
     """The prepared training pairs and their order: each epoch's segmentation, corpus draw and batches."""
 
-    def __init__(
-        self, data_path: Path, corpora: list[TrainSource], tokenizers: TokenizerPair, alpha: float, seed: int, batch_tokens: int
-    ) -> None:
+    def __init__(self, config: Config, tokenizers: TokenizerPair) -> None:
+        data_path, corpora = config.data_path, config.data.train
         split = load_prepared(data_path, "train")
         self.ids = ParallelIds(split)
-        self.sampled = SampledIds(split, tokenizers, alpha, seed) if alpha > 0 else None
         names = corpus_names(corpora)
-        self.mix = CorpusMix(corpus_column(data_path, split, names), [source.weight for source in corpora], names)
-        self.seed, self.batch_tokens = seed, batch_tokens
+        weights = [source.weight for source in corpora]
+        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.temperature)
+        self.directions = [direction(config, source) for source in corpora]
+        tags = None
+        if config.data.lang_tag == "target":  # each pair's tag, from its corpus's target language
+            corpus_tags = np.array([tokenizers.src.tags[split_languages(config, source)[1]] for source in corpora])
+            tags = corpus_tags[self.mix.corpus].tolist()
+        alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
+        self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags) if alpha > 0 else None
+        self.batch_tokens = config.train.batch_tokens
 
     def epoch(self, epoch: int, max_length: int, rank: int = 0, world_size: int = 1) -> Epoch:
         """Epoch `epoch` (the same every time it is asked for); under torchrun, this rank's equal share."""
@@ -224,4 +245,8 @@ class TrainingData:
         if world_size > 1:  # a disjoint, equally long share of the epoch for each rank
             usable = len(batches) // world_size * world_size
             batches = batches[rank:usable:world_size]
-        return Epoch(ids, batches, self.mix.counts(drawn), skipped)
+        counts = self.mix.counts(drawn)
+        per_direction: dict[str, int] = {}
+        for name, way in zip(self.mix.names, self.directions, strict=True):
+            per_direction[way] = per_direction.get(way, 0) + counts[name]
+        return Epoch(ids, batches, counts, skipped, per_direction)

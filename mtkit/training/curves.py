@@ -20,6 +20,7 @@ from mtkit.errors import MtkitError
 from mtkit.textio import atomic_file, file_lines
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
+DIRECTION_BLEU = "valid_bleu_"  # a multilingual run's BLEU of one direction: valid_bleu_de-en, drawn dashed with the mean
 
 
 @dataclass
@@ -55,7 +56,8 @@ def read_curves(run: Path) -> RunCurves:
             raise MtkitError(f"{log}:{number}: not a JSON record; was the file edited or cut short?") from None
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise MtkitError(f"{log}:{number}: not a training log record (no step); give a run directory `mtkit train` wrote")
-        for key, _ in PANELS:
+        directions = [key for key in record if key.startswith(DIRECTION_BLEU) and isinstance(record[key], (int, float))]
+        for key in [name for name, _ in PANELS] + directions:
             if key in record:
                 steps, values = curves.points.setdefault(key, ([], []))
                 steps.append(record["step"])
@@ -84,10 +86,15 @@ def plot_curves(runs: Sequence[RunCurves], output: Path) -> list[str]:
             axes[0][column].plot(steps, values, marker=marker, label=run.label)
             axes[1][column].plot(run.seconds(steps) / per_unit, values, marker=marker, label=run.label)
             axes[0][column].set_title(title)
+        for key in sorted(key for key in run.points if key.startswith(DIRECTION_BLEU)):
+            steps, values = run.points[key]
+            label = f"{run.label} {key.removeprefix(DIRECTION_BLEU)}"
+            axes[0][-1].plot(steps, values, linestyle="--", linewidth=1, label=label)
+            axes[1][-1].plot(run.seconds(steps) / per_unit, values, linestyle="--", linewidth=1, label=label)
     for column in range(len(PANELS)):
         axes[0][column].set_xlabel("updates")
         axes[1][column].set_xlabel(f"training time ({unit})")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = axes[0][-1].get_legend_handles_labels()
     figure.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4))
     figure.tight_layout(rect=(0, 0, 1, 0.94))
     _save(figure, output)

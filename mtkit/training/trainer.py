@@ -61,7 +61,7 @@ from mtkit.training.ema import WeightEMA
 from mtkit.training.loss import sequence_loss
 from mtkit.training.run_dir import Checkpoint, RunDir
 from mtkit.training.schedule import schedule_factor
-from mtkit.training.validation import validate
+from mtkit.training.validation import check_valid_sets, validate
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3
 _FUSED_ADAM_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -172,9 +172,9 @@ class Trainer:
         self.device, self.dist, self.run_dir = device, dist or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-        alpha, seed, batch_tokens = config.tokenizer.sampling_alpha, self.train_config.seed, self.train_config.batch_tokens
-        self.data = TrainingData(config.data_path, config.data.train, self.tokenizers, alpha, seed, batch_tokens)
+        self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
+        check_valid_sets(config, self.valid)
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
@@ -359,8 +359,9 @@ class Trainer:
             self.run_dir.append_log(
                 {"step": progress.step, "epoch": progress.epoch + 1, **result.record(), "best_bleu": best, "elapsed_s": elapsed}
             )
+            per_direction = f" (mean of {result.describe()})" if result.directions else ""
             _say(
-                f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f} "
+                f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f}{per_direction} "
                 f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
             )
             self.run_dir.save(self.checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
@@ -408,6 +409,12 @@ def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
     if run_dir is None:
         return
     record = {"corpus_pairs": epoch.corpus_pairs, "skipped": epoch.skipped}
+    if len(epoch.direction_pairs) > 1:
+        record["direction_pairs"] = epoch.direction_pairs
+        if progress.epoch == 0:
+            total = sum(epoch.direction_pairs.values())
+            table = ", ".join(f"{way} {count:,} ({count / total:.1%})" for way, count in epoch.direction_pairs.items())
+            _say(f"pairs drawn per epoch by direction: {table}")
     run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
     if epoch.skipped:
         _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")

@@ -99,8 +99,8 @@ def test_prepare_cleans_only_the_training_split_and_writes_the_report(tmp_path, 
     )
     append_lines(Path(config.data.train[0].src), [first_pair[0], "", "Hallo"])
     append_lines(Path(config.data.train[0].tgt), [first_pair[1], "Hello", "Hallo"])
-    append_lines(Path(config.data.valid.src), [""])  # an empty valid pair is kept: only train is cleaned
-    append_lines(Path(config.data.valid.tgt), ["An empty source."])
+    append_lines(Path(config.data.valid[0].src), [""])  # an empty valid pair is kept: only train is cleaned
+    append_lines(Path(config.data.valid[0].tgt), ["An empty source."])
     train_tokenizers(config)
     report = prepare_corpus(config)
     assert report["clean"] == {
@@ -121,8 +121,8 @@ def test_prepare_cleans_only_the_training_split_and_writes_the_report(tmp_path, 
 def test_prepared_text_is_normalized(tmp_path, multi30k_slice):
     config = multi30k_recipe(tmp_path, multi30k_slice, with_test=False)
     decomposed = unicodedata.normalize("NFD", "Ein Mädchen übt.")
-    append_lines(Path(config.data.valid.src), [decomposed])
-    append_lines(Path(config.data.valid.tgt), ["A girl practises."])
+    append_lines(Path(config.data.valid[0].src), [decomposed])
+    append_lines(Path(config.data.valid[0].tgt), ["A girl practises."])
     tokenizers = train_tokenizers(config)
     prepare_corpus(config)
     last = load_prepared(config.data_path, "valid")[-1]
@@ -161,7 +161,7 @@ def test_errors_name_the_split_in_the_recipe(tmp_path, multi30k_slice):
     config = multi30k_recipe(tmp_path, multi30k_slice, with_test=False)
     train_tokenizers(config)
     missing = tmp_path / "missing.en"
-    config.data.valid.tgt = str(missing)
+    config.data.valid[0].tgt = str(missing)
     with pytest.raises(MtkitError) as caught:
         prepare_corpus(config)
     assert str(caught.value) == f"{missing}: file not found; check data.valid.tgt in the recipe"

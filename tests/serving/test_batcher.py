@@ -96,3 +96,46 @@ def test_a_translation_whose_clients_have_all_gone_is_stopped():
 
     batcher = asyncio.run(scenario())
     assert batcher.stopped == 1 and batcher.batches == 0
+
+
+def test_chunk_spans_cut_consecutive_lines_at_the_work_limit():
+    from mtkit.serving.batcher import chunk_spans
+
+    assert chunk_spans([500, 500, 500, 500, 500], 1000) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert chunk_spans([3000, 10, 10], 1000) == [range(0, 1), range(1, 3)]  # a line over the limit is a chunk alone
+    assert chunk_spans([500, 500], 0) == [range(0, 2)]  # 0: no chunks
+    assert chunk_spans([], 1000) == [range(0, 0)]
+
+
+def test_a_large_request_is_decoded_in_chunks_and_a_small_one_goes_between_them():
+    async def scenario(stub: UpperCaser) -> tuple[list[str], list[str]]:
+        batcher = Batcher(stub, max_wait=0.0, max_queue=4, batch_lines=1, workers=1, chunk_work=1000)
+        large = asyncio.ensure_future(batcher.translate(list("abcdef"), Decoding(), line_work=[500] * 6))
+        await asyncio.sleep(0)  # queued before the worker starts: three chunks of two lines
+        small = asyncio.ensure_future(batcher.translate(["z"], Decoding(), line_work=[100]))
+        await asyncio.sleep(0)
+        worker = asyncio.create_task(batcher.run())
+        try:
+            found = await asyncio.gather(large, small)
+        finally:
+            worker.cancel()
+        batcher.close()
+        return [best[0].text for best in found[0]], [best[0].text for best in found[1]]
+
+    stub = UpperCaser()
+    assert asyncio.run(scenario(stub)) == (list("ABCDEF"), ["Z"])
+    assert [lines for lines, _ in stub.calls] == [["z"], ["a", "b"], ["c", "d"], ["e", "f"]]
+
+
+def test_a_request_counts_as_waiting_until_its_last_chunk_is_taken():
+    async def scenario() -> None:
+        batcher = Batcher(UpperCaser(), max_wait=0.0, max_queue=1, batch_lines=2, chunk_work=1000)
+        waiting = asyncio.ensure_future(batcher.translate(list("abcd"), Decoding(), line_work=[1000] * 4))
+        await asyncio.sleep(0)
+        assert batcher.waiting == 1 and batcher.queue.qsize() == 4
+        with pytest.raises(QueueFull):
+            await batcher.translate(["x"], Decoding())
+        waiting.cancel()
+        batcher.close()
+
+    asyncio.run(scenario())

@@ -135,3 +135,24 @@ def test_an_error_from_the_server_shows_on_the_page(browser, translator, de_en_r
         error, result = text_of(browser, "error"), text_of(browser, "result")
     assert error == "Error: 2 sentences in one request; the limit is 1"
     assert result == ""
+
+
+def test_a_multilingual_model_gets_a_menu_of_target_languages(browser, tagged_run):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with serving(Translator.load(tagged_run.run_path, device="cpu"), ServeLimits(), "tagged") as (port, _):
+        browser.get(f"http://127.0.0.1:{port}/")
+        WebDriverWait(browser, WAIT_S).until(lambda d: "engine" in text_of(d, "info"))
+        menu = Select(browser.find_element(By.ID, "tgt_lang"))
+        assert [option.text for option in menu.options] == ["cp", "rv"]
+        assert browser.find_element(By.ID, "tgt_lang").is_displayed()
+        menu.select_by_visible_text("rv")
+        source = browser.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys("a b c")
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, WAIT_S).until(lambda d: text_of(d, "result") or text_of(d, "error"))
+        info, result, error = text_of(browser, "info"), text_of(browser, "result"), text_of(browser, "error")
+    assert error == "" and result == "c b a"
+    assert info.startswith("multilingual → cp, rv")

@@ -1,0 +1,44 @@
+"""Off-target translations: the share of outputs not written in the language asked for (`mtkit evaluate --off-target`).
+
+The language of each output is identified by py3langid, which ships its model inside its package
+(no download; `pip install 'mtkit[langid]'`), among the languages the model knows when they are
+given (so that a short caption is not put down to a language nobody asked for), else among all 97.
+Empty outputs are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mtkit.errors import MtkitError
+
+
+def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[str] = ()) -> float:
+    """The percentage of non-empty `hypotheses` whose identified language is not `lang`."""
+    identifier = _identifier()
+    known = set(identifier.nb_classes)
+    code = base_language(lang)
+    if code not in known:
+        raise MtkitError(f"--off-target: language {lang!r} is not one py3langid identifies; give an ISO 639-1 code such as fr")
+    chosen = sorted({base_language(c) for c in candidates} & known | {code})
+    if len(chosen) > 1:
+        identifier.set_languages(chosen)
+    outputs = [text for text in hypotheses if text.strip()]
+    off = sum(identifier.classify(text)[0] != code for text in outputs)
+    return 100.0 * off / max(len(outputs), 1)
+
+
+def base_language(lang: str) -> str:
+    """pt_BR -> pt, zh-Hant -> zh: the code py3langid uses."""
+    return lang.replace("-", "_").split("_")[0].lower()
+
+
+def _identifier() -> Any:
+    try:
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier  # its model ships in the package
+    except ImportError:
+        raise MtkitError(
+            "--off-target needs the language identifier py3langid: pip install 'mtkit[langid]' (or pip install py3langid)"
+        ) from None
+    return LanguageIdentifier.from_model_file(MODEL_FILE)
