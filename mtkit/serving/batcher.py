@@ -4,11 +4,14 @@ Each request becomes one or more `Job`s in a queue, ordered by their decoding wo
 the smallest first, then first come first served), so a few large requests do not hold back the
 many small ones: a request of more than `chunk_work` is cut into chunks of consecutive lines of at
 most that work (one line at least), each queued on its own, so a large request holds a worker for
-one chunk at a time and small requests that arrive meanwhile go first. At most `max_queue`
-requests wait at once. A worker takes the smallest waiting job, waits at most `max_wait` for more (up to
-`batch_lines` lines; a job that would overflow them waits for the next batch), groups the jobs that
-ask for the same decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the
-lines by length into token-budget batches. The model runs on one worker thread, off the event
+one chunk at a time and small requests that arrive meanwhile go first. With two workers or more,
+the last one takes only jobs of at most half a chunk, so small requests always find a worker that
+no large request holds. At most `max_queue` requests wait at once.
+
+A worker takes the smallest waiting job, waits at most `max_wait` for more (up to `batch_lines`
+lines; a job that would overflow them waits for the next batch), groups the jobs that ask for the
+same decoding, and translates each group with one `Translator.translate_nbest` call, which sorts
+the lines by length into token-budget batches. The model runs on one worker thread, off the event
 loop, and each job gets its own translations back in its own order. A job whose client has gone
 or whose deadline has passed (its future cancelled) is dropped before it is translated, and a
 group whose every job is gone stops between two decoding steps, freeing the worker.
@@ -17,6 +20,7 @@ group whose every job is gone stops between two decoding steps, freeing the work
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import time
 from collections.abc import Sequence
@@ -42,6 +46,44 @@ class Job:
     constraints: list[list[Term]] | None = None
     work: int = 0  # the plan's decoding work: smaller jobs are taken first
     queued: list[int] = field(default_factory=lambda: [1], repr=False)  # its request's chunks still queued (shared)
+
+
+Entry = tuple[int, int, Job]  # (work, arrival, job): the queue's order
+
+
+class WorkQueue:
+    """Jobs by (work, arrival), the smallest first; a worker may ask only for jobs of at most some work."""
+
+    def __init__(self) -> None:
+        self._heap: list[Entry] = []
+        self._changed = asyncio.Event()
+
+    def qsize(self) -> int:
+        return len(self._heap)
+
+    def put(self, entry: Entry) -> None:
+        heapq.heappush(self._heap, entry)
+        self._changed.set()
+
+    def take(self, limit: int | None = None) -> Entry | None:
+        """The smallest job if its work is at most `limit` (None: any), else None."""
+        if self._heap and (limit is None or self._heap[0][0] <= limit):
+            return heapq.heappop(self._heap)
+        return None
+
+    async def get(self, limit: int | None = None, timeout: float | None = None) -> Entry | None:
+        """`take(limit)` once there is such a job; None if `timeout` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (entry := self.take(limit)) is None:
+            self._changed.clear()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return None
+        return entry
 
 
 def chunk_spans(line_work: Sequence[int], chunk_work: int) -> list[range]:
@@ -71,7 +113,10 @@ class Batcher:
         self.max_wait, self.batch_lines, self.workers = max_wait, batch_lines, workers
         self.max_queue, self.chunk_work = max_queue, chunk_work
         self.waiting = 0  # requests with a chunk in the queue
-        self.queue: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue()
+        self.queue = WorkQueue()
+        # With two workers or more, the last takes only jobs of at most half a chunk: small requests always
+        # find a worker that no large one holds.
+        self.small_work = chunk_work // 2 if chunk_work and workers > 1 else None
         self.arrivals = itertools.count()  # first come, first served among equal work
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="mtkit-decode")
         self.batches = 0  # engine calls made, for tests and logs
@@ -109,7 +154,7 @@ class Batcher:
         ]
         self.waiting += 1
         for job in jobs:
-            self.queue.put_nowait((job.work, next(self.arrivals), job))
+            self.queue.put((job.work, next(self.arrivals), job))
         try:
             parts = await asyncio.gather(*(job.future for job in jobs))
         finally:
@@ -119,42 +164,37 @@ class Batcher:
 
     async def run(self) -> None:
         """The workers, each on its own thread: collect, group, translate, answer; forever (cancel to stop)."""
-        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+        limits = [None] * (self.workers - 1) + [self.small_work if self.workers > 1 else None]
+        await asyncio.gather(*(self._work(limit) for limit in limits))
 
-    async def _work(self) -> None:
+    async def _work(self, limit: int | None) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = await self._collect()
+            jobs = await self._collect(limit)
             for decoding, group in _by_decoding(jobs).items():
                 await self._translate_group(loop, decoding, group)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
 
-    async def _collect(self) -> list[Job]:
-        """The smallest waiting job and those that arrive within `max_wait`, up to `batch_lines` lines
-        (a job that would overflow them goes back to wait for the next batch)."""
-        jobs = [self._taken(await self.queue.get())]
+    async def _collect(self, limit: int | None = None) -> list[Job]:
+        """The smallest waiting job (of at most `limit` work) and those that arrive within `max_wait`, up to
+        `batch_lines` lines (a job that would overflow them goes back to wait for the next batch)."""
+        jobs = [self._taken(await self.queue.get(limit))]
         deadline = time.monotonic() + self.max_wait
         while (room := self.batch_lines - sum(len(job.lines) for job in jobs)) > 0:
-            try:
-                entry = self.queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    entry = await asyncio.wait_for(self.queue.get(), remaining)
-                except TimeoutError:
-                    break
+            entry = self.queue.take(limit) or await self.queue.get(limit, deadline - time.monotonic())
+            if entry is None:
+                break
             if len(entry[2].lines) > room:
-                self.queue.put_nowait(entry)
+                self.queue.put(entry)
                 break
             jobs.append(self._taken(entry))
         return [job for job in jobs if not job.future.done()]  # a cancelled job's client has gone
 
-    def _taken(self, entry: tuple[int, int, Job]) -> Job:
+    def _taken(self, entry: Entry | None) -> Job:
         """The job of a queue entry, counted out of the queue (its request stops waiting with its last chunk)."""
+        assert entry is not None  # `get` without a timeout waits for one
         job = entry[2]
         job.queued[0] -= 1
         self.waiting -= job.queued[0] == 0
