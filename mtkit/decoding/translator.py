@@ -45,6 +45,7 @@ from mtkit.decoding.terms import Term, as_terms, encode_term, place_terms, word_
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
+from mtkit.models.packed import pack_linears
 from mtkit.options import EngineName
 from mtkit.runtime import resolve_device
 from mtkit.textio import model_text
@@ -418,6 +419,7 @@ def _load_checkpoints(paths: list[Path], device: str) -> LoadedModel:
         check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
         model = Ensemble([m for m, _, _, _ in loaded])
     engine = PyTorchEngine(model.eval(), resolve_device(device))
+    pack_linears(engine.model)  # decoding only: on CPU, weights laid out once for oneDNN
     return LoadedModel(engine, tokenizers, config.decode, config.data.normalize, config)
 
 

@@ -1,0 +1,57 @@
+"""Linear layers whose weights are laid out once for oneDNN, for decoding on CPU.
+
+`nn.Linear` on CPU hands its weight to a general matrix multiply that lays it out again at every
+call. A decoding step multiplies a few hundred rows at most, and for the output layer (OPUS-MT:
+58,000 pieces x 512) that costs more than the arithmetic: 40-60 GFLOP/s where the same product
+with the weight laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's
+freezing does on CPU) runs at 90-130 on a 2-core VM (`benchmarks/opus_mt.py`, docs/performance.md).
+
+`pack_linears` turns every `nn.Linear` of a loaded model into a `PackedLinear`: the same module,
+the same parameters and state dict, plus the laid-out copy of its weight (as much memory again as
+the linear weights). The copy is used only where it is exact to use it: no autograd, float32 on
+CPU, and the weight unchanged since it was packed (a model trained after loading falls back to
+`F.linear`). torch builds without oneDNN leave the model as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROWS_HINT = 64  # the rows per product oneDNN lays the weight out for: decoding steps multiply 16-300
+
+
+class PackedLinear(nn.Linear):
+    """An `nn.Linear` carrying its weight laid out for oneDNN (`packed`, for weight version `packed_version`)."""
+
+    packed: Tensor
+    packed_version: int
+
+    def forward(self, x: Tensor) -> Tensor:
+        if (
+            torch.is_grad_enabled()
+            or x.device.type != "cpu"
+            or x.dtype != torch.float32
+            or self.weight._version != self.packed_version
+        ):
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Make every float32 CPU `nn.Linear` of `model` a `PackedLinear`; returns how many were packed.
+
+    Nothing changes when this torch has no oneDNN (the model then runs as before).
+    """
+    if not torch.backends.mkldnn.is_available():
+        return 0
+    linears = [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.is_cpu]
+    for module in linears:
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), ROWS_HINT)
+        except (RuntimeError, AttributeError):  # an older or reduced oneDNN build: keep the plain layer
+            return linears.index(module)
+        module.__class__ = PackedLinear
+        module.packed, module.packed_version = packed, module.weight._version
+    return len(linears)
