@@ -6,11 +6,12 @@ call. A decoding step multiplies a few hundred rows at most, and for the output 
 with the weight laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's
 freezing does on CPU) runs at 90-130 on a 2-core VM (`benchmarks/opus_mt.py`, docs/performance.md).
 
-`pack_linears` turns every `nn.Linear` of a loaded model into a `PackedLinear`: the same module,
-the same parameters and state dict, plus the laid-out copy of its weight (as much memory again as
-the linear weights). The copy is used only where it is exact to use it: no autograd, float32 on
-CPU, and the weight unchanged since it was packed (a model trained after loading falls back to
-`F.linear`). torch builds without oneDNN leave the model as it is.
+`pack_linears` turns every large `nn.Linear` of a loaded model (a million weights or more: the
+output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`: the same module,
+the same parameters and state dict, plus the laid-out copy of its weight (OPUS-MT: 167 MB more).
+The copy is used only where it is exact to use it: no autograd, float32 on CPU, and the weight
+unchanged since it was packed (a model trained after loading falls back to `F.linear`). torch
+builds without oneDNN leave the model as it is.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROWS_HINT = 64  # the rows per product oneDNN lays the weight out for: decoding steps multiply 16-300
+SMALLEST = 1 << 20  # weights with fewer entries gain little or lose (d_model 256 or 512 squares)
 
 
 class PackedLinear(nn.Linear):
@@ -36,17 +38,38 @@ class PackedLinear(nn.Linear):
             or self.weight._version != self.packed_version
         ):
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        flat = x.reshape(-1, x.size(-1))  # (rows, in)
+        rows = flat.size(0)
+        padded = row_bucket(rows)
+        if padded > rows:
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.size(1))])
+        product = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")  # (padded, out)
+        return product[:rows].view(*x.shape[:-1], product.size(1))
+
+
+def row_bucket(rows: int) -> int:
+    """`rows` rounded up to one of a few sizes: at least 8, and at most 7 rows or 12.5% more.
+
+    oneDNN builds and keeps a kernel (about 0.6 MB) for every new number of rows, up to 1,024 of
+    them; a decoding step's rows change as sentences finish, so without buckets a server would
+    keep hundreds of them.
+    """
+    step = max(8, (1 << (rows.bit_length() - 1)) // 8)
+    return -(-rows // step) * step
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Make every float32 CPU `nn.Linear` of `model` a `PackedLinear`; returns how many were packed.
+    """Make every large float32 CPU `nn.Linear` of `model` a `PackedLinear`; returns how many were packed.
 
     Nothing changes when this torch has no oneDNN (the model then runs as before).
     """
     if not torch.backends.mkldnn.is_available():
         return 0
-    linears = [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.is_cpu]
+    linears = [
+        m
+        for m in model.modules()
+        if type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.is_cpu and m.weight.numel() >= SMALLEST
+    ]
     for module in linears:
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), ROWS_HINT)

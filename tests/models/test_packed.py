@@ -7,10 +7,17 @@ import torch
 from torch import nn
 
 from mtkit.decoding.translator import Translator
-from mtkit.models.packed import PackedLinear, pack_linears
+from mtkit.models import packed as packed_module
+from mtkit.models.packed import PackedLinear, pack_linears, row_bucket
 from tests.models.test_transformer import random_batch, small_transformer
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def pack_small_weights(monkeypatch):
+    """The test models are tiny: pack every linear, not only those of a million weights and more."""
+    monkeypatch.setattr(packed_module, "SMALLEST", 0)
 
 
 def packed_and_plain(**overrides) -> tuple[nn.Module, nn.Module]:
@@ -19,8 +26,8 @@ def packed_and_plain(**overrides) -> tuple[nn.Module, nn.Module]:
     return packed, plain
 
 
-def logits(model: nn.Module) -> torch.Tensor:
-    src, src_mask, tgt = random_batch()
+def logits(model: nn.Module, batch: int = 3) -> torch.Tensor:
+    src, src_mask, tgt = random_batch(batch=batch)
     return model(src, src_mask, tgt)
 
 
@@ -28,8 +35,23 @@ def logits(model: nn.Module) -> torch.Tensor:
 def test_a_packed_model_gives_the_plain_models_logits(variant):
     packed, plain = packed_and_plain(**variant)
     with torch.inference_mode():
-        assert torch.allclose(logits(packed), logits(plain), atol=1e-5, rtol=1e-5)
+        for batch in (1, 3, 11):  # 6, 18 and 66 rows: padded to 8, 24 and 72
+            assert torch.allclose(logits(packed, batch), logits(plain, batch), atol=1e-5, rtol=1e-5)
     assert all(isinstance(m, PackedLinear) for m in packed.modules() if isinstance(m, nn.Linear))
+
+
+def test_row_buckets_cover_the_rows_with_little_padding_and_are_few():
+    for rows in range(1, 5000):
+        assert rows <= row_bucket(rows) <= max(rows + 7, rows * 1.125)
+    assert len({row_bucket(rows) for rows in range(1, 1025)}) <= 40
+
+
+def test_a_small_weight_is_left_as_it_is(monkeypatch):
+    monkeypatch.setattr(packed_module, "SMALLEST", 64 * 64 + 1)
+    model = small_transformer(d_model=64, ffn_dim=128)  # 64 x 64 squares and a 40 x 64 output layer stay plain
+    big = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.numel() > 64 * 64]
+    assert pack_linears(model) == len(big) == 2 * 3 + 2 * 4  # encoder: qkv, ffn x 2; decoder: also cross key/value
+    assert all(isinstance(m, PackedLinear) == (m in big) for m in model.modules() if isinstance(m, nn.Linear))
 
 
 def test_packing_keeps_parameters_state_dict_and_tied_weights():
