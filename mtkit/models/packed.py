@@ -8,7 +8,7 @@ freezing does on CPU) runs at 90-130 on a 2-core VM (`benchmarks/opus_mt.py`, do
 
 `pack_linears` turns every large `nn.Linear` of a loaded model (a million weights or more: the
 output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`: the same module,
-the same parameters and state dict, plus the laid-out copy of its weight (OPUS-MT: 167 MB more).
+the same parameters and state dict, plus the laid-out copy of its weight (OPUS-MT: 219 MB more).
 The copy is used only where it is exact to use it: no autograd, float32 on CPU, and the weight
 unchanged since it was packed (a model trained after loading falls back to `F.linear`). torch
 builds without oneDNN leave the model as it is.
