@@ -36,6 +36,7 @@ class PackedLinear(nn.Linear):
             or x.device.type != "cpu"
             or x.dtype != torch.float32
             or self.weight._version != self.packed_version
+            or x.numel() == 0
         ):
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.size(-1))  # (rows, in)

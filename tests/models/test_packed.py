@@ -40,6 +40,14 @@ def test_a_packed_model_gives_the_plain_models_logits(variant):
     assert all(isinstance(m, PackedLinear) for m in packed.modules() if isinstance(m, nn.Linear))
 
 
+def test_an_empty_batch_gives_an_empty_product():
+    layer = nn.Linear(16, 32)
+    pack_linears(layer)
+    with torch.inference_mode():
+        assert layer(torch.randn(0, 16)).shape == (0, 32)
+        assert layer(torch.randn(2, 0, 16)).shape == (2, 0, 32)
+
+
 def test_row_buckets_cover_the_rows_with_little_padding_and_are_few():
     for rows in range(1, 5000):
         assert rows <= row_bucket(rows) <= max(rows + 7, rows * 1.125)
