@@ -207,7 +207,8 @@ def test_the_cli_translates_with_prefixes_sampling_and_alignments_and_scores(pyt
     assert aligned.exit_code == 0, aligned.stderr
     expected_alignments = pytorch.translate_nbest(lines, Decoding(alignments=True))
     assert aligned.stdout.splitlines() == [f"{best[0].text}\t{pharaoh(best[0].alignment)}" for best in expected_alignments]
-    assert aligned.stdout.splitlines()[0] == "c b a\t2-0 1-1 0-2"
+    text, pairs = aligned.stdout.splitlines()[0].split("\t")  # which source word each attends to most is the model's own
+    assert text == "c b a" and sorted(int(pair.split("-")[1]) for pair in pairs.split()) == [0, 1, 2]
     refused = runner.invoke(app, ["translate", *model, "-i", str(source), "--alignments", "--alignment-layer", "0"])
     assert refused.exit_code == 2 and refused.stderr.count("\n") == 1 and "PyTorch engine" in refused.stderr
 

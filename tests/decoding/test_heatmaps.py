@@ -20,7 +20,7 @@ from mtkit.models import build_model
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
 from mtkit.training.trainer import train
 
-LINES = "a b c\n\nd e f g h\nh i\n"
+LINES = "a b c\n\nd e f g h\nh i j\n"
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_translate_writes_a_heatmap_per_sentence_for_the_transformer(reverse_run
     arguments = ["translate", "-m", str(reverse_run.run_path), "--beam", "2", "--plot-count", "2"]
     result = CliRunner().invoke(app, [*arguments, "--plot-attention", str(mean)], input=LINES)
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["c b a", "", "h g f e d", "i h"]
+    assert result.stdout.splitlines() == ["c b a", "", "h g f e d", "j i h"]
     assert sorted(p.name for p in mean.iterdir()) == ["attention_0001.png", "attention_0003.png"]
     per_head = CliRunner().invoke(app, [*arguments, "--plot-attention", str(heads), "--plot-heads"], input=LINES)
     assert per_head.exit_code == 0, per_head.output
