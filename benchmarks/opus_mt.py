@@ -38,8 +38,8 @@ import sentencepiece as spm
 import torch
 
 from mtkit.decoding.ct2_engine import load_export
-from mtkit.decoding.export import export_ctranslate2
 from mtkit.decoding.translator import Decoding, Translator
+from mtkit.exporters.ctranslate2 import export_ctranslate2
 from mtkit.importers.marian import import_marian
 from mtkit.runtime import set_threads
 from mtkit.training.loss import sequence_loss

@@ -134,7 +134,7 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
     """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
     if engine == "pytorch":
         return Translator.load(model_dir, device=device)
-    from mtkit.decoding.export import export_ctranslate2
+    from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None
     exported = export_ctranslate2(model_dir, workdir / engine, quantization)

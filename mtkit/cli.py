@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
+from mtkit.serving.limits import ServeLimits
 
 # Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
 _UsageError = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "UsageError")
@@ -209,10 +210,14 @@ def translate(
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
     in_order = constraints_order is ConstraintOrder.GIVEN
-    decoding = Decoding(beam, nbest, length_penalty, drawn, no_repeat_ngram, alignments, alignment_layer, in_order, tgt_lang)
+    decoding = Decoding(
+        beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
+        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=in_order, tgt_lang=tgt_lang,
+    )  # fmt: skip
     options = FileOptions(
-        input, output, decoding, prefix, bad_bytes, plot_attention, plot_count, plot_heads, buffer_lines, constraints, glossary
-    )
+        input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention,
+        plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
+    )  # fmt: skip
     with translation_job(resolve_device(device)) as (job, rank_device):
         translate_file(Translator.load(model, engine, str(rank_device)), options, job)
 
@@ -245,29 +250,38 @@ def score(
         )
 
 
+LIMITS = ServeLimits()  # the server's defaults, stated once
+
+
 @app.command()
 def serve(
     model: TranslateModels,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
-    max_wait_ms: Annotated[float, typer.Option(min=0, help="How long the worker waits to fill a batch.")] = 5.0,
-    max_queue: Annotated[int, typer.Option(min=1, help="Requests waiting at most; more get 503 with Retry-After.")] = 256,
-    max_lines: Annotated[int, typer.Option(min=1, help="Sentences per request at most (413 above).")] = 64,
-    max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = 20_000,
-    batch_lines: Annotated[int, typer.Option(min=0, help="Sentences merged into a batch at most (0: 16 on CPU, else 128).")] = 0,
-    workers: Annotated[int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")] = 0,
+    max_wait_ms: Annotated[float, typer.Option(min=0, help="How long the worker waits to fill a batch.")] = LIMITS.max_wait_ms,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="Requests waiting at most; more get 503 with Retry-After.")
+    ] = LIMITS.max_queue,
+    max_lines: Annotated[int, typer.Option(min=1, help="Sentences per request at most (413 above).")] = LIMITS.max_lines,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = LIMITS.max_chars,
+    batch_lines: Annotated[
+        int, typer.Option(min=0, help="Sentences merged into a batch at most (0: 16 on CPU, else 128).")
+    ] = LIMITS.batch_lines,
+    workers: Annotated[
+        int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")
+    ] = LIMITS.workers,
     max_work: Annotated[
         int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
-    ] = 30_000,
+    ] = LIMITS.max_work,
     max_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
-    ] = 1_000,
+    ] = LIMITS.max_steps,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
-    ] = 2_000,
+    ] = LIMITS.chunk_work,
     request_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds a request may take; later: 504 and its work stopped (0: no limit).")
-    ] = 60.0,
+    ] = LIMITS.request_timeout,
     api_key: Annotated[
         Optional[str], typer.Option(envvar="MTKIT_API_KEY", help="Require 'Authorization: Bearer KEY' (or set MTKIT_API_KEY).")
     ] = None,
@@ -275,21 +289,13 @@ def serve(
     device: Device = "auto",
 ) -> None:
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
-    from mtkit.serving.app import ServeLimits, run_server
+    from mtkit.serving.app import run_server
 
     limits = ServeLimits(
-        max_lines=max_lines,
-        max_chars=max_chars,
-        max_queue=max_queue,
-        max_work=max_work,
-        max_steps=max_steps,
-        chunk_work=chunk_work,
-        request_timeout=request_timeout,
-        max_wait_ms=max_wait_ms,
-        batch_lines=batch_lines,
-        workers=workers,
-        api_key=api_key,
-    )
+        max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_steps=max_steps,
+        chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
+        workers=workers, api_key=api_key,
+    )  # fmt: skip
     run_server(model, engine, device, host, port, limits)
 
 
@@ -338,8 +344,10 @@ def evaluate(
     from mtkit.evaluation.report import save_scores as record_scores
 
     request = EvaluateRequest(
-        hyp or [], ref or [], model or [], split.value if split else None, src, beam, output, device, compare, flags,
-        parse_rules(flag_rule or []), seed, bootstrap_samples, randomisation_trials, tgt_lang, off_target,
+        hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
+        output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []), seed=seed,
+        bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials, tgt_lang=tgt_lang,
+        off_target=off_target,
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
@@ -352,15 +360,17 @@ def evaluate(
 def export(
     model: ModelPath,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the exported model to.")],
-    export_format: Annotated[ExportFormat, typer.Option("--format", help="Export format.")] = ExportFormat.CTRANSLATE2,
+    export_format: Annotated[
+        ExportFormat, typer.Option("--format", help="The toolkit to export for.")
+    ] = ExportFormat.CTRANSLATE2,
     quantization: Annotated[Optional[Quantization], typer.Option(help="Weight type (default: float32).")] = None,
     force: Annotated[bool, typer.Option(help="Replace an earlier export in --output.")] = False,
 ) -> None:
-    """Export a trained Transformer for CTranslate2; `mtkit translate -m DIR` then uses it."""
-    from mtkit.decoding.export import export_ctranslate2
+    """Export a trained Transformer for another toolkit (CTranslate2); `mtkit translate -m DIR` then uses it."""
+    from mtkit.exporters import export_model
 
     weights = quantization.value if quantization else None
-    written = export_ctranslate2(model, output, weights, force=force)
+    written = export_model(model, output, export_format=export_format, quantization=weights, force=force)
     typer.echo(f"exported {model} ({weights or 'float32'}) to {written}; translate with: mtkit translate -m {written}")
 
 

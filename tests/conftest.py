@@ -234,7 +234,7 @@ def reverse_rnn_run(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def reverse_export(reverse_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reverse-task Transformer exported to CTranslate2 (float32), for the export and engine tests."""
-    from mtkit.decoding.export import export_ctranslate2
+    from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
 

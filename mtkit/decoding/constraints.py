@@ -20,7 +20,7 @@ from mtkit.errors import MtkitError
 SEED_LIMIT = 2**64 - 1  # torch's generators take 64-bit seeds
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sampling:
     """Draw each token instead of searching: from the `top_k` most probable tokens (0: all), or
     from the fewest whose probabilities reach `top_p`, after dividing the logits by `temperature`."""
@@ -40,11 +40,11 @@ class Sampling:
             raise MtkitError(f"--seed {seed}: give a whole number from 0 to 2^64-1, such as 1")
         try:
             if kind == "full" and not value:
-                return cls(0, 1.0, temperature, seed)
+                return cls(temperature=temperature, seed=seed)
             if kind == "topk" and int(value) >= 1:
-                return cls(int(value), 1.0, temperature, seed)
+                return cls(top_k=int(value), temperature=temperature, seed=seed)
             if kind == "topp" and 0.0 < float(value) <= 1.0:
-                return cls(0, float(value), temperature, seed)
+                return cls(top_p=float(value), temperature=temperature, seed=seed)
         except ValueError:
             pass
         raise MtkitError(f"--sampling {text}: give topk:K (K >= 1), topp:P (0 < P <= 1) or full, such as topk:10")

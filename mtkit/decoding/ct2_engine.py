@@ -34,15 +34,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from mtkit.config import config_from_dict
 from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
 from mtkit.decoding.engine import Capability, Engine, LoadedModel, SearchOptions, SourceBatch
-from mtkit.decoding.export import MANIFEST, import_ctranslate2
 from mtkit.decoding.search import Hypothesis, length_penalty
 from mtkit.errors import MtkitError, one_line
 from mtkit.runtime import cpu_cores
+
+MANIFEST = "mtkit.json"  # what an export holds besides CTranslate2's model (mtkit.exporters.ctranslate2 writes it)
+
+
+def import_ctranslate2() -> ModuleType:
+    """The ctranslate2 package, or an MtkitError saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise MtkitError("the ctranslate2 package is not installed; run `pip install ctranslate2` (4.5 or newer)") from None
+    return ctranslate2
 
 
 def is_ctranslate2_export(path: Path) -> bool:

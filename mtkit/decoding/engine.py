@@ -45,7 +45,7 @@ class Capability(str, Enum):
     CONSTRAINTS = "lexical constraints"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     """What an engine's search is asked for, with the recipe's defaults filled in."""
 

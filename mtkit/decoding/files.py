@@ -35,7 +35,7 @@ BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 WINDOW_PAIRS = 10_000  # pairs scored together by score_files
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class FileOptions:
     """What `mtkit translate` was asked for (None: the recipe's decoding default)."""
 

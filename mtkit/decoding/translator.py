@@ -64,7 +64,7 @@ class Translation:
     unmet: list[str] = field(default_factory=list)  # constraints it lacks: the output cap came first
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decoding:
     """How to decode (None: the recipe's value). Sampling draws `nbest` samples instead of searching."""
 
@@ -282,7 +282,10 @@ class Translator:
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
         never = (*NEVER_EMITTED, *self.tokenizers.tgt.tags.values())
-        return SearchOptions(beam, nbest, alpha, decoding.sampling, ngram, layer, constraints_in_order=in_order, never=never)
+        return SearchOptions(
+            beam=beam, nbest=nbest, alpha=alpha, sampling=decoding.sampling, no_repeat_ngram=ngram, attention_layer=layer,
+            constraints_in_order=in_order, never=never,
+        )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
         """Target ids a translation must start with; a prefix longer than the model allows is an error."""

@@ -26,7 +26,7 @@ from mtkit.textio import read_lines, write_file, write_lines
 SCORES_FILE = "scores.json"  # a model directory's recorded test/valid scores
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class EvaluateRequest:
     """What `mtkit evaluate` was asked for."""
 

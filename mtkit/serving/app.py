@@ -22,7 +22,6 @@ import hmac
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -40,29 +39,12 @@ from mtkit.errors import MtkitError, one_line
 from mtkit.evaluation.report import known_scores
 from mtkit.runtime import cpu_cores, resolve_device
 from mtkit.serving.batcher import Batcher, QueueFull
+from mtkit.serving.body import BodyLimit
+from mtkit.serving.limits import ServeLimits, body_limit
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
-
-
-@dataclass
-class ServeLimits:
-    """What one server accepts and how it batches."""
-
-    max_lines: int = 64  # lines per request
-    max_chars: int = 20_000  # characters per request
-    max_queue: int = 256  # requests waiting for the worker; more get 503
-    max_work: int = 30_000  # decoding steps x beam rows one request may ask for (each sentence's output cap x beam)
-    max_steps: int = 1_000  # decoding steps one sentence may take (its output cap, or its prefix if longer)
-    # a request of more work is decoded in chunks of consecutive lines of at most this work, each queued on its
-    # own (smallest first), so a large request holds a worker for one chunk at a time
-    chunk_work: int = 2_000
-    request_timeout: float = 60.0  # seconds from queueing to answer (0: none); later is 504, the work stopped
-    max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
-    batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
-    workers: int = 0  # decoding threads, each with its share of the cores (0: 2 for PyTorch on CPU, else 1)
-    api_key: str | None = None  # when set, /translate and /info need "Authorization: Bearer KEY"
 
 
 class TranslateRequest(BaseModel):
@@ -93,9 +75,8 @@ class TranslateRequest(BaseModel):
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
     """The application: the routes over one translator and its batcher."""
     limits = batching_for(translator, limits)
-    batcher = Batcher(
-        translator, limits.max_wait_ms / 1000, limits.max_queue, limits.batch_lines, limits.workers, limits.chunk_work
-    )
+    wait_s = limits.max_wait_ms / 1000
+    batcher = Batcher(translator, wait_s, limits.max_queue, limits.batch_lines, limits.workers, limits.chunk_work)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +91,7 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     app.state.ready, app.state.batcher = False, batcher
     authorised = _key_check(limits.api_key)
     app.add_exception_handler(RequestValidationError, _invalid_body)
+    app.add_middleware(BodyLimit, limit=body_limit(limits.max_chars))
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:
@@ -178,8 +160,9 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
         decoding = Decoding(
-            body.beam, body.nbest, body.length_penalty, sampling, ngram, body.alignments, -1, in_order, body.tgt_lang
-        )
+            beam=body.beam, nbest=body.nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
+            alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang,
+        )  # fmt: skip
         plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, one_line(err).replace("--", "")) from None

@@ -14,8 +14,7 @@ from mtkit.cli import app
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.constraints import Sampling
-from mtkit.decoding.ct2_engine import load_export
-from mtkit.decoding.export import MANIFEST
+from mtkit.decoding.ct2_engine import MANIFEST, load_export
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 
@@ -117,11 +116,11 @@ def test_sampling_is_seeded_draws_nbest_samples_and_top_k_1_is_greedy(pytorch, e
     full = Sampling(top_k=0, temperature=2.0, seed=1)  # a flat distribution: samples differ
     first = exported.translate_nbest(lines, Decoding(sampling=full, nbest=4))
     again = exported.translate_nbest(lines, Decoding(sampling=full, nbest=4))
-    other = exported.translate_nbest(lines, Decoding(sampling=Sampling(0, 1.0, 2.0, seed=2), nbest=4))
+    other = exported.translate_nbest(lines, Decoding(sampling=Sampling(temperature=2.0, seed=2), nbest=4))
     texts = [[t.text for t in best] for best in first]
     assert texts == [[t.text for t in best] for best in again]
     assert texts != [[t.text for t in best] for best in other]
-    widest = Decoding(sampling=Sampling(0, 1.0, 2.0, seed=2**64 - 1), nbest=4)  # CTranslate2's own seeds have 32 bits
+    widest = Decoding(sampling=Sampling(temperature=2.0, seed=2**64 - 1), nbest=4)  # CTranslate2's own seeds have 32 bits
     assert exported.translate_nbest(lines, widest) == exported.translate_nbest(lines, widest)
     assert [len(best) for best in first] == [4] * len(lines)
     assert any(len(set(samples)) > 1 for samples in texts)
@@ -141,7 +140,9 @@ def test_sampling_is_seeded_draws_nbest_samples_and_top_k_1_is_greedy(pytorch, e
 
 
 def test_sampling_with_a_prefix_and_top_p_keeps_the_prefix(exported):
-    found = exported.translate_nbest(["a b c d"] * 3, Decoding(sampling=Sampling(0, 0.9, 1.5, 5), nbest=3), ["l", "", "d c"])
+    found = exported.translate_nbest(
+        ["a b c d"] * 3, Decoding(sampling=Sampling(top_p=0.9, temperature=1.5, seed=5), nbest=3), ["l", "", "d c"]
+    )
     assert all(t.text.startswith("l") for t in found[0]) and all(t.text.startswith("d c") for t in found[2])
 
 

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.config import ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, load_tokenizers
-from mtkit.decoding.ct2_engine import CT2Engine, load_export
+from mtkit.decoding.ct2_engine import MANIFEST, CT2Engine, import_ctranslate2, load_export
 from mtkit.decoding.engine import Capability, PyTorchEngine, length_batches
-from mtkit.decoding.export import MANIFEST, export_ctranslate2, import_ctranslate2
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
+from mtkit.exporters.ctranslate2 import export_ctranslate2
 from mtkit.models import build_model
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
 

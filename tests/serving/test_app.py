@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -320,3 +321,41 @@ def test_batching_is_chosen_for_the_device(translator):
     chosen = batching_for(translator, ServeLimits())
     assert (chosen.workers, chosen.batch_lines) == ((2, 16) if cpu_cores() >= 2 else (1, 128))  # PyTorch on CPU
     assert batching_for(translator, ServeLimits(workers=1, batch_lines=64)) == ServeLimits(workers=1, batch_lines=64)
+
+
+def resident_mb() -> float:
+    """This process's resident memory (the in-process server's included), in MB."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+
+def post_a_large_body(port: int, megabytes: int, chunked: bool) -> str:
+    """POST `megabytes` MB to /translate (with Content-Length, or chunked) from one reused 1 MB buffer;
+    the status line of the answer, read after the first megabyte, then the rest sent as far as the server takes it."""
+    block = b" " * 1_048_576
+    framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {megabytes * len(block)}".encode()
+    piece = b"100000\r\n" + block + b"\r\n" if chunked else block
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
+        connection.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + framing + b"\r\n\r\n"
+        )
+        with contextlib.suppress(OSError):
+            connection.sendall(piece)
+        status = connection.recv(4096).split(b"\r\n")[0].decode()
+        with contextlib.suppress(OSError):
+            connection.settimeout(2)
+            for _ in range(megabytes - 1):
+                connection.sendall(piece)
+    return status
+
+
+def test_large_bodies_are_refused_before_they_are_read(server):
+    port, _ = server
+    before = resident_mb()
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda chunked: post_a_large_body(port, 200, chunked), [False, True, False, True]))
+    assert all(status.startswith("HTTP/1.1 413") for status in statuses), statuses
+    assert resident_mb() - before < 50  # read whole, each body would have added 200 MB
+    declared = request(port, "POST", "/translate", {"text": ["a " * 40_000]})
+    assert declared.status == 413 and "the limit is 70336 bytes" in declared.body["detail"]
+    assert translate(port, ["a b c"]).status == 200  # and the server goes on serving

@@ -229,7 +229,7 @@ def test_the_server_takes_the_target_language_per_request(tagged_run):
 
 def test_the_ctranslate2_export_keeps_the_tag_as_a_source_piece(tagged_run, tmp_path):
     pytest.importorskip("ctranslate2")
-    from mtkit.decoding.export import export_ctranslate2
+    from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     exported = export_ctranslate2(tagged_run.run_path, tmp_path / "ct2", None)
     ct2, torch_model = Translator.load(exported), Translator.load(tagged_run.run_path)

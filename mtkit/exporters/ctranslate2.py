@@ -1,4 +1,4 @@
-"""`mtkit export`: a trained Transformer as a CTranslate2 model directory.
+"""`mtkit export --format ctranslate2`: a trained Transformer as a CTranslate2 model directory.
 
 The weights are written into CTranslate2's `TransformerSpec` one by one (the way its own fairseq
 and OpenNMT-py converters do), next to both SentencePiece models and `mtkit.json`, which holds
@@ -22,6 +22,7 @@ from torch import nn
 
 from mtkit.config import Config, config_to_dict
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
+from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
 from mtkit.decoding.engine import output_cap
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
@@ -29,7 +30,6 @@ from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
 from mtkit.options import Quantization
 from mtkit.textio import write_file
 
-MANIFEST = "mtkit.json"
 FORMAT = "mtkit-ctranslate2-1"
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 UNLIMITED = 1 << 30  # no position limit: sinusoidal tables have none in mtkit
@@ -75,15 +75,6 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
 
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> CTranslate2's Activation
-
-
-def import_ctranslate2() -> ModuleType:
-    """The ctranslate2 package, or an MtkitError saying how to install it."""
-    try:
-        import ctranslate2
-    except ImportError:
-        raise MtkitError("the ctranslate2 package is not installed; run `pip install ctranslate2` (4.5 or newer)") from None
-    return ctranslate2
 
 
 def position_rows(config: Config) -> int:
