@@ -36,6 +36,21 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads or cpu_cores())
 
 
+FAST_PATHS_VARIABLE = "MTKIT_FAST_PATHS"
+
+
+def fast_paths_enabled() -> bool:
+    """Whether mtkit applies its CPU fast paths; `MTKIT_FAST_PATHS=0` turns them all off.
+
+    They are: `retain_freed_memory` (process-wide, glibc's allocator) when training on CPU or loading
+    a model to translate, and `mtkit.models.packed.pack_linears` (the loaded model's large linears,
+    private oneDNN ops) when loading a model to translate. Both are on by default and measured in
+    docs/performance.md; turn them off to debug, or when mtkit runs inside another program whose
+    allocator settings it should not change.
+    """
+    return os.environ.get(FAST_PATHS_VARIABLE, "1").strip() != "0"
+
+
 def retain_freed_memory() -> bool:
     """Keep freed heap memory in the process for reuse instead of handing it back to the kernel.
 

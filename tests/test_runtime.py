@@ -9,6 +9,8 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from mtkit.runtime import autocast_dtype, avoid_per_shape_attention_plans, enable_tf32
 
@@ -74,3 +76,14 @@ def test_cudnn_attention_is_turned_off_only_for_cuda():
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_the_private_onednn_ops_packing_uses_are_in_this_torch():
+    """Packing calls two private oneDNN ops; a torch that drops or renames them fails here, loudly,
+    instead of every loaded model quietly running unpacked (pack_linears falls back to plain layers)."""
+    assert torch.backends.mkldnn.is_available(), "this torch has no oneDNN: pack_linears packs nothing"
+    layer = nn.Linear(1024, 1024)
+    packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), 64)
+    x = torch.randn(5, 1024)
+    product = torch.ops.mkldnn._linear_pointwise(x, packed, layer.bias, "none", [], "")
+    torch.testing.assert_close(product, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)

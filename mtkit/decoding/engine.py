@@ -28,7 +28,6 @@ from mtkit.decoding.lexical import TermRequest, Terms
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, Stop, beam_search, greedy_search
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
-from mtkit.runtime import retain_freed_memory
 
 
 class Capability(str, Enum):
@@ -119,10 +118,6 @@ class PyTorchEngine(Engine):
 
     def __init__(self, model: EncoderDecoder, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
-        # Every step re-allocates (rows x vocabulary) log-probabilities; with glibc's default they are
-        # mapped and unmapped each time (OPUS-MT's 58,000 pieces at beam 5: 2.9 million page faults
-        # for 48 sentences, 1.25x the time; benchmarks/opus_mt.py). Process-wide, as in training.
-        retain_freed_memory()
         self.model = model.to(self.device)
         self.max_positions = model.max_positions
 

@@ -47,7 +47,7 @@ from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
 from mtkit.models.packed import pack_linears
 from mtkit.options import EngineName
-from mtkit.runtime import resolve_device
+from mtkit.runtime import fast_paths_enabled, resolve_device, retain_freed_memory
 from mtkit.textio import model_text
 
 LineConstraints = Sequence[str | Sequence[str] | Term]  # one line's constraints
@@ -104,6 +104,8 @@ class Translator:
 
         Several paths make an ensemble (PyTorch engine): the models' next-token log-probabilities are
         averaged at every step, and the first model's tokenizers, recipe and decoding defaults are used.
+        Loading a checkpoint applies the CPU fast paths (`mtkit.runtime.fast_paths_enabled`: freed
+        memory kept in the process, large linears packed for oneDNN) unless MTKIT_FAST_PATHS=0.
         """
         paths, engine = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)], EngineName(engine)
         exported = [p for p in paths if is_ctranslate2_export(p)]
@@ -422,7 +424,9 @@ def _load_checkpoints(paths: list[Path], device: str) -> LoadedModel:
         check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
         model = Ensemble([m for m, _, _, _ in loaded])
     engine = PyTorchEngine(model.eval(), resolve_device(device))
-    pack_linears(engine.model)  # decoding only: on CPU, weights laid out once for oneDNN
+    if fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither
+        retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
+        pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN
     return LoadedModel(engine, tokenizers, config.decode, config.data.normalize, config)
 
 

@@ -51,6 +51,7 @@ from mtkit.runtime import (
     autocast_dtype,
     avoid_per_shape_attention_plans,
     enable_tf32,
+    fast_paths_enabled,
     resolve_device,
     retain_freed_memory,
     seed_everything,
@@ -95,7 +96,7 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
     """Join the torchrun job if there is one, then set threads, memory reuse, TF32, attention kernels and seed."""
     dist, device = init_distributed(resolve_device(config.device))
     set_threads(config.threads)
-    if device.type == "cpu":
+    if device.type == "cpu" and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: off
         retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
     avoid_per_shape_attention_plans(device)

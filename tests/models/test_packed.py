@@ -97,3 +97,11 @@ def test_a_loaded_translator_decodes_with_packed_weights(reverse_run):
     sources = ["ein hund läuft", "zwei kinder spielen am strand", "a"]
     for beam in (1, 5):
         assert translator.translate(sources, beam=beam) == plain.translate(sources, beam=beam)
+
+
+def test_mtkit_fast_paths_0_loads_a_model_as_it_was_trained(reverse_run, monkeypatch):
+    packed = Translator.load(reverse_run.run_path, device="cpu").engine.model
+    assert any(type(m) is PackedLinear for m in packed.modules())
+    monkeypatch.setenv("MTKIT_FAST_PATHS", "0")
+    plain = Translator.load(reverse_run.run_path, device="cpu").engine.model
+    assert not any(type(m) is PackedLinear for m in plain.modules())
