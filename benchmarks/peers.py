@@ -50,7 +50,7 @@ Speed (the default), each measurement in the order A B A (mtkit, OpenNMT-py, mtk
    end of update 50 to the end of update 250.
 2. Decoding: beam 5 and greedy on the recipe's test split, both capped at --max-len output pieces
    (mtkit: decode.max_len_a=0, max_len_b=N; OpenNMT-py: -max_length N -max_length_ratio 0), decoding
-   batches of decode.batch_tokens source tokens x beam on both. mtkit: its Translator, model loading
+   batches of decode.batch_beam_tokens source tokens x beam on both. mtkit: its Translator, model loading
    not timed. OpenNMT-py: onmt_translate's own -report_time clock, which also starts after loading.
    Sentences/s, output pieces/s (EOS counted once a sentence, as speed.py counts) and cased BLEU
    (mtkit's sacreBLEU scoring, the outputs detokenised by the same SentencePiece model, against the
@@ -534,7 +534,7 @@ def translate_command(
     command = [str(bin_dir / "onmt_translate"), "-model", str(model), "-src", str(source), "-output", str(output)]
     command += ["-beam_size", str(beam), "-max_length", str(max_len), "-max_length_ratio", "0"]
     command += ["-length_penalty", penalty, "-alpha", str(alpha), "-gpu", "-1", "-seed", str(config.train.seed)]
-    command += ["-batch_type", "tokens", "-batch_size", str(max(1, config.decode.batch_tokens // beam)), "-report_time"]
+    command += ["-batch_type", "tokens", "-batch_size", str(max(1, config.decode.batch_beam_tokens // beam)), "-report_time"]
     if beam == 1:
         command += ["-random_sampling_topk", "1"]  # its greedy search (argmax), not a beam of one
     return command

@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402 - benchmarks/speed.py, beside this file
 
-from mtkit.decoding.terms import Glossary, Term, contains_term  # noqa: E402
+from mtkit.decoding.terminology.terms import Glossary, Term, contains_term  # noqa: E402
 from mtkit.decoding.translator import Decoding, Translation, Translator  # noqa: E402
 from mtkit.evaluation.metrics import bleu  # noqa: E402
 from mtkit.textio import file_lines  # noqa: E402

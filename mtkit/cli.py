@@ -202,8 +202,8 @@ def translate(
 
     Under `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines.
     """
-    from mtkit.decoding.constraints import Sampling
     from mtkit.decoding.files import FileOptions, translate_file
+    from mtkit.decoding.sampling import Sampling
     from mtkit.decoding.translator import Decoding, Translator
     from mtkit.distributed import translation_job
     from mtkit.runtime import resolve_device

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from mtkit.options import BadBytes
 
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
+# Keys that were renamed: the old name is still read (with a one-line note on stderr, except in saved configs).
+RENAMED_KEYS = {"decode.batch_tokens": "batch_beam_tokens"}  # it counts source tokens x beam, not padded tokens
 _ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
 DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
@@ -269,7 +272,8 @@ class ModelConfig:
 class TrainConfig:
     """The training loop: batching, optimiser, schedule, stopping."""
 
-    batch_tokens: int = field(default=4096, metadata=_at_least(1))  # padded tokens per batch (sentences x longest side)
+    # padded tokens per update's batch (sentences x longest side); decoding's batches are decode.batch_beam_tokens
+    batch_tokens: int = field(default=4096, metadata=_at_least(1))
     lr: float = field(default=7e-4, metadata=_range(0.0, 10.0, open_low=True))  # peak learning rate, reached after warmup
     # the schedule's scale: warmup 0 would make every learning rate 0
     warmup_steps: int = field(default=4000, metadata=_at_least(1))
@@ -353,7 +357,8 @@ class DecodeConfig:
     # maximum output length = a * source length + b
     max_len_a: float = field(default=1.2, metadata=_range(0.0, 10.0))
     max_len_b: int = field(default=10, metadata=_range(0, 10_000))
-    batch_tokens: int = field(default=6000, metadata=_at_least(1))  # source tokens x beam per decoding batch
+    # source tokens x beam (rows searched) per decoding batch; was decode.batch_tokens (train.batch_tokens counts padded tokens)
+    batch_beam_tokens: int = field(default=6000, metadata=_at_least(1))
     # longer input lines are split into segments translated one by one (attention is quadratic in it)
     max_input_tokens: int = field(default=250, metadata=_range(1, 10_000))
 
@@ -577,7 +582,7 @@ def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = {}
-    for key, value in raw.items():
+    for key, value in _renamed(raw, prefix, source, saved).items():
         if key not in fields:
             if saved and f"{prefix}{key}" in RETIRED_KEYS:
                 continue
@@ -597,6 +602,22 @@ def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
         section = cls(**{key: value for key, value in values.items() if key not in foreign})
     _check_rules(section, prefix, source)
     return section
+
+
+def _renamed(raw: dict[str, Any], prefix: str, source: str, saved: bool) -> dict[str, Any]:
+    """`raw` with renamed keys under their new names; a recipe (not a saved config) is told once per key."""
+    renamed = {}
+    for key, value in raw.items():
+        new = RENAMED_KEYS.get(f"{prefix}{key}")
+        if new is None:
+            renamed[key] = value
+            continue
+        if new in raw:
+            raise MtkitError(f"{source}: '{prefix}{key}' and '{prefix}{new}' are one key (renamed); keep '{prefix}{new}'")
+        if not saved:
+            print(f"mtkit: note: {source}: '{prefix}{key}' is now called '{prefix}{new}'; rename it", file=sys.stderr)
+        renamed[new] = value
+    return renamed
 
 
 def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: str, saved: bool) -> Any:

@@ -53,7 +53,7 @@ PROMISED_KEYS = {
         "seed",
         "device",
     ],
-    "decode": ["beam", "length_penalty", "max_len_a", "max_len_b", "batch_tokens"],
+    "decode": ["beam", "length_penalty", "max_len_a", "max_len_b", "batch_beam_tokens"],
 }
 
 
@@ -625,3 +625,14 @@ def test_every_shipped_recipe_loads_and_states_the_band_it_should_reach(recipe, 
 
     low, high = bleu_band(load_shipped_recipe(recipe, tmp_path))
     assert 0 < low < high <= 100
+
+
+def test_the_renamed_decode_batch_tokens_is_read_with_a_note(capsys):
+    config = config_from_dict({"decode": {"batch_tokens": 1234}}, source="old.yaml")
+    assert config.decode.batch_beam_tokens == 1234 and config.train.batch_tokens == TrainConfig().batch_tokens
+    note = capsys.readouterr().err.strip()
+    assert note == "mtkit: note: old.yaml: 'decode.batch_tokens' is now called 'decode.batch_beam_tokens'; rename it"
+    assert config_from_dict({"decode": {"batch_tokens": 99}}, saved=True).decode.batch_beam_tokens == 99
+    assert capsys.readouterr().err == ""  # a config saved by an older mtkit says nothing
+    with pytest.raises(MtkitError, match="'decode.batch_tokens' and 'decode.batch_beam_tokens' are one key"):
+        config_from_dict({"decode": {"batch_tokens": 1, "batch_beam_tokens": 2}})

@@ -345,5 +345,7 @@ def load_export(directory: Path | str, device: str = "cpu", compute_type: str = 
         raise MtkitError(f"{directory}: CTranslate2 cannot load it ({one_line(err)})") from None
     recipe = config_from_dict(manifest["recipe"], source=str(directory / MANIFEST), saved=True)
     decode = config_from_dict({"decode": manifest["decode"]}, source=str(directory / MANIFEST), saved=True).decode
-    engine = CT2Engine(model, tokenizers, manifest["max_positions"], decode.batch_tokens, load, manifest.get("alignment_layer"))
+    engine = CT2Engine(
+        model, tokenizers, manifest["max_positions"], decode.batch_beam_tokens, load, manifest.get("alignment_layer")
+    )
     return LoadedModel(engine, tokenizers, decode, manifest["normalize"], recipe)

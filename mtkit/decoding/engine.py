@@ -23,9 +23,10 @@ from torch import Tensor
 from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
-from mtkit.decoding.constraints import Constraints, Sampling, draw
-from mtkit.decoding.lexical import TermRequest, Terms
+from mtkit.decoding.sampling import Sampling, draw
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, Stop, beam_search, greedy_search
+from mtkit.decoding.step_rules import StepRules
+from mtkit.decoding.terminology.search import TermRequest, Terms
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
 
@@ -127,7 +128,7 @@ class PyTorchEngine(Engine):
         if options.sampling is not None:
             found = self._sample(src, src_mask, caps, batch.prefixes, options)
         else:
-            constraints = Constraints.build(batch.prefixes, options.no_repeat_ngram, self.device)
+            constraints = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
             if options.beam == 1:
                 greedy = greedy_search(
                     self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints, stop=options.stop, never=options.never
@@ -191,7 +192,7 @@ class PyTorchEngine(Engine):
         count = options.nbest
         rows = torch.arange(src.size(0), device=self.device).repeat_interleave(count)  # (B*N,)
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
-        constraints = Constraints.build(repeated, options.no_repeat_ngram, self.device)
+        constraints = StepRules.build(repeated, options.no_repeat_ngram, self.device)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
         drawn = greedy_search(

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.engine import Capability
 from mtkit.decoding.heatmaps import check_can_plot, plot_attention
-from mtkit.decoding.terms import Glossary, Term, parse_constraints
+from mtkit.decoding.terminology.terms import Glossary, Term, parse_constraints
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError

@@ -2,7 +2,7 @@
 
 Each pair is scored teacher-forced: the sum of the log-probabilities of the target's pieces and
 its final EOS given the source, read the way the model reads text (normalised, SentencePiece).
-Pairs are sorted into length batches of `decode.batch_tokens` and put back in input order (files
+Pairs are sorted into length batches of `decode.batch_beam_tokens` and put back in input order (files
 stream in windows: `mtkit.decoding.files.score_files`). A pair longer than the model's positions is
 scored on its first pieces, and counted in a warning.
 """

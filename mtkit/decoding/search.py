@@ -1,7 +1,7 @@
 """Greedy and beam search over the encode / decode / reorder_state contract, and the length penalty.
 
 Search never asks which architecture it drives: it encodes once, then decodes incrementally, one
-token per step, starting from an empty `state` dict. `Constraints` (prefixes, n-gram blocking)
+token per step, starting from an empty `state` dict. `StepRules` (prefixes, n-gram blocking)
 steer each step's log-probabilities; greedy search may draw its tokens (`pick`) instead of taking
 the most probable one. Finished sentences leave the active batch at
 once; `model.reorder_state` both shrinks the decoder cache and reorders beams.
@@ -10,7 +10,7 @@ A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, it
 forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
 a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
 
-Beam search also takes lexical constraints (`mtkit.decoding.lexical.Terms`): terms every hypothesis
+Beam search also takes lexical constraints (`mtkit.decoding.terminology.search.Terms`): terms every hypothesis
 must contain, with dynamic beam allocation; a hypothesis that reaches its output cap without them is
 returned with `Hypothesis.unmet` naming them, and ranks after every one that has them all.
 
@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, PAD_ID
-from mtkit.decoding.constraints import Constraints
-from mtkit.decoding.lexical import Terms, TermState, allocate, hold_end
+from mtkit.decoding.step_rules import StepRules
+from mtkit.decoding.terminology.search import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -85,7 +85,7 @@ def greedy_search(
     bos_id: int,
     eos_id: int,
     alpha: float = 0.0,
-    constraints: Constraints | None = None,
+    constraints: StepRules | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
     stop: Stop | None = None,
     never: Sequence[int] = NEVER_EMITTED,
@@ -153,7 +153,7 @@ def beam_search(
     nbest: int,
     bos_id: int,
     eos_id: int,
-    constraints: Constraints | None = None,
+    constraints: StepRules | None = None,
     stop: Stop | None = None,
     terms: Terms | None = None,
     never: Sequence[int] = NEVER_EMITTED,
@@ -202,7 +202,7 @@ def _advance_beams(
     alpha: float,
     eos_id: int,
     finished: list[list[Hypothesis]],
-    constraints: Constraints | None,
+    constraints: StepRules | None,
     banned: Tensor,
 ) -> _Beams:
     """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""

@@ -25,7 +25,6 @@ from tqdm import tqdm
 from mtkit.config import Config, DecodeConfig, target_languages
 from mtkit.data.tokenizer import TokenizerPair, tagged
 from mtkit.decoding.alignment import word_alignment
-from mtkit.decoding.constraints import Sampling
 from mtkit.decoding.ct2_engine import is_ctranslate2_export, load_export
 from mtkit.decoding.engine import (
     Capability,
@@ -38,10 +37,11 @@ from mtkit.decoding.engine import (
     output_cap,
     require,
 )
-from mtkit.decoding.lexical import Phrases, TermRequest
 from mtkit.decoding.pair_scores import PairScore, score_pairs
+from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchStopped, Stop
-from mtkit.decoding.terms import Term, as_terms, encode_term, place_terms, word_continuations
+from mtkit.decoding.terminology.search import Phrases, TermRequest
+from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
@@ -51,7 +51,7 @@ from mtkit.runtime import fast_paths_enabled, resolve_device, retain_freed_memor
 from mtkit.textio import model_text
 
 LineConstraints = Sequence[str | Sequence[str] | Term]  # one line's constraints
-Constraints = Sequence[LineConstraints] | None  # per line
+TermLists = Sequence[LineConstraints] | None  # per line: the terms each translation must contain
 
 
 @dataclass
@@ -135,7 +135,7 @@ class Translator:
         lines: Sequence[str],
         beam: int | None = None,
         progress: bool = False,
-        constraints: Constraints = None,
+        constraints: TermLists = None,
         tgt_lang: str | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
@@ -154,7 +154,7 @@ class Translator:
         prefixes: Sequence[str] | None = None,
         progress: bool = False,
         stop: Stop | None = None,
-        constraints: Constraints = None,
+        constraints: TermLists = None,
     ) -> list[list[Translation]]:
         """The `decoding.nbest` best translations (or samples) of each line, best first, in input order.
 
@@ -183,7 +183,7 @@ class Translator:
     def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
         tag = self.source_tag(tgt_lang)
-        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_tokens, sources, targets, tag)
+        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_beam_tokens, sources, targets, tag)
 
     @property
     def target_languages(self) -> list[str]:
@@ -218,7 +218,7 @@ class Translator:
         lines: Sequence[str],
         decoding: Decoding | None = None,
         prefixes: Sequence[str] | None = None,
-        constraints: Constraints = None,
+        constraints: TermLists = None,
     ) -> Plan:
         """The way of `lines` through the engine; see `Plan`."""
         options = self.search_options(decoding or Decoding())
@@ -316,8 +316,8 @@ class Plan:
 
     1. `segments_of_line`: the source ids of each line (none if empty, several if over-long); a
        line's target prefix goes with its first segment, its constraints with the segment they
-       belong to (`mtkit.decoding.terms.place_terms`);
-    2. `batches()`: the segments sorted by length into batches of `decode.batch_tokens` x beam;
+       belong to (`mtkit.decoding.terminology.terms.place_terms`);
+    2. `batches()`: the segments sorted by length into batches of `decode.batch_beam_tokens` x beam;
     3. `put()` records what the engine found for a batch; `results()` detokenises and puts
        segments and lines back together, in input order (with word alignments when asked).
     The caller runs the loop: `for batch in plan.batches(): plan.put(batch, engine.search(batch, plan.options))`.
@@ -376,7 +376,7 @@ class Plan:
         return max((self._cap(index) for index in range(len(self.sources))), default=0)
 
     def batches(self) -> Iterator[SourceBatch]:
-        batch_tokens = self._translator.decode.batch_tokens
+        batch_tokens = self._translator.decode.batch_beam_tokens
         for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens):
             prefixes = None if self.prefixes is None else [self.prefixes[i] for i in indices]
             terms = None

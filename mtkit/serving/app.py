@@ -32,8 +32,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtkit.decoding.constraints import SEED_LIMIT, Sampling
-from mtkit.decoding.terms import Term, as_terms
+from mtkit.decoding.sampling import SEED_LIMIT, Sampling
+from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, one_line
 from mtkit.evaluation.report import known_scores

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from mtkit.decoding.search import SearchStopped
-from mtkit.decoding.terms import Term
+from mtkit.decoding.terminology.terms import Term
 from mtkit.decoding.translator import Decoding, Translation, Translator
 
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.alignment import pharaoh
-from mtkit.decoding.constraints import Sampling
 from mtkit.decoding.ct2_engine import MANIFEST, load_export
+from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 

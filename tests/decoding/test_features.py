@@ -10,7 +10,7 @@ from conftest import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.constraints import Sampling
+from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding
 from mtkit.errors import MtkitError
 

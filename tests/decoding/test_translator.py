@@ -18,7 +18,10 @@ def test_outputs_keep_input_order_across_many_small_batches(translator):
     lines = ["a b c", "", "d e f g h i j", "k l", "   ", "a", "b c d e f"]
     one_by_one = [translator.translate([line])[0] for line in lines]
     tiny_batches = Translator(
-        translator.engine, translator.tokenizers, dataclasses.replace(translator.decode, batch_tokens=10), translator.normalize
+        translator.engine,
+        translator.tokenizers,
+        dataclasses.replace(translator.decode, batch_beam_tokens=10),
+        translator.normalize,
     )
     assert tiny_batches.translate(lines) == one_by_one
     assert translator.translate(lines) == one_by_one

@@ -7,9 +7,9 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.constraints import Constraints
-from mtkit.decoding.lexical import TermRequest, Terms
 from mtkit.decoding.search import Hypothesis, beam_search
+from mtkit.decoding.step_rules import StepRules
+from mtkit.decoding.terminology.search import TermRequest, Terms
 from mtkit.models.base import DecoderState, EncoderDecoder
 
 # ids 0-3 are pad, unk, bos, eos; then "▁a" "▁b" "▁c" "d" "▁e" "." (only "d" continues a word)
@@ -64,7 +64,7 @@ def search(
     nbest: int = 1,
     cap: int = 10,
     in_order: bool = False,
-    steer: Constraints | None = None,
+    steer: StepRules | None = None,
     sources: int = 1,
     per_source: list[list[list[list[int]]]] | None = None,
 ) -> list[list[Hypothesis]]:
@@ -195,6 +195,6 @@ def test_random_models_get_their_terms_and_flag_only_what_the_cap_cut():
 
 def test_with_a_prefix_and_ngram_blocking():
     model = hand_model(**PLAIN)
-    steer = Constraints([[C, A]], 2, torch.device("cpu"))
+    steer = StepRules([[C, A]], 2, torch.device("cpu"))
     best = search(model, [[[E]]], steer=steer)[0][0]
     assert best.tokens[:2] == [C, A] and contains(best.tokens, [E])

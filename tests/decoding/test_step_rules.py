@@ -12,8 +12,9 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
-from mtkit.decoding.constraints import Constraints, Sampling, draw
+from mtkit.decoding.sampling import Sampling, draw
 from mtkit.decoding.search import Hypothesis, beam_search, greedy_search
+from mtkit.decoding.step_rules import StepRules
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -70,11 +71,11 @@ def batch(rows: int) -> tuple[Tensor, Tensor, Tensor]:
     return src, src.bool(), torch.full((rows,), 12)
 
 
-def greedy(table: Table, rows: int = 1, constraints: Constraints | None = None, pick=None) -> list[Hypothesis]:
+def greedy(table: Table, rows: int = 1, constraints: StepRules | None = None, pick=None) -> list[Hypothesis]:
     return greedy_search(TableModel(table), *batch(rows), BOS_ID, EOS_ID, 0.0, constraints, pick)
 
 
-def beam(table: Table, rows: int = 1, constraints: Constraints | None = None) -> list[Hypothesis]:
+def beam(table: Table, rows: int = 1, constraints: StepRules | None = None) -> list[Hypothesis]:
     """The best of a beam of 3 (ranked by log-probability per token), per row."""
     return [found[0] for found in beam_search(TableModel(table), *batch(rows), 3, 1.0, 1, BOS_ID, EOS_ID, constraints)]
 
@@ -167,13 +168,13 @@ def repeated_ngrams(tokens: list[int], size: int) -> list[tuple[int, ...]]:
 def test_no_repeat_ngram_blocks_every_repeat_of_a_stub_that_loves_repeating(search, size):
     [plain] = search(loves_repeating)
     assert repeated_ngrams(plain.tokens, size)
-    [blocked] = search(loves_repeating, constraints=Constraints.build(None, size, torch.device("cpu")))
+    [blocked] = search(loves_repeating, constraints=StepRules.build(None, size, torch.device("cpu")))
     assert len(blocked.tokens) >= 2 and not repeated_ngrams(blocked.tokens, size)
     assert blocked.log_prob == pytest.approx(model_log_prob(loves_repeating, blocked.tokens), rel=1e-6)
 
 
 def test_no_repeat_ngram_changes_nothing_where_nothing_repeats():
-    constraints = Constraints.build(None, 2, torch.device("cpu"))
+    constraints = StepRules.build(None, 2, torch.device("cpu"))
     for search in (greedy, beam):
         [plain], [blocked] = search(counts_up), search(counts_up, constraints=constraints)
         assert blocked.tokens == plain.tokens == [A, B, C, D]
@@ -183,7 +184,7 @@ def test_no_repeat_ngram_changes_nothing_where_nothing_repeats():
 @pytest.mark.parametrize("search", [greedy, beam])
 def test_outputs_start_with_their_prefix_and_an_empty_prefix_changes_nothing(search):
     prefixes = [[D, C], [], [C]]
-    found = search(counts_up, 3, Constraints.build(prefixes, 0, torch.device("cpu")))
+    found = search(counts_up, 3, StepRules.build(prefixes, 0, torch.device("cpu")))
     assert found[0].tokens[:2] == [D, C] and found[2].tokens[:1] == [C]
     [plain] = search(counts_up, 1)
     assert found[1].tokens == plain.tokens and found[1].log_prob == pytest.approx(plain.log_prob)
@@ -192,12 +193,12 @@ def test_outputs_start_with_their_prefix_and_an_empty_prefix_changes_nothing(sea
 
 
 def test_a_prefix_is_forced_even_where_it_repeats_a_blocked_ngram():
-    constraints = Constraints.build([[A, A, A]], 1, torch.device("cpu"))
+    constraints = StepRules.build([[A, A, A]], 1, torch.device("cpu"))
     [hypothesis] = greedy(loves_repeating, constraints=constraints)
     assert hypothesis.tokens[:3] == [A, A, A]
     assert A not in hypothesis.tokens[3:]
 
 
 def test_nothing_to_constrain_builds_nothing():
-    assert Constraints.build(None, 0, torch.device("cpu")) is None
-    assert Constraints.build([[], []], 0, torch.device("cpu")) is None
+    assert StepRules.build(None, 0, torch.device("cpu")) is None
+    assert StepRules.build([[], []], 0, torch.device("cpu")) is None

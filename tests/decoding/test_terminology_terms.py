@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.terms import Glossary, Term, as_terms, contains_term, parse_constraints, place_terms
+from mtkit.decoding.sampling import Sampling
+from mtkit.decoding.terminology.terms import Glossary, Term, as_terms, contains_term, parse_constraints, place_terms
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 from tests.conftest import cli_output, write_text_lines
@@ -124,7 +125,7 @@ def test_the_translate_api_takes_constraints(translator):
     ("decoding", "says"),
     [
         (Decoding(beam=1), r"need beam search, not greedy search \(beam 1\)"),
-        (Decoding(sampling=__import__("mtkit.decoding.constraints").decoding.constraints.Sampling()), "not --sampling"),
+        (Decoding(sampling=Sampling()), "not --sampling"),
     ],
 )
 def test_constraints_without_beam_search_are_refused(translator, decoding, says):
