@@ -18,7 +18,7 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+SHARED = Path(__file__).resolve().parent / "corpus" / "multi30k"
 LEFT_OUT = "▁the"  # a source piece missing from vocab.json: MarianTokenizer and mtkit both give <unk>
 
 

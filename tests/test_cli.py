@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.models.checkpoint import read_checkpoint
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+MULTI30K = Path(__file__).resolve().parent / "corpus" / "multi30k"  # conftest.MULTI30K
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 30
 SOURCES = [
@@ -103,7 +103,6 @@ def recipe_dict(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A tiny recipe taken through `tokenizer train`, `prepare` and `train`, with each command's result."""
-    assert MULTI30K.is_dir(), f"{MULTI30K} is missing; clone the repository next to shared/"
     root = tmp_path_factory.mktemp("cli")
     recipe = root / "tiny.yaml"
     recipe.write_text(yaml.safe_dump(recipe_dict(root)), encoding="utf-8")
