@@ -56,8 +56,8 @@ def retain_freed_memory() -> bool:
 
     Every training update frees and re-allocates the same large tensors (activations, logits and
     their gradients). glibc serves such blocks with mmap and unmaps them on free, so the next update
-    page-faults all of that memory in again: on the Multi30k Transformer about 70,000 page faults an
-    update and a tenth of the CPU time in the kernel. With mmap off and a 1 GiB trim threshold,
+    page-faults all of that memory in again (docs/performance.md has the cost). With mmap off and a
+    1 GiB trim threshold,
     freed blocks are reused. Only glibc on Linux has `mallopt`; elsewhere this does nothing.
     Returns whether it took effect.
     """
@@ -86,9 +86,8 @@ def avoid_per_shape_attention_plans(device: torch.device) -> None:
     """On CUDA, take cuDNN's kernel out of `scaled_dot_product_attention`'s choices (process-wide).
 
     cuDNN builds an execution plan for every new (batch, length) shape, so training on shapes not
-    seen before ran 10x slower on an H100 (7,600-7,900 against 72,000-83,000 target tokens/s, the
-    Multi30k Transformer's first epoch, A B A B); once every shape has a plan, both kernels ran at
-    the same speed (103,000 against 104,000). The flash and memory-efficient kernels have no
+    seen before ran many times slower on an H100 (figures in docs/performance.md); once every shape
+    has a plan, both kernels run at the same speed. The flash and memory-efficient kernels have no
     per-shape cost. On CPU this does nothing.
     """
     if device.type == "cuda":

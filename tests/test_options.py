@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.decoding.engine import SearchOptions
 from mtkit.decoding.files import FileOptions
 from mtkit.decoding.sampling import Sampling
+from mtkit.decoding.search import SearchOptions
 from mtkit.decoding.translator import Decoding
 from mtkit.evaluation.report import EvaluateRequest
 from mtkit.serving.app import ServeLimits

@@ -39,8 +39,8 @@ from typing import Any
 
 from mtkit.config import config_from_dict
 from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
-from mtkit.decoding.engine import Capability, Engine, LoadedModel, SearchOptions, SourceBatch
-from mtkit.decoding.search import Hypothesis, length_penalty
+from mtkit.decoding.engine import Capability, Engine, LoadedModel, SourceBatch
+from mtkit.decoding.search import Hypothesis, SearchOptions, length_penalty
 from mtkit.errors import MtkitError, one_line
 from mtkit.runtime import cpu_cores
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from typing import ClassVar
@@ -23,8 +23,8 @@ from torch import Tensor
 from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
-from mtkit.decoding.sampling import Sampling, draw
-from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, Stop, beam_search, greedy_search
+from mtkit.decoding.sampling import draw
+from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.search import TermRequest, Terms
 from mtkit.errors import MtkitError
@@ -43,26 +43,6 @@ class Capability(str, Enum):
     ALIGNMENTS = "word alignments"
     ENSEMBLE = "ensembles"
     CONSTRAINTS = "lexical constraints"
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchOptions:
-    """What an engine's search is asked for, with the recipe's defaults filled in."""
-
-    beam: int = 1
-    nbest: int = 1
-    alpha: float = 0.0  # the length penalty's exponent
-    sampling: Sampling | None = None
-    no_repeat_ngram: int = 0
-    attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
-    stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
-    constraints_in_order: bool = False  # lexical constraints in the order given
-    never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's target-language tags
-
-    @property
-    def width(self) -> int:
-        """Rows searched per source: the beam, or the number of samples."""
-        return self.nbest if self.sampling is not None else self.beam
 
 
 @dataclass
@@ -128,28 +108,13 @@ class PyTorchEngine(Engine):
         if options.sampling is not None:
             found = self._sample(src, src_mask, caps, batch.prefixes, options)
         else:
-            constraints = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
-            if options.beam == 1:
-                greedy = greedy_search(
-                    self.model, src, src_mask, caps, BOS_ID, EOS_ID, 0.0, constraints, stop=options.stop, never=options.never
-                )
+            step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
+            if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
+                greedy = greedy_search(self.model, src, src_mask, caps, replace(options, alpha=0.0), step_rules=step_rules)
                 found = [[h] for h in greedy]
             else:
-                found = beam_search(
-                    self.model,
-                    src,
-                    src_mask,
-                    caps,
-                    options.beam,
-                    options.alpha,
-                    options.nbest,
-                    BOS_ID,
-                    EOS_ID,
-                    constraints,
-                    options.stop,
-                    Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None,
-                    options.never,
-                )
+                terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
+                found = beam_search(self.model, src, src_mask, caps, options, step_rules=step_rules, terms=terms)
         if options.attention_layer is not None:
             link_hypotheses(self.model, src, src_mask, found, options.attention_layer)
         return found
@@ -192,13 +157,10 @@ class PyTorchEngine(Engine):
         count = options.nbest
         rows = torch.arange(src.size(0), device=self.device).repeat_interleave(count)  # (B*N,)
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
-        constraints = StepRules.build(repeated, options.no_repeat_ngram, self.device)
+        step_rules = StepRules.build(repeated, options.no_repeat_ngram, self.device)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
-        drawn = greedy_search(
-            self.model, src[rows], src_mask[rows], caps[rows], BOS_ID, EOS_ID, options.alpha, constraints, pick, options.stop,
-            options.never,
-        )  # fmt: skip
+        drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], options, step_rules=step_rules, pick=pick)
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
 
 

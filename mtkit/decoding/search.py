@@ -14,19 +14,21 @@ Beam search also takes lexical constraints (`mtkit.decoding.terminology.search.T
 must contain, with dynamic beam allocation; a hypothesis that reaches its output cap without them is
 returned with `Hypothesis.unmet` naming them, and ranks after every one that has them all.
 
-Both searches take an optional `stop`, asked before every step: once it says True the search ends
-with `SearchStopped` (the server's way to free a worker whose client has gone or timed out).
+Both searches take their settings whole, as one `SearchOptions` (beam, nbest, length penalty, the ids
+never emitted, and an optional `stop`, asked before every step: once it says True the search ends
+with `SearchStopped`, the server's way to free a worker whose client has gone or timed out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from mtkit.data.tokenizer import BOS_ID, PAD_ID
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.search import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
@@ -34,6 +36,29 @@ from mtkit.models.base import DecoderState, EncoderDecoder
 
 NEVER_EMITTED = (PAD_ID, BOS_ID)
 Stop = Callable[[], bool]  # asked before every step; True ends the search
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """What an engine's search is asked for, with the recipe's defaults filled in."""
+
+    beam: int = 1
+    nbest: int = 1
+    alpha: float = 0.0  # the length penalty's exponent
+    sampling: Sampling | None = None
+    no_repeat_ngram: int = 0
+    attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
+    stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
+    constraints_in_order: bool = False  # lexical constraints in the order given
+    never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's target-language tags
+
+    @property
+    def width(self) -> int:
+        """Rows searched per source: the beam, or the number of samples."""
+        return self.nbest if self.sampling is not None else self.beam
+
+
+GREEDY = SearchOptions()  # greedy search, scores as total log-probabilities
 
 
 class SearchStopped(Exception):
@@ -82,23 +107,23 @@ def greedy_search(
     src: Tensor,
     src_mask: Tensor,
     max_len: Tensor,
-    bos_id: int,
-    eos_id: int,
-    alpha: float = 0.0,
-    constraints: StepRules | None = None,
+    options: SearchOptions = GREEDY,
+    *,
+    step_rules: StepRules | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
-    stop: Stop | None = None,
-    never: Sequence[int] = NEVER_EMITTED,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
     src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
-    `alpha` only sets `Hypothesis.score` (as in `beam_search`); the tokens do not depend on it.
+    Of `options`, `alpha` only sets `Hypothesis.score` (as in `beam_search`; the tokens do not depend
+    on it), `stop` is asked before each step and no output holds a token of `never`.
     `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
-    `never`: ids no output holds (padding, BOS, target-language tags).
     """
+    alpha, stop, constraints = options.alpha, options.stop, step_rules
     batch_size = src.size(0)
-    banned = torch.tensor(list(never), device=src.device)
+    banned = torch.tensor(list(options.never), device=src.device)
     memory = model.encode(src, src_mask)  # (B, S, D)
     sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
@@ -148,15 +173,12 @@ def beam_search(
     src: Tensor,
     src_mask: Tensor,
     max_len: Tensor,
-    beam_size: int,
-    alpha: float,
-    nbest: int,
-    bos_id: int,
-    eos_id: int,
-    constraints: StepRules | None = None,
-    stop: Stop | None = None,
+    options: SearchOptions,
+    *,
+    step_rules: StepRules | None = None,
     terms: Terms | None = None,
-    never: Sequence[int] = NEVER_EMITTED,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
@@ -166,6 +188,7 @@ def beam_search(
     `max_len`, or has no beam left with a non-zero probability. With `terms`, hypotheses lacking a
     constraint (cut by the output cap) rank after all others.
     """
+    beam_size, alpha, nbest, stop, constraints = options.beam, options.alpha, options.nbest, options.stop, step_rules
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device
@@ -187,7 +210,7 @@ def beam_search(
         marks=TermState.start(terms, beam_size) if terms is not None else None,
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-    banned, step = torch.tensor(list(never), device=device), 0
+    banned, step = torch.tensor(list(options.never), device=device), 0
     while beams.sentence.numel() > 0:
         _check(stop)
         beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints, banned)

@@ -31,7 +31,6 @@ from mtkit.decoding.engine import (
     Engine,
     LoadedModel,
     PyTorchEngine,
-    SearchOptions,
     SourceBatch,
     length_batches,
     output_cap,
@@ -39,7 +38,7 @@ from mtkit.decoding.engine import (
 )
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.sampling import Sampling
-from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchStopped, Stop
+from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
 from mtkit.decoding.terminology.search import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError

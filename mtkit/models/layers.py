@@ -19,11 +19,10 @@ class Dropout(nn.Module):
     """Inverted dropout: zero each value with probability p, scale the rest by 1 / (1 - p).
 
     On CPU each value's fate is one random 16-bit number, four cut from each 64-bit integer that
-    torch's generator draws: torch spends its time per element drawn, not per random bit, so this
-    makes a mask 1.5-1.65x faster than uniform floats (`rand_like(x) >= p`, itself 3x faster
-    than `nn.Dropout`'s `bernoulli_`; `benchmarks/ops.py`). With dropout 0.1 the float masks took a tenth of a CPU
-    training step. p is rounded to a multiple of 1/65,536 (`self.cpu_p`) and the scale follows it,
-    so the expectation is kept exactly. Elsewhere it is `F.dropout`, fused on the GPU.
+    torch's generator draws: torch spends its time per element drawn, not per random bit, so fewer
+    draws make the mask faster (`benchmarks/ops.py`, docs/performance.md). p is rounded to a
+    multiple of 1/65,536 (`self.cpu_p`) and the scale follows it, so the expectation is kept
+    exactly. Elsewhere it is `F.dropout`, fused on the GPU.
     """
 
     def __init__(self, p: float) -> None:

@@ -1,14 +1,14 @@
 """Linear layers whose weights are laid out once for oneDNN, for decoding on CPU.
 
 `nn.Linear` on CPU hands its weight to a general matrix multiply that lays it out again at every
-call. A decoding step multiplies a few hundred rows at most, and for the output layer (OPUS-MT:
-58,000 pieces x 512) that costs more than the arithmetic: 40-60 GFLOP/s where the same product
-with the weight laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's
-freezing does on CPU) runs at 90-130 on a 2-core VM (`benchmarks/opus_mt.py`, docs/performance.md).
+call. A decoding step multiplies a few hundred rows at most, and for a large output layer (OPUS-MT:
+58,000 pieces x 512) that costs more than the arithmetic, where the same product with the weight
+laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's freezing does on
+CPU) runs at about twice the speed (`benchmarks/opus_mt.py`, figures in docs/performance.md).
 
 `pack_linears` turns every large `nn.Linear` of a loaded model (a million weights or more: the
 output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`: the same module,
-the same parameters and state dict, plus the laid-out copy of its weight (OPUS-MT: 219 MB more).
+the same parameters and state dict, plus the laid-out copy of its weight (memory: docs/performance.md).
 The copy is used only where it is exact to use it: no autograd, float32 on CPU, and the weight
 unchanged since it was packed (a model trained after loading falls back to `F.linear`). torch
 builds without oneDNN leave the model as it is.

@@ -107,9 +107,9 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
 def build_optimizer(
     model: torch.nn.Module, config: TrainConfig, device: torch.device, elapsed: Callable[[], float] = lambda: 0.0
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam, fused where torch has the kernel, and its learning-rate schedule (`elapsed()`: seconds
-    trained, for time-based decay). The fused CPU step (torch 2.4+) takes 6 ms instead of 16-21 for
-    the 7.6M-parameter demo model: about 3% of a 1,024-token update on 2 cores."""
+    """Adam, fused where torch has the kernel (on the CPU from torch 2.4: one kernel instead of a walk
+    over the parameter tensors; docs/performance.md), and its learning-rate schedule (`elapsed()`:
+    seconds trained, for time-based decay)."""
     fused = device.type == "cuda" or (device.type == "cpu" and _FUSED_ADAM_ON_CPU)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.search import Hypothesis, SearchStopped, beam_search, beam_step, greedy_search, length_penalty
+from mtkit.decoding.search import (
+    Hypothesis,
+    SearchOptions,
+    SearchStopped,
+    beam_search,
+    beam_step,
+    greedy_search,
+    length_penalty,
+)
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -80,11 +89,11 @@ def sources(*rows: list[int]) -> tuple[Tensor, Tensor]:
 
 
 def run_greedy(model: EncoderDecoder, src: Tensor, src_mask: Tensor, max_len: list[int], alpha: float = 0.0):
-    return greedy_search(model, src, src_mask, torch.tensor(max_len), BOS_ID, EOS_ID, alpha)
+    return greedy_search(model, src, src_mask, torch.tensor(max_len), SearchOptions(alpha=alpha))
 
 
 def run_beam(model, src, src_mask, max_len: list[int], beam_size: int, alpha: float = 0.0, nbest: int = 1):
-    return beam_search(model, src, src_mask, torch.tensor(max_len), beam_size, alpha, nbest, BOS_ID, EOS_ID)
+    return beam_search(model, src, src_mask, torch.tensor(max_len), SearchOptions(beam=beam_size, alpha=alpha, nbest=nbest))
 
 
 def assert_hypothesis(hypothesis: Hypothesis, tokens: list[int], log_prob: float, alpha: float = 0.0) -> None:
@@ -228,8 +237,8 @@ def random_batch(seed: int = 0) -> tuple[TinyRandomModel, Tensor, Tensor, Tensor
 
 def test_beam_one_equals_greedy_on_a_random_model():
     model, src, src_mask, max_len = random_batch()
-    greedy = greedy_search(model, src, src_mask, max_len, BOS_ID, EOS_ID, 0.6)
-    beam = beam_search(model, src, src_mask, max_len, 1, 0.6, 1, BOS_ID, EOS_ID)
+    greedy = greedy_search(model, src, src_mask, max_len, SearchOptions(alpha=0.6))
+    beam = beam_search(model, src, src_mask, max_len, SearchOptions(beam=1, alpha=0.6))
     assert [hypotheses[0] for hypotheses in beam] == greedy
     # Sentences finish at different steps, some on EOS and some at max_len.
     lengths = [len(h.tokens) for h in greedy]
@@ -242,7 +251,7 @@ def test_beam_hypotheses_score_what_teacher_forcing_scores():
     """Each hypothesis's log_prob is the model's own probability of it: beams were reordered right."""
     model, src, src_mask, max_len = random_batch(seed=1)
     alpha = 1.0
-    results = beam_search(model, src, src_mask, max_len, 4, alpha, 3, BOS_ID, EOS_ID)
+    results = beam_search(model, src, src_mask, max_len, SearchOptions(beam=4, alpha=alpha, nbest=3))
     for sentence, hypotheses in enumerate(results):
         assert len(hypotheses) == 3
         assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
@@ -287,15 +296,16 @@ class StopAfter:
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_stop_ends_the_search_before_the_next_step(beam_size: int):
     model, src, src_mask, max_len = random_batch()
-    unstopped = beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID)
+    beam = SearchOptions(beam=beam_size, alpha=0.6)
+    unstopped = beam_search(model, src, src_mask, max_len, beam)
     steps, decode = [], model.decode
     model.decode = lambda *arguments: (steps.append(1), decode(*arguments))[1]
     never = StopAfter(10**9)
-    assert beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID, stop=never) == unstopped
+    assert beam_search(model, src, src_mask, max_len, replace(beam, stop=never)) == unstopped
     assert never.asked == len(steps)  # asked before every step
     for search in (
-        lambda stop: greedy_search(model, src, src_mask, max_len, BOS_ID, EOS_ID, stop=stop),
-        lambda stop: beam_search(model, src, src_mask, max_len, beam_size, 0.6, 1, BOS_ID, EOS_ID, stop=stop),
+        lambda stop: greedy_search(model, src, src_mask, max_len, SearchOptions(stop=stop)),
+        lambda stop: beam_search(model, src, src_mask, max_len, replace(beam, stop=stop)),
     ):
         stop = StopAfter(3)
         with pytest.raises(SearchStopped):

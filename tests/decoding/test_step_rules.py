@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from mtkit.data.tokenizer import BOS_ID, EOS_ID
+from mtkit.data.tokenizer import EOS_ID
 from mtkit.decoding.sampling import Sampling, draw
-from mtkit.decoding.search import Hypothesis, beam_search, greedy_search
+from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
@@ -72,12 +72,13 @@ def batch(rows: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def greedy(table: Table, rows: int = 1, constraints: StepRules | None = None, pick=None) -> list[Hypothesis]:
-    return greedy_search(TableModel(table), *batch(rows), BOS_ID, EOS_ID, 0.0, constraints, pick)
+    return greedy_search(TableModel(table), *batch(rows), step_rules=constraints, pick=pick)
 
 
 def beam(table: Table, rows: int = 1, constraints: StepRules | None = None) -> list[Hypothesis]:
     """The best of a beam of 3 (ranked by log-probability per token), per row."""
-    return [found[0] for found in beam_search(TableModel(table), *batch(rows), 3, 1.0, 1, BOS_ID, EOS_ID, constraints)]
+    found = beam_search(TableModel(table), *batch(rows), SearchOptions(beam=3, alpha=1.0), step_rules=constraints)
+    return [hypotheses[0] for hypotheses in found]
 
 
 def sampled_first_tokens(sampling: Sampling, rows: int = 4000) -> Counter:

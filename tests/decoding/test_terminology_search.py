@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.search import Hypothesis, beam_search
+from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.search import TermRequest, Terms
 from mtkit.models.base import DecoderState, EncoderDecoder
@@ -74,7 +74,7 @@ def search(
     if any(given):
         terms = Terms.build(TermRequest(given, CONTINUES, in_order), torch.device("cpu"))
     caps = torch.full((len(given),), cap)
-    return beam_search(model, src, src.ne(PAD_ID), caps, beam, 0.0, nbest, BOS_ID, EOS_ID, steer, terms=terms)
+    return beam_search(model, src, src.ne(PAD_ID), caps, SearchOptions(beam=beam, nbest=nbest), step_rules=steer, terms=terms)
 
 
 def confirmed(tokens: list[int], phrase: list[int]) -> list[int]:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import free_port, serving
 
-from mtkit.decoding.engine import PyTorchEngine, SearchOptions, SourceBatch, output_cap
+from mtkit.decoding.engine import PyTorchEngine, SourceBatch, output_cap
+from mtkit.decoding.search import SearchOptions
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.serving.app import ServeLimits, model_info
 

@@ -19,7 +19,7 @@ import pytest
 from mtkit.config import config_from_dict, load_config, tag_languages, target_languages
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import tag_piece, tagged, train_sentencepiece
-from mtkit.decoding.search import NEVER_EMITTED, greedy_search
+from mtkit.decoding.search import NEVER_EMITTED, SearchOptions, greedy_search
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 from mtkit.training.batches import temperature_weights
@@ -156,7 +156,7 @@ def test_search_never_emits_a_tag():
     import torch
 
     src = torch.tensor([[5, 6, 3]])
-    found = greedy_search(Stub(), src, src.ne(0), torch.tensor([6]), 2, 3, never=(*NEVER_EMITTED, 4))
+    found = greedy_search(Stub(), src, src.ne(0), torch.tensor([6]), SearchOptions(never=(*NEVER_EMITTED, 4)))
     assert 4 not in found[0].tokens and found[0].tokens
 
 
