@@ -48,7 +48,10 @@ def fast_paths_enabled() -> bool:
     docs/performance.md; turn them off to debug, or when mtkit runs inside another program whose
     allocator settings it should not change.
     """
-    return os.environ.get(FAST_PATHS_VARIABLE, "1").strip() != "0"
+    value = os.environ.get(FAST_PATHS_VARIABLE, "1").strip()
+    if value not in ("0", "1", ""):
+        raise MtkitError(f"{FAST_PATHS_VARIABLE}={value!r}: give 0 (fast paths off) or 1 (on, the default)")
+    return value != "0"
 
 
 def retain_freed_memory() -> bool:

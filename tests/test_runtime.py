@@ -87,3 +87,15 @@ def test_the_private_onednn_ops_packing_uses_are_in_this_torch():
     x = torch.randn(5, 1024)
     product = torch.ops.mkldnn._linear_pointwise(x, packed, layer.bias, "none", [], "")
     torch.testing.assert_close(product, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_mtkit_fast_paths_takes_0_or_1_and_names_a_bad_value(monkeypatch):
+    from mtkit.errors import MtkitError
+    from mtkit.runtime import fast_paths_enabled
+
+    for value, enabled in (("0", False), ("1", True), ("", True)):
+        monkeypatch.setenv("MTKIT_FAST_PATHS", value)
+        assert fast_paths_enabled() is enabled
+    monkeypatch.setenv("MTKIT_FAST_PATHS", "off")
+    with pytest.raises(MtkitError, match=r"MTKIT_FAST_PATHS='off': give 0 \(fast paths off\) or 1"):
+        fast_paths_enabled()
