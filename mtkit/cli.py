@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
+from mtkit.run_files import RunFiles
 from mtkit.serving.limits import ServeLimits
 
 # Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
@@ -144,7 +145,7 @@ def prepare(
         raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
     from mtkit.data.corpora import clean_table
     from mtkit.data.prepare import prepare_corpus
-    from mtkit.models.checkpoint import inherit_tokenizers
+    from mtkit.training.finetune import inherit_tokenizers
 
     if config.train.init_from:
         tokenizers = inherit_tokenizers(config, extend_vocab)
@@ -396,7 +397,7 @@ def average(
     from mtkit.models.checkpoint import average_checkpoints, save_checkpoint
 
     averaged, sources = average_checkpoints(model, last)
-    target = output or model / "average.pt"
+    target = output or RunFiles(model).average
     save_checkpoint(averaged, target)
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
 

@@ -25,6 +25,7 @@ import yaml
 
 from mtkit.errors import MtkitError, one_line
 from mtkit.options import BadBytes
+from mtkit.run_files import RunFiles
 
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
@@ -499,7 +500,7 @@ def inherit_from_parent(raw: dict[str, Any], source: str) -> dict[str, Any]:
 
 def _parent_recipe(path: Path, source: str) -> dict[str, Any]:
     """The saved config (config.yaml) of the run directory `path`, or of the run a checkpoint file lies in."""
-    saved = path / "config.yaml" if path.is_dir() else path.parent / "config.yaml"
+    saved = RunFiles(path if path.is_dir() else path.parent).config
     if not path.exists():
         raise MtkitError(
             f"{source}: 'train.init_from' is {str(path)!r}, which does not exist; give a run directory or checkpoint"

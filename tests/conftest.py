@@ -116,7 +116,7 @@ def prepared_reverse_task(directory: Path, **train: object):
     With `init_from` (a parent run) the parent's tokenizers are used, as `mtkit prepare` does.
     """
     from mtkit.data.prepare import prepare_corpus, train_tokenizers
-    from mtkit.models.checkpoint import inherit_tokenizers
+    from mtkit.training.finetune import inherit_tokenizers
 
     write_reverse_task(directory / "raw")
     config = reverse_task_config(directory, **train)

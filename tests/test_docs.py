@@ -49,3 +49,18 @@ def test_the_five_minute_tour_runs_as_written(tmp_path: Path):
     assert re.search(r"^BLEU\s+\d", result.stdout, flags=re.MULTILINE), result.stdout[-2000:]
     translation = [line for line in result.stdout.splitlines() if line and not line.startswith(("BLEU", "chrF", "TER"))]
     assert translation, "translate printed nothing"
+
+
+def test_the_developers_guide_lists_every_module_of_the_package():
+    """docs/development.md's layout names every module under its package, so a newcomer finds each one."""
+    guide = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    layout = guide.split("## Package layout", 1)[1].split("```")[1]
+    missing = []
+    for path in sorted((REPO / "mtkit").rglob("*.py")):
+        relative = path.relative_to(REPO / "mtkit")
+        names = [f"{part}/" for part in relative.parts[:-1]]
+        if path.name != "__init__.py":  # a package's __init__ re-exports; the folder stands for it
+            names.append(path.name)
+        if not all(re.search(rf"^\s+{re.escape(name)}(\s|$)", layout, re.MULTILINE) for name in names):
+            missing.append(str(relative))
+    assert not missing, f"docs/development.md's layout leaves out {missing}"

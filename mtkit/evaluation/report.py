@@ -9,7 +9,6 @@ records a run directory's split scores in its `scores.json` (`save_scores`, `mtk
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +20,8 @@ from mtkit.evaluation.language import off_target_rate
 from mtkit.evaluation.metrics import EvalResult, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
 from mtkit.evaluation.significance import Comparison, compare_systems
-from mtkit.textio import read_lines, write_file, write_lines
-
-SCORES_FILE = "scores.json"  # a model directory's recorded test/valid scores
+from mtkit.run_files import RunFiles
+from mtkit.textio import read_lines, write_lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,19 +272,11 @@ def save_scores(directory: Path, split: str, result: EvalResult) -> Path:
 
     A directory that cannot be written is an error that says how to evaluate without recording.
     """
-    known = known_scores(directory) or {}
+    files = RunFiles(directory)
+    known = files.read_scores() or {}
     known[split] = {score.name: round(score.score, 2) for score in result.scores}
     try:
-        write_file(directory / SCORES_FILE, json.dumps(known, indent=1) + "\n")
+        files.write_scores(known)
     except MtkitError as err:
         raise MtkitError(f"{err}; the scores above are complete: add --no-save-scores to skip recording them") from None
-    return directory / SCORES_FILE
-
-
-def known_scores(path: Path | str) -> dict | None:
-    """The scores `mtkit evaluate -m DIR --split ...` recorded for a model directory, if any."""
-    scores = Path(path) / SCORES_FILE
-    try:
-        return json.loads(scores.read_text(encoding="utf-8")) if scores.is_file() else None
-    except (OSError, ValueError):
-        return None
+    return files.scores

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import Tensor
 
 from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, config_to_dict
@@ -33,7 +32,7 @@ from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
-from mtkit.textio import write_file
+from mtkit.run_files import RunFiles
 
 HUB_FILES = ["config.json", "generation_config.json", "tokenizer_config.json", "*.spm", "*vocab.json", "*.safetensors"]
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
@@ -374,6 +373,7 @@ def import_marian(source: str, output: Path) -> tuple[Config, EncoderDecoder]:
     config.run_dir = str(output)
     progress = {"step": 0, "best_bleu": -1.0}  # nothing validated yet: `mtkit evaluate` measures it
     payload = checkpoint_payload(config, marian.tokenizers, model.state_dict(), progress=progress, imported_from=source)
-    save_checkpoint(payload, output / "best.pt")
-    write_file(output / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True))
+    files = RunFiles(output)
+    save_checkpoint(payload, files.best)
+    files.write_config(config_to_dict(config))
     return config, model

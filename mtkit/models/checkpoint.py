@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from mtkit.config import Config, config_from_dict, config_to_dict
-from mtkit.data.prepare import extend_tokenizers, save_tokenizers
-from mtkit.data.tokenizer import UNK_ID, Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
+from mtkit.run_files import RunFiles
 from mtkit.textio import atomic_file
 
 FORMAT = "mtkit-checkpoint-1"
@@ -60,50 +60,6 @@ def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
     return TokenizerPair.of(Tokenizer(held["src"], held.get("src_pieces")), Tokenizer(held["tgt"], held.get("tgt_pieces")))
 
 
-def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str:
-    """Fine-tuning: write the parent's tokenizers (piece tables too) where `mtkit prepare` reads them,
-    with `extend_vocab` > 0 extended by the pieces of a vocabulary of that size learnt from the new data;
-    says what was written, e.g. "vocabulary 8000 + 412 new pieces"."""
-    assert config.train.init_from, "only a fine-tuning recipe inherits tokenizers"
-    parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
-    tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
-    save_tokenizers(tokenizers, config)
-    sizes = [
-        (side.vocab_size, new.vocab_size - side.vocab_size)
-        for side, new in ((parent.src, tokenizers.src), (parent.tgt, tokenizers.tgt))
-    ]
-    shown = sizes[:1] if tokenizers.joint else sizes
-    return " / ".join(f"vocabulary {size}" + (f" + {grown} new pieces" if grown else "") for size, grown in shown)
-
-
-def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:
-    """Whether `child` is `parent` with pieces added after its own on one side or both (`--extend-vocab`)."""
-    sides = ((child.src, parent.src), (child.tgt, parent.tgt))
-    grown = any(new.vocab_size > old.vocab_size for new, old in sides)
-    return grown and all(new.all_pieces()[: old.vocab_size] == old.all_pieces() for new, old in sides)
-
-
-def extend_rows(
-    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair
-) -> dict[str, torch.Tensor]:
-    """The parent's weights for the child's larger vocabulary: existing rows copied by id (the pieces keep
-    their ids), each new piece's row the mean of the rows of its text as the parent segments it."""
-    extended = dict(weights)
-    for name, side in rows.items():
-        old, new = getattr(parent, side), getattr(child, side)
-        if name not in weights or new.vocab_size == old.vocab_size:
-            continue
-        table = weights[name]
-        added = [table[_segment(piece, old)].mean(dim=0) for piece in new.all_pieces()[old.vocab_size :]]
-        extended[name] = torch.cat([table, torch.stack(added)])
-    return extended
-
-
-def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
-    """The ids the parent gives a new piece's text (its unknown id if none)."""
-    return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
-
-
 def resolve_checkpoint(path: Path) -> Path:
     """A run directory means its best-validated final checkpoint: best.pt, or average.pt
     (`train.average_last`) or ema.pt (`train.ema`) where their validation BLEU is at least as high;
@@ -112,8 +68,8 @@ def resolve_checkpoint(path: Path) -> Path:
         chosen = _best_validated(path)
         if chosen is not None:
             return chosen
-        if (path / "last.pt").is_file():
-            return path / "last.pt"
+        if RunFiles(path).last.is_file():
+            return RunFiles(path).last
         raise MtkitError(f"{path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first")
     if not path.is_file():
         raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
@@ -139,11 +95,12 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 def _best_validated(run_dir: Path) -> Path | None:
     """best.pt, or the end-of-training average.pt or ema.pt that validated at least as well (a tie goes to an average)."""
-    chosen = run_dir / "best.pt"
+    files = RunFiles(run_dir)
+    chosen = files.best
     if not chosen.is_file():
         return None
     top = read_checkpoint(chosen)["progress"]["best_bleu"]
-    for path in (run_dir / "ema.pt", run_dir / "average.pt"):
+    for path in (files.ema, files.average):
         bleu = read_checkpoint(path).get("valid_bleu") if path.is_file() else None
         if bleu is not None and bleu >= top:
             chosen, top = path, bleu
@@ -167,7 +124,7 @@ def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[
     """
     if last < 1:
         raise MtkitError(f"--last {last}: give the number of checkpoints to average (at least 1)")
-    paths = sorted(Path(run_dir).glob("step_*.pt"))[-last:]
+    paths = RunFiles(Path(run_dir)).steps()[-last:]
     if len(paths) < last:
         raise MtkitError(
             f"{run_dir}: {len(paths)} step_*.pt checkpoints found but --last {last} asked for; "

@@ -36,7 +36,7 @@ from mtkit.decoding.sampling import SEED_LIMIT, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, one_line
-from mtkit.evaluation.report import known_scores
+from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
@@ -300,7 +300,7 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
         "parameters": parameters,
         "capabilities": sorted(capability.value for capability in engine.capabilities),
         "decoding": {"beam": translator.decode.beam, "length_penalty": translator.decode.length_penalty},
-        "test_scores": known_scores(path),
+        "test_scores": RunFiles(Path(path)).read_scores(),
     }
 
 

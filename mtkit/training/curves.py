@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.errors import MtkitError
+from mtkit.run_files import RunFiles
 from mtkit.textio import atomic_file, file_lines
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
@@ -44,7 +45,7 @@ class RunCurves:
 
 def read_curves(run: Path) -> RunCurves:
     """The curves of a run directory (or of a log.jsonl file)."""
-    log = run / "log.jsonl" if run.is_dir() else run
+    log = RunFiles(run).log if run.is_dir() else run
     if not log.is_file():
         raise MtkitError(f"{run}: no log.jsonl; give a run directory that `mtkit train` wrote")
     curves = RunCurves(run.name if run.is_dir() else run.parent.name)

@@ -14,17 +14,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
-import yaml
 
 from mtkit.config import Config, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
-from mtkit.textio import write_file
+from mtkit.run_files import RunFiles
 from mtkit.training.curves import plot_curves, read_curves
-
-# What `--overwrite` deletes: the files a training writes (config.yaml is rewritten instead).
-RUN_FILES = ("last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl", "curves.png")
 
 
 @dataclass
@@ -49,6 +45,7 @@ class RunDir:
         or the end of the process. `tensorboard`: the log's figures also go to TensorBoard events.
         """
         self.path = Path(path)
+        self.files = RunFiles(self.path)
         writer = _summary_writer() if tensorboard else None  # checked before anything is written
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = lock_run_dir(self.path)
@@ -57,21 +54,20 @@ class RunDir:
         except MtkitError:
             self._lock.close()
             raise
-        self._events = writer(str(self.path / "tensorboard")) if writer is not None else None
+        self._events = writer(str(self.files.tensorboard)) if writer is not None else None
 
     def _check(self, resume: bool, overwrite: bool) -> None:
-        last = self.path / "last.pt"
-        if resume and not last.is_file():
+        if resume and not self.last.is_file():
             raise MtkitError(f"{self.path}: nothing to resume (no last.pt); drop --resume to start a new run")
-        if not resume and last.is_file():
+        if not resume and self.last.is_file():
             if not overwrite:
                 raise MtkitError(
                     f"{self.path} already holds a run; use --resume to continue it, "
                     "--overwrite to start again, or --set run_dir=NEW_DIR"
                 )
-            for path in [*self.path.glob("step_*.pt"), *self.path.glob("at_*.pt"), *(self.path / name for name in RUN_FILES)]:
+            for path in self.files.training_outputs():
                 path.unlink(missing_ok=True)
-            shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+            shutil.rmtree(self.files.tensorboard, ignore_errors=True)
 
     def close(self) -> None:
         """Close the TensorBoard events and release the lock; another training may then write here."""
@@ -82,15 +78,15 @@ class RunDir:
     @property
     def last(self) -> Path:
         """last.pt: the checkpoint `--resume` continues from."""
-        return self.path / "last.pt"
+        return self.files.last
 
     def write_config(self, config: Config) -> None:
         """config.yaml: the resolved recipe of this run."""
-        write_file(self.path / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False))
+        self.files.write_config(config_to_dict(config))
 
     def append_log(self, record: dict[str, Any]) -> None:
         """One JSON record a line in log.jsonl (and its numbers in TensorBoard's events, with train.tensorboard)."""
-        with open(self.path / "log.jsonl", "a", encoding="utf-8") as log:
+        with open(self.files.log, "a", encoding="utf-8") as log:
             log.write(json.dumps(record) + "\n")
         if self._events is not None:
             for key, value in record.items():
@@ -100,7 +96,7 @@ class RunDir:
 
     def draw_curves(self) -> None:
         """curves.png: the learning curves in log.jsonl so far (the trainer calls it after each validation)."""
-        plot_curves([read_curves(self.path)], self.path / "curves.png")
+        plot_curves([read_curves(self.path)], self.files.curves)
 
     def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.
@@ -121,18 +117,18 @@ class RunDir:
         extra = {"progress": checkpoint.progress, "step": step}
         weights = checkpoint_payload(config, tokenizers, checkpoint.weights, **extra)
         if best:
-            save_checkpoint(weights, self.path / "best.pt")
+            save_checkpoint(weights, self.files.best)
         if keep > 0:
-            save_checkpoint(weights, self.path / f"step_{step:08d}.pt")
-            for old in sorted(self.path.glob("step_*.pt"))[:-keep]:
+            save_checkpoint(weights, self.files.step(step))
+            for old in self.files.steps()[:-keep]:
                 old.unlink()
         if checkpoint.ema_weights is not None:
-            save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.path / "ema.pt")
+            save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.files.ema)
         save_checkpoint({**weights, **checkpoint.training_state}, self.last)
 
     def snapshot_path(self, label: str) -> Path:
         """RUN/at_<label>.pt: the weights once training had run `label` (a duration such as 15m)."""
-        return self.path / f"at_{label}.pt"
+        return self.files.snapshot(label)
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
@@ -146,7 +142,7 @@ class RunDir:
 
 def lock_run_dir(run_dir: Path) -> IO[str]:
     """Hold an exclusive lock on the run directory while training (released when the process ends)."""
-    handle = open(run_dir / "train.lock", "a+")
+    handle = open(RunFiles(run_dir).lock, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

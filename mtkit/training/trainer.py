@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from mtkit.config import Config, TrainConfig, parse_duration
 from mtkit.data.store import load_prepared
-from mtkit.data.tokenizer import TokenizerPair, load_tokenizers
+from mtkit.data.tokenizer import load_tokenizers
 from mtkit.distributed import (
     Distributed,
     barrier,
@@ -33,19 +33,16 @@ from mtkit.distributed import (
     shutdown,
     sum_over_ranks,
 )
-from mtkit.errors import MtkitError, one_line
+from mtkit.errors import MtkitError
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import (
     average_checkpoints,
-    checkpoint_tokenizers,
-    extend_rows,
-    extends,
     read_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
-    tokenizer_payload,
 )
+from mtkit.run_files import RunFiles
 from mtkit.runtime import (
     autocast,
     autocast_dtype,
@@ -59,6 +56,7 @@ from mtkit.runtime import (
 )
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
+from mtkit.training.finetune import load_parent
 from mtkit.training.loss import sequence_loss
 from mtkit.training.run_dir import Checkpoint, RunDir
 from mtkit.training.schedule import schedule_factor
@@ -207,7 +205,9 @@ class Trainer:
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
+        said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
+        if said is not None and self.dist.is_main:
+            _say(said)
         if self.ema is not None:
             self.ema = WeightEMA(self.model, self.train_config.ema)
 
@@ -388,7 +388,7 @@ class Trainer:
             record = {"averaged": [p.name for p in sources]}
             self._validate_weights(averaged, "average", f"average of the last {count} checkpoints", record)
         if self.ema is not None:
-            ema = read_checkpoint(self.run_dir.path / "ema.pt")  # written with the final weights by the last save
+            ema = read_checkpoint(self.run_dir.files.ema)  # written with the final weights by the last save
             self._validate_weights(ema, "ema", f"moving average of the weights (decay {self.ema.decay:g})")
 
     def _validate_weights(self, payload: dict[str, Any], stem: str, what: str, record: dict[str, Any] | None = None) -> None:
@@ -397,7 +397,7 @@ class Trainer:
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
         result = validate(self.model, self.valid, self.tokenizers, self.config, self.device, self.amp_dtype)
         payload["valid_bleu"] = result.bleu
-        save_checkpoint(payload, self.run_dir.path / f"{stem}.pt")
+        save_checkpoint(payload, self.run_dir.files.weights(stem))
         best = self.progress.best_bleu
         scores = {f"{stem}_valid_bleu": result.bleu, "best_valid_bleu": best}
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
@@ -419,25 +419,6 @@ def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
     run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
     if epoch.skipped:
         _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
-
-
-def load_parent(model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path) -> None:
-    """Load a fine-tuning parent's weights into `model`. The prepared data's `tokenizers` must be the
-    parent's, or extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows)."""
-    weights, theirs = payload["model"], checkpoint_tokenizers(payload)
-    if extends(tokenizers, theirs):
-        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers)
-        sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
-        _say(f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows")
-    elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
-        raise MtkitError(
-            f"{data_path}: prepared with other tokenizers than the parent {parent}; "
-            "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
-        )
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as err:
-        raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
 
 
 class PlainProgress:
@@ -499,7 +480,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     barrier(dist)
     trainer = Trainer(config, device, dist, run_dir)
     if resume:
-        trainer.restore(read_checkpoint(config.run_path / "last.pt"))
+        trainer.restore(read_checkpoint(RunFiles(config.run_path).last))
     elif config.train.init_from:
         trainer.start_from(read_checkpoint(Path(config.train.init_from)), config.train.init_from)
     if run_dir is not None:

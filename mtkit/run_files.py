@@ -1,0 +1,117 @@
+"""A run directory's files, each named here once: every module that writes or reads one goes through `RunFiles`.
+
+    RUN/config.yaml     the resolved recipe (training, `mtkit import`); read by every command given -m RUN
+    RUN/last.pt         weights + optimiser, schedule, RNG and progress: what `--resume` continues from
+    RUN/best.pt         the weights that validated best
+    RUN/ema.pt          the moving average of the weights (train.ema)
+    RUN/average.pt      the mean of the newest step_*.pt (train.average_last, `mtkit average`)
+    RUN/step_N.pt       the weights of the newest validations (train.keep)
+    RUN/at_LABEL.pt     the weights once training had run LABEL (train.snapshots, e.g. at_15m.pt)
+    RUN/log.jsonl       one JSON record a line: training and validation figures
+    RUN/curves.png      the learning curves drawn from log.jsonl
+    RUN/tensorboard/    the same figures as TensorBoard events (train.tensorboard)
+    RUN/train.lock      held by the one training that writes the directory
+    RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
+
+Which checkpoint `-m RUN` means is decided in `mtkit.models.checkpoint.resolve_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtkit.textio import write_file
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The paths of one run directory's files."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, path: Path | str) -> RunFiles:
+        """The run directory `path`, or the one a checkpoint file `path` lies in."""
+        path = Path(path)
+        return cls(path.parent if path.suffix == ".pt" else path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def last(self) -> Path:
+        return self.path / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.path / "best.pt"
+
+    @property
+    def ema(self) -> Path:
+        return self.path / "ema.pt"
+
+    @property
+    def average(self) -> Path:
+        return self.path / "average.pt"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "log.jsonl"
+
+    @property
+    def curves(self) -> Path:
+        return self.path / "curves.png"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def lock(self) -> Path:
+        return self.path / "train.lock"
+
+    @property
+    def scores(self) -> Path:
+        return self.path / "scores.json"
+
+    def weights(self, stem: str) -> Path:
+        """RUN/<stem>.pt: best, last, ema or average."""
+        return self.path / f"{stem}.pt"
+
+    def step(self, step: int) -> Path:
+        """RUN/step_N.pt, zero-padded so that names sort by step."""
+        return self.path / f"step_{step:08d}.pt"
+
+    def steps(self) -> list[Path]:
+        """The kept step_*.pt, oldest first."""
+        return sorted(self.path.glob("step_*.pt"))
+
+    def snapshot(self, label: str) -> Path:
+        """RUN/at_<label>.pt: the weights once training had run `label` (a duration such as 15m)."""
+        return self.path / f"at_{label}.pt"
+
+    def training_outputs(self) -> list[Path]:
+        """What a training writes besides config.yaml and the TensorBoard folder: what `--overwrite` deletes."""
+        named = [self.last, self.best, self.ema, self.average, self.log, self.curves]
+        return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
+
+    def write_config(self, recipe: dict[str, Any]) -> None:
+        """config.yaml: a resolved recipe in its plain-data form (`mtkit.config.config_to_dict`), atomically."""
+        write_file(self.config, yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
+
+    def read_scores(self) -> dict[str, Any] | None:
+        """The scores recorded in scores.json, if any (an unreadable file counts as none)."""
+        try:
+            return json.loads(self.scores.read_text(encoding="utf-8")) if self.scores.is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    def write_scores(self, scores: dict[str, Any]) -> None:
+        """scores.json, atomically."""
+        write_file(self.scores, json.dumps(scores, indent=1) + "\n")

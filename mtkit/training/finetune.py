@@ -1,0 +1,91 @@
+"""Fine-tuning (`train.init_from`): the parent's tokenizers, a vocabulary grown from new data, and the
+parent's weights loaded into the child's model.
+
+The recipe side lives with the other recipe rules: `mtkit.config.inherit_from_parent` fills in the
+parent's `model` and `tokenizer` sections when a recipe is loaded, before anything here runs.
+`mtkit prepare` calls `inherit_tokenizers`; `mtkit train` calls `load_parent` (through the trainer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtkit.config import Config
+from mtkit.data.prepare import extend_tokenizers, save_tokenizers
+from mtkit.data.tokenizer import UNK_ID, Tokenizer, TokenizerPair
+from mtkit.errors import MtkitError, one_line
+from mtkit.models.base import EncoderDecoder
+from mtkit.models.checkpoint import checkpoint_tokenizers, read_checkpoint, tokenizer_payload
+
+
+def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str:
+    """Write the parent's tokenizers (piece tables too) where `mtkit prepare` reads them, with
+    `extend_vocab` > 0 extended by the pieces of a vocabulary of that size learnt from the new data;
+    says what was written, e.g. "vocabulary 8000 + 412 new pieces"."""
+    assert config.train.init_from, "only a fine-tuning recipe inherits tokenizers"
+    parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
+    tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
+    save_tokenizers(tokenizers, config)
+    sizes = [
+        (side.vocab_size, new.vocab_size - side.vocab_size)
+        for side, new in ((parent.src, tokenizers.src), (parent.tgt, tokenizers.tgt))
+    ]
+    shown = sizes[:1] if tokenizers.joint else sizes
+    return " / ".join(f"vocabulary {size}" + (f" + {grown} new pieces" if grown else "") for size, grown in shown)
+
+
+def load_parent(
+    model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path
+) -> str | None:
+    """Load a parent's weights into `model`. The prepared data's `tokenizers` must be the parent's, or
+    extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows).
+
+    Returns what a grown vocabulary did, to say; None when the vocabulary is the parent's.
+    """
+    weights, theirs = payload["model"], checkpoint_tokenizers(payload)
+    said = None
+    if extends(tokenizers, theirs):
+        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers)
+        sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
+        said = f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows"
+    elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
+        raise MtkitError(
+            f"{data_path}: prepared with other tokenizers than the parent {parent}; "
+            "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
+        )
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
+    return said
+
+
+def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:
+    """Whether `child` is `parent` with pieces added after its own on one side or both (`--extend-vocab`)."""
+    sides = ((child.src, parent.src), (child.tgt, parent.tgt))
+    grown = any(new.vocab_size > old.vocab_size for new, old in sides)
+    return grown and all(new.all_pieces()[: old.vocab_size] == old.all_pieces() for new, old in sides)
+
+
+def extend_rows(
+    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair
+) -> dict[str, torch.Tensor]:
+    """The parent's weights for the child's larger vocabulary: existing rows copied by id (the pieces keep
+    their ids), each new piece's row the mean of the rows of its text as the parent segments it."""
+    extended = dict(weights)
+    for name, side in rows.items():
+        old, new = getattr(parent, side), getattr(child, side)
+        if name not in weights or new.vocab_size == old.vocab_size:
+            continue
+        table = weights[name]
+        added = [table[_segment(piece, old)].mean(dim=0) for piece in new.all_pieces()[old.vocab_size :]]
+        extended[name] = torch.cat([table, torch.stack(added)])
+    return extended
+
+
+def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
+    """The ids the parent gives a new piece's text (its unknown id if none)."""
+    return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
