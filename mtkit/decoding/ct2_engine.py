@@ -41,7 +41,7 @@ from mtkit.config import config_from_dict
 from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
 from mtkit.decoding.engine import Capability, Engine, LoadedModel, SourceBatch
 from mtkit.decoding.search import Hypothesis, SearchOptions, length_penalty
-from mtkit.errors import MtkitError, one_line
+from mtkit.errors import MtkitError, OptionError, one_line
 from mtkit.runtime import cpu_cores
 
 MANIFEST = "mtkit.json"  # what an export holds besides CTranslate2's model (mtkit.exporters.ctranslate2 writes it)
@@ -140,14 +140,18 @@ class CT2Engine(Engine):
 
     def check_alignment_layer(self, layer: int) -> None:
         if self.alignment_layer is None:
-            raise MtkitError(
-                "--alignments: this export predates mtkit's alignments; "
-                "export it again: mtkit export -m RUN_DIR --format ctranslate2 -o DIR --force"
+            raise OptionError(
+                "alignments",
+                "{alignments}: this export predates mtkit's alignments; "
+                "export it again: mtkit export -m RUN_DIR --format ctranslate2 -o DIR --force",
             )
         if layer not in (-1, self.alignment_layer):
-            raise MtkitError(
-                f"--alignment-layer {layer}: a CTranslate2 export aligns with its last decoder layer only "
-                f"(-1 or {self.alignment_layer}); for another layer use the PyTorch engine: mtkit translate -m RUN_DIR"
+            raise OptionError(
+                "alignment_layer",
+                "{alignment_layer} {value}: a CTranslate2 export aligns with its last decoder layer only "
+                "(-1 or {last}); for another layer use the PyTorch engine: mtkit translate -m RUN_DIR",
+                value=layer,
+                last=self.alignment_layer,
             )
 
     def _seeded(self, seed: int) -> Any:

@@ -27,7 +27,7 @@ from mtkit.decoding.sampling import draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.search import TermRequest, Terms
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.models.base import EncoderDecoder
 
 
@@ -57,9 +57,14 @@ class SourceBatch:
 
 
 def require(engine: Engine, capability: Capability, option: str) -> None:
-    """One clear error when `option` needs a capability `engine` lacks."""
-    if capability not in engine.capabilities:
-        raise MtkitError(f"{option} needs {capability.value}, which the {engine.name} engine lacks; {engine.alternative}")
+    """One clear error when `option` (an option's Python name, such as "no_repeat_ngram", or a command
+    such as "mtkit score") needs a capability `engine` lacks."""
+    if capability in engine.capabilities:
+        return
+    lacks = f"needs {capability.value}, which the {engine.name} engine lacks; {engine.alternative}"
+    if option.isidentifier():
+        raise OptionError(option, "{" + option + "} " + lacks)
+    raise MtkitError(f"{option} {lacks}")
 
 
 class Engine(ABC):
@@ -134,11 +139,15 @@ class PyTorchEngine(Engine):
     def check_alignment_layer(self, layer: int) -> None:
         layers = self.model.attention_layers
         if layers == 0:
-            raise MtkitError("--alignments: this model has no attention to align with (model.attention: none)")
+            raise OptionError("alignments", "{alignments}: this model has no attention to align with (model.attention: none)")
         if not -layers <= layer < layers:
-            raise MtkitError(
-                f"--alignment-layer {layer}: the model's decoder has {layers} attention layer(s); give 0 to {layers - 1}, "
-                "or -1 for the last"
+            raise OptionError(
+                "alignment_layer",
+                "{alignment_layer} {value}: the model's decoder has {layers} attention layer(s); "
+                "give 0 to {top}, or -1 for the last",
+                value=layer,
+                layers=layers,
+                top=layers - 1,
             )
 
     def _source(self, sources: list[list[int]]) -> tuple[Tensor, Tensor]:

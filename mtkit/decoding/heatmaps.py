@@ -19,7 +19,7 @@ from mtkit.config import ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.engine import Capability
 from mtkit.decoding.translator import Translation, Translator
-from mtkit.errors import MtkitError
+from mtkit.errors import OptionError
 from mtkit.textio import atomic_file
 
 
@@ -39,7 +39,7 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
     Rows are the target pieces and a final </s>; columns the source pieces and </s>. A line
     longer than decode.max_input_tokens is shown by its first segment. Needs the PyTorch engine.
     """
-    translator.require(Capability.ATTENTION, "--plot-attention")
+    translator.require(Capability.ATTENTION, "plot_attention")
     model, device = translator.engine.model, translator.engine.device
     source = translator.segments(line, translator.source_tag(tgt_lang))[0] + [EOS_ID]
     src = torch.tensor([source], device=device)
@@ -100,9 +100,11 @@ def model_label(model: ModelConfig | None) -> str:
 
 def check_can_plot(translator: Translator) -> None:
     """A clear error before translating when the engine or the model has no attention to show."""
-    translator.require(Capability.ATTENTION, "--plot-attention")
+    translator.require(Capability.ATTENTION, "plot_attention")
     if not translator.engine.model.has_cross_attention:
-        raise MtkitError("--plot-attention: this model has no attention (model.attention: none); drop --plot-attention")
+        raise OptionError(
+            "plot_attention", "{plot_attention}: this model has no attention (model.attention: none); drop {plot_attention}"
+        )
 
 
 def _figure(plt, attention: AttentionMap, per_head: bool, title: str):  # noqa: ANN001, ANN202 - matplotlib objects

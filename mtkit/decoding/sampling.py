@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtkit.errors import MtkitError
+from mtkit.errors import OptionError
 
 SEED_LIMIT = 2**64 - 1  # torch's generators take 64-bit seeds
 
@@ -33,9 +33,11 @@ class Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
         if not math.isfinite(temperature) or temperature <= 0:
-            raise MtkitError(f"--temperature {temperature}: give a finite number > 0, such as 1.0 (sharper below 1)")
+            raise OptionError(
+                "temperature", "{temperature} {value}: give a finite number > 0, such as 1.0 (sharper below 1)", value=temperature
+            )
         if not 0 <= seed <= SEED_LIMIT:
-            raise MtkitError(f"--seed {seed}: give a whole number from 0 to 2^64-1, such as 1")
+            raise OptionError("seed", "{seed} {value}: give a whole number from 0 to 2^64-1, such as 1", value=seed)
         try:
             if kind == "full" and not value:
                 return cls(temperature=temperature, seed=seed)
@@ -45,7 +47,9 @@ class Sampling:
                 return cls(top_p=float(value), temperature=temperature, seed=seed)
         except ValueError:
             pass
-        raise MtkitError(f"--sampling {text}: give topk:K (K >= 1), topp:P (0 < P <= 1) or full, such as topk:10")
+        raise OptionError(
+            "sampling", "{sampling} {value}: give topk:K (K >= 1), topp:P (0 < P <= 1) or full, such as topk:10", value=text
+        )
 
 
 def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:

@@ -41,7 +41,7 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
 from mtkit.decoding.terminology.search import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
 from mtkit.models.packed import pack_linears
@@ -199,17 +199,28 @@ class Translator:
         a language the model does not write, or none for a model of several, is an error listing the valid ones."""
         languages = self.target_languages
         if tgt_lang is None and self.tagged and len(languages) > 1:
-            raise MtkitError(
-                f"this model translates into {', '.join(languages)}: choose one with --tgt-lang, "
-                f"such as --tgt-lang {languages[0]}"
+            raise OptionError(
+                "tgt_lang",
+                "this model translates into {languages}: choose one with {tgt_lang}, such as {tgt_lang} {first}",
+                languages=", ".join(languages),
+                first=languages[0],
             )
         if tgt_lang is not None and languages and tgt_lang not in languages:
-            raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates into {', '.join(languages)} only; give one of them")
+            raise OptionError(
+                "tgt_lang",
+                "{tgt_lang} {value}: this model translates into {languages} only; give one of them",
+                value=tgt_lang,
+                languages=", ".join(languages),
+            )
         if not self.tagged:
             return None
         lang = tgt_lang or languages[0]
         if lang not in self.tokenizers.src.tags:
-            raise MtkitError(f"--tgt-lang {lang}: the model's tokenizer has no tag for it; the model cannot be told to write it")
+            raise OptionError(
+                "tgt_lang",
+                "{tgt_lang} {value}: the model's tokenizer has no tag for it; the model cannot be told to write it",
+                value=lang,
+            )
         return self.tokenizers.src.tags[lang]
 
     def plan(
@@ -226,7 +237,7 @@ class Translator:
             raise MtkitError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one prefix per line (empty for none)")
         prefix_ids = None
         if prefixes is not None and any(prefixes):
-            self.require(Capability.PREFIX, "--prefix")
+            self.require(Capability.PREFIX, "prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
         tag = self.source_tag((decoding or Decoding()).tgt_lang)
         segments = [
@@ -246,10 +257,11 @@ class Translator:
         given = [as_terms(items, f"line {n + 1}") for n, items in enumerate(constraints)]
         terms = [list({term.alternatives: term for term in line}.values()) for line in given]
         if any(terms):
-            self.require(Capability.CONSTRAINTS, "--constraints")
+            self.require(Capability.CONSTRAINTS, "constraints")
             if options.sampling is not None or options.beam < 2:
-                used = "--sampling" if options.sampling is not None else "greedy search (beam 1)"
-                raise MtkitError(f"--constraints need beam search, not {used}: give --beam 2 or more, such as --beam 5")
+                used = "{sampling}" if options.sampling is not None else "greedy search (beam 1)"
+                template = "{constraints} need beam search, not " + used + ": give {beam} 2 or more, such as {beam} 5"
+                raise OptionError("constraints", template)
         return terms
 
     def encoded_term(self, term: Term) -> Phrases:
@@ -264,19 +276,27 @@ class Translator:
     def search_options(self, decoding: Decoding) -> SearchOptions:
         """The engine's options for `decoding`, checked against what the engine can do."""
         if decoding.sampling is not None:
-            self.require(Capability.SAMPLING, "--sampling")
+            self.require(Capability.SAMPLING, "sampling")
             if decoding.beam not in (None, 1):
-                raise MtkitError(f"--beam {decoding.beam} with --sampling: sampling draws one token at a time; leave --beam out")
+                raise OptionError(
+                    "beam",
+                    "{beam} {value} with {sampling}: sampling draws one token at a time; leave {beam} out",
+                    value=decoding.beam,
+                )
         beam = 1 if decoding.sampling is not None else decoding.beam or self.decode.beam
         nbest = decoding.nbest if decoding.sampling is not None else min(decoding.nbest, beam)
         if nbest > 1:
-            self.require(Capability.NBEST, "--nbest")
+            self.require(Capability.NBEST, "nbest")
         if decoding.no_repeat_ngram < 0:
-            raise MtkitError(f"--no-repeat-ngram {decoding.no_repeat_ngram}: give an n-gram size >= 1, such as 3 (0: off)")
+            raise OptionError(
+                "no_repeat_ngram",
+                "{no_repeat_ngram} {value}: give an n-gram size >= 1, such as 3 (0: off)",
+                value=decoding.no_repeat_ngram,
+            )
         if decoding.no_repeat_ngram:
-            self.require(Capability.NO_REPEAT_NGRAM, "--no-repeat-ngram")
+            self.require(Capability.NO_REPEAT_NGRAM, "no_repeat_ngram")
         if decoding.alignments:
-            self.require(Capability.ALIGNMENTS, "--alignments")
+            self.require(Capability.ALIGNMENTS, "alignments")
             self.engine.check_alignment_layer(decoding.alignment_layer)
         alpha = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
         layer = decoding.alignment_layer if decoding.alignments else None

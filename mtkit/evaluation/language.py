@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 
 
 def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[str] = ()) -> float:
@@ -20,7 +20,11 @@ def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[s
     known = set(identifier.nb_classes)
     code = base_language(lang)
     if code not in known:
-        raise MtkitError(f"--off-target: language {lang!r} is not one py3langid identifies; give an ISO 639-1 code such as fr")
+        raise OptionError(
+            "off_target",
+            "{off_target}: language {lang!r} is not one py3langid identifies; give an ISO 639-1 code such as fr",
+            lang=lang,
+        )
     chosen = sorted({base_language(c) for c in candidates} & known | {code})
     if len(chosen) > 1:
         identifier.set_languages(chosen)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from mtkit.errors import MtkitError
+from mtkit.errors import OptionError
 from mtkit.textio import atomic_output
 
 FLAGS = ("loop", "copy", "empty", "too_long", "too_short")
@@ -43,16 +43,34 @@ def parse_rules(items: Sequence[str]) -> FlagRules:
         key, _, value = item.partition("=")
         if key not in {f.name for f in fields(FlagRules)}:
             names = ", ".join(f.name for f in fields(FlagRules))
-            raise MtkitError(f"--flag-rule {item}: unknown threshold {key!r}; give KEY=VALUE with KEY one of {names}")
+            raise OptionError(
+                "flag_rule",
+                "{flag_rule} {item}: unknown threshold {key!r}; give KEY=VALUE with KEY one of {names}",
+                item=item,
+                key=key,
+                names=names,
+            )
         kind = type(getattr(rules, key))
         try:
             number = kind(value)
         except ValueError:
-            raise MtkitError(
-                f"--flag-rule {item}: {value!r} is not a number ({kind.__name__}), e.g. {key}={getattr(rules, key)}"
+            raise OptionError(
+                "flag_rule",
+                "{flag_rule} {item}: {value!r} is not a number ({kind}), e.g. {key}={default}",
+                item=item,
+                value=value,
+                kind=kind.__name__,
+                key=key,
+                default=getattr(rules, key),
             ) from None
         if number <= 0:
-            raise MtkitError(f"--flag-rule {item}: give a number > 0, e.g. {key}={getattr(rules, key)}")
+            raise OptionError(
+                "flag_rule",
+                "{flag_rule} {item}: give a number > 0, e.g. {key}={default}",
+                item=item,
+                key=key,
+                default=getattr(rules, key),
+            )
         rules = replace(rules, **{key: number})
     return rules
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from mtkit.config import Config, bleu_band, direction, split_languages, tag_languages
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Translator
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.language import off_target_rate
 from mtkit.evaluation.metrics import EvalResult, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
@@ -154,7 +154,7 @@ def _directions(systems: _Systems, request: EvaluateRequest) -> list[DirectionRe
     for way in systems.directions:
         hyps, refs = systems.hypotheses[0][way.start : way.end], systems.references[0][way.start : way.end]
         if way.tgt_lang is None and request.off_target:
-            raise MtkitError("--off-target needs the target language: give --tgt-lang, such as --tgt-lang fr")
+            raise OptionError("off_target", "{off_target} needs the target language: give {tgt_lang}, such as {tgt_lang} fr")
         off = off_target_rate(hyps, way.tgt_lang, candidates) if request.off_target and way.tgt_lang else None
         found.append(DirectionReport(way.name, bleu(hyps, refs), chrf(hyps, refs), len(hyps), off))
     return found
@@ -256,7 +256,12 @@ def _sources_and_references(
         sources += [s for s, _ in pairs]
         references += [t for _, t in pairs]
     if not directions:
-        raise MtkitError(f"--tgt-lang {request.tgt_lang}: no direction of data.{request.split} translates into it")
+        raise OptionError(
+            "tgt_lang",
+            "{tgt_lang} {value}: no direction of data.{split} translates into it",
+            value=request.tgt_lang,
+            split=request.split,
+        )
     return sources, [references, *refs], directions
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mtkit.decoding.sampling import SEED_LIMIT, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
-from mtkit.errors import MtkitError, one_line
+from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
 from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device
 from mtkit.serving.batcher import Batcher, QueueFull
@@ -115,7 +115,7 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except MtkitError as err:
-            raise HTTPException(400, one_line(err)) from None
+            raise HTTPException(400, worded(err)) from None
         answer: dict[str, Any] = {"translations": [_render(translations, body) for translations in found]}
         if body.constraints is not None:  # the terms each best translation lacks (its output cap came first)
             answer["unmet"] = [translations[0].unmet if translations else [] for translations in found]
@@ -165,7 +165,7 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
         )  # fmt: skip
         plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
-        raise HTTPException(400, one_line(err).replace("--", "")) from None
+        raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
     if steps > limits.max_steps:
         raise HTTPException(
@@ -180,6 +180,16 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
         )
     return decoding, plan.line_work
+
+
+def worded(err: MtkitError) -> str:
+    """An error as the server says it: an option that is a request field by its JSON name (`tgt_lang`),
+    any other (a setting of `mtkit serve` itself) as the command line spells it."""
+    return one_line(err.worded(_field) if isinstance(err, OptionError) else err)
+
+
+def _field(option: str) -> str:
+    return option if option in TranslateRequest.model_fields else cli_flag(option)
 
 
 def _check_constraints(body: TranslateRequest) -> None:

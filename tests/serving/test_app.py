@@ -175,6 +175,7 @@ def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources
     reply = request(port, "POST", "/translate", data)
     assert reply.status == status
     assert message in reply.body["detail"] and "\n" not in reply.body["detail"]
+    assert "--" not in reply.body["detail"]  # options are named as the request's fields, not as CLI flags
     assert translate(port, [sources[0]]).body["translations"] == [reverse(sources[0])]
 
 
