@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from mtkit.errors import MtkitError
+from mtkit.evaluation.significance import PairedTests
 from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
 from mtkit.run_files import RunFiles
 from mtkit.serving.limits import ServeLimits
@@ -311,6 +312,9 @@ FlagRule = Annotated[
 ]
 
 
+PAIRED_TESTS = PairedTests()  # the paired significance tests' defaults, stated once
+
+
 @app.command()
 def evaluate(
     hyp: Hyps = None,
@@ -321,9 +325,11 @@ def evaluate(
     compare: Annotated[bool, typer.Option(help="With several -m: compare the models instead of ensembling them.")] = False,
     flags: Annotated[Optional[Path], typer.Option(help="Write the flagged sentences to this TSV, worst first.")] = None,
     flag_rule: FlagRule = None,
-    seed: Annotated[int, typer.Option(help="Seed of the paired significance tests.")] = 12345,
-    bootstrap_samples: Annotated[int, typer.Option(min=1, help="Paired bootstrap resamples.")] = 1000,
-    randomisation_trials: Annotated[int, typer.Option(min=1, help="Paired approximate randomisation trials.")] = 10000,
+    seed: Annotated[int, typer.Option(help="Seed of the paired significance tests.")] = PAIRED_TESTS.seed,
+    bootstrap_samples: Annotated[int, typer.Option(min=1, help="Paired bootstrap resamples.")] = PAIRED_TESTS.bootstrap_samples,
+    randomisation_trials: Annotated[
+        int, typer.Option(min=1, help="Paired approximate randomisation trials.")
+    ] = PAIRED_TESTS.randomisation_trials,
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -346,9 +352,9 @@ def evaluate(
 
     request = EvaluateRequest(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
-        output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []), seed=seed,
-        bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials, tgt_lang=tgt_lang,
-        off_target=off_target,
+        output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
+        tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
+        tgt_lang=tgt_lang, off_target=off_target,
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

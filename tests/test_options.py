@@ -15,9 +15,10 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import SearchOptions
 from mtkit.decoding.translator import Decoding
 from mtkit.evaluation.report import EvaluateRequest
+from mtkit.evaluation.significance import PairedTests
 from mtkit.serving.app import ServeLimits
 
-OPTION_CLASSES = [Decoding, SearchOptions, FileOptions, EvaluateRequest, ServeLimits, Sampling]
+OPTION_CLASSES = [Decoding, SearchOptions, FileOptions, EvaluateRequest, ServeLimits, Sampling, PairedTests]
 REPO = Path(__file__).resolve().parents[1]
 
 

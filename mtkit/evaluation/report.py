@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.language import off_target_rate
 from mtkit.evaluation.metrics import EvalResult, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
-from mtkit.evaluation.significance import Comparison, compare_systems
+from mtkit.evaluation.significance import Comparison, PairedTests, compare_systems
 from mtkit.run_files import RunFiles
 from mtkit.textio import read_lines, write_lines
 
@@ -39,9 +39,7 @@ class EvaluateRequest:
     compare: bool = False  # several models: compare them (else one ensemble)
     flags_file: Path | None = None
     rules: FlagRules = field(default_factory=FlagRules)
-    seed: int = 12345
-    bootstrap_samples: int = 1000
-    randomisation_trials: int = 10000
+    tests: PairedTests = field(default_factory=PairedTests)  # the paired significance tests' seed and samples
     tgt_lang: str | None = None  # with models: the language to translate into (a model of several)
     off_target: bool = False  # report the share of outputs not in the target language (py3langid)
 
@@ -125,9 +123,7 @@ def evaluate(request: EvaluateRequest) -> Report:
         write_flags(request.flags_file, names, all_flags, sources, hypotheses, references[0])
     comparison = None
     if len(names) > 1:
-        comparison = compare_systems(
-            names, hypotheses, references, request.seed, request.bootstrap_samples, request.randomisation_trials
-        )
+        comparison = compare_systems(names, hypotheses, references, request.tests)
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
     by_direction = len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None
     directions = _directions(systems, request) if by_direction else []

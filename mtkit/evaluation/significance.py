@@ -31,6 +31,16 @@ class SystemScore:
     p_randomisation: float | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairedTests:
+    """How systems are compared, every default stated once (the CLI reads them here): the seed and the
+    sample counts, reported with the results."""
+
+    seed: int = 12345
+    bootstrap_samples: int = 1000  # paired bootstrap resamples
+    randomisation_trials: int = 10000  # paired approximate randomisation trials
+
+
 @dataclass
 class Comparison:
     systems: list[str]
@@ -61,9 +71,7 @@ def compare_systems(
     names: Sequence[str],
     hypotheses: Sequence[Sequence[str]],
     references: Sequence[Sequence[str]],
-    seed: int = 12345,
-    bootstrap_samples: int = 1000,
-    randomisation_trials: int = 10000,
+    tests: PairedTests = PairedTests(),
 ) -> Comparison:
     """Compare each system with the first; every hypothesis list and reference stream is aligned."""
     from sacrebleu.metrics import BLEU, CHRF, TER
@@ -77,8 +85,8 @@ def compare_systems(
                 raise MtkitError(f"{name} has {len(hyps)} lines but a reference has {len(stream)}; give aligned files")
     systems = list(zip(names, [list(h) for h in hypotheses], strict=True))
     results = {}
-    with _seed(seed):
-        for test, samples in (("bs", bootstrap_samples), ("ar", randomisation_trials)):
+    with _seed(tests.seed):
+        for test, samples in (("bs", tests.bootstrap_samples), ("ar", tests.randomisation_trials)):
             metrics = {"BLEU": BLEU(), "chrF": CHRF(), "TER": TER()}
             _, found = PairedTest(systems, metrics, [list(r) for r in references], test, samples, -1)()
             results[test] = [found[key] for key in found if key != "System"]  # sacreBLEU's names, e.g. chrF2
@@ -94,7 +102,7 @@ def compare_systems(
         ]
         for metric, bs_results, ar_results in zip(METRICS, results["bs"], results["ar"], strict=True)
     }
-    return Comparison(list(names), scores, seed, bootstrap_samples, randomisation_trials)
+    return Comparison(list(names), scores, tests.seed, tests.bootstrap_samples, tests.randomisation_trials)
 
 
 def _p_values_against(baseline: float, bootstrap: Any, randomisation: Any) -> tuple[float, float]:

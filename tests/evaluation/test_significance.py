@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.evaluation.significance import compare_systems
+from mtkit.evaluation.significance import PairedTests, compare_systems
 from mtkit.textio import read_lines
 
 SYSTEMS = Path(__file__).resolve().parents[1] / "fixtures" / "systems"
@@ -16,7 +16,12 @@ SYSTEMS = Path(__file__).resolve().parents[1] / "fixtures" / "systems"
 def test_a_system_against_itself_is_not_significant_and_a_weaker_one_is(test200):
     references = read_lines(test200[1])
     transformer, rnn = read_lines(SYSTEMS / "demo_transformer.en"), read_lines(SYSTEMS / "rnn_12min.en")
-    result = compare_systems(["transformer", "itself", "rnn"], [transformer, transformer, rnn], [references], 1, 200, 500)
+    result = compare_systems(
+        ["transformer", "itself", "rnn"],
+        [transformer, transformer, rnn],
+        [references],
+        PairedTests(seed=1, bootstrap_samples=200, randomisation_trials=500),
+    )
     for metric in ("BLEU", "chrF", "TER"):
         baseline, itself, weaker = result.scores[metric]
         assert baseline.p_bootstrap is None and baseline.p_randomisation is None
@@ -31,6 +36,11 @@ def test_a_system_against_itself_is_not_significant_and_a_weaker_one_is(test200)
 def test_the_same_seed_repeats_a_comparison_exactly(test200):
     references = read_lines(test200[1])
     systems = [read_lines(SYSTEMS / "demo_transformer.en"), read_lines(SYSTEMS / "rnn_12min.en")]
-    runs = [compare_systems(["a", "b"], systems, [references], seed, 100, 100).to_dict() for seed in (3, 3, 4)]
+    runs = [
+        compare_systems(
+            ["a", "b"], systems, [references], PairedTests(seed=seed, bootstrap_samples=100, randomisation_trials=100)
+        ).to_dict()
+        for seed in (3, 3, 4)
+    ]
     assert runs[0] == runs[1] and runs[0]["seed"] == 3
     assert runs[0]["scores"]["BLEU"][0]["mean"] != runs[2]["scores"]["BLEU"][0]["mean"]
