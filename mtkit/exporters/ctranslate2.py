@@ -9,8 +9,6 @@ what `translate` needs (normalisation, decoding defaults, languages) and the rec
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +23,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPai
 from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
 from mtkit.decoding.engine import output_cap
 from mtkit.errors import MtkitError
+from mtkit.exporters.folder import check_output_dir, staged
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
 from mtkit.options import Quantization
@@ -45,7 +44,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
     ctranslate2 = import_ctranslate2()
     if quantization is not None and quantization not in {q.value for q in Quantization}:
         raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
-    _check_output_dir(output_dir, force)
+    check_output_dir(output_dir, force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
@@ -56,21 +55,12 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
     spec = transformer_spec(ctranslate2, model.eval(), tokenizers, positions)
     spec.validate()
     spec.optimize(quantization=quantization)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
-        staging.chmod(0o755)  # mkdtemp's 0o700 would keep the export from other users
+    with staged(output_dir) as staging:
         spec.save(str(staging))
         tokenizers.src.save(staging / SOURCE_SPM)
         tokenizers.tgt.save(staging / TARGET_SPM)
         manifest = _manifest(config, resolve_checkpoint(model_path), quantization, positions)
         write_file(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-        if output_dir.exists():
-            shutil.rmtree(output_dir)  # empty, or an earlier export that `force` replaces (checked above)
-        staging.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output_dir
 
 
@@ -201,14 +191,3 @@ def _manifest(config: Config, checkpoint: Path, quantization: str | None, positi
         "decode": asdict(config.decode),
         "recipe": config_to_dict(config),  # for `mtkit evaluate -m DIR --split test`
     }
-
-
-def _check_output_dir(output_dir: Path, force: bool) -> None:
-    if output_dir.exists() and not output_dir.is_dir():
-        raise MtkitError(f"{output_dir}: exists and is not a directory; choose another -o")
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
-        return
-    if not force:
-        raise MtkitError(f"{output_dir}: directory exists and is not empty; pass --force to replace it, or choose another -o")
-    if not (output_dir / MANIFEST).is_file():
-        raise MtkitError(f"{output_dir}: holds files that are not an mtkit export; --force only replaces an earlier export")

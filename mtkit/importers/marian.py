@@ -15,6 +15,7 @@ When the decoder starts from pad, BOS and PAD share that row; the BOS logit then
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import struct
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 
 from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, config_to_dict
-from mtkit.data.tokenizer import BOS_ID, PAD_ID, Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
@@ -156,21 +157,20 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
         ),
     )
     where = folder / "vocab.json"
-    source = MarianVocab(
-        source_pieces,
-        _order(
+    if not separate:  # one table: the source takes the target's order (a source never holds the decoder start)
+        _check_special(source_pieces, target, where)
+        source = MarianVocab(source_pieces, target.order)
+    else:
+        source = MarianVocab(
             source_pieces,
-            where,
-            pad=_piece_id(source_pieces, "<pad>", where),
-            unk=_piece_id(source_pieces, "<unk>", where),
-            start=_piece_id(source_pieces, "<pad>", where),
-            eos=_piece_id(source_pieces, "</s>", where),
-        ),
-    )
-    if not separate and source.order != target.order:
-        raise MtkitError(
-            f"{folder / 'config.json'}: pad_token_id, eos_token_id or decoder_start_token_id do not name vocab.json's "
-            "<pad> and </s>; a shared vocabulary needs the same special ids on both sides"
+            _order(
+                source_pieces,
+                where,
+                pad=_piece_id(source_pieces, "<pad>", where),
+                unk=_piece_id(source_pieces, "<unk>", where),
+                start=_piece_id(source_pieces, "<pad>", where),
+                eos=_piece_id(source_pieces, "</s>", where),
+            ),
         )
     spm_files = [folder / "source.spm", folder / "target.spm"]
     for path in spm_files:
@@ -179,6 +179,16 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
     src = Tokenizer(spm_files[0].read_bytes(), source.table())
     tgt = Tokenizer(spm_files[1].read_bytes(), target.table())
     return source, target, TokenizerPair(src, tgt)
+
+
+def _check_special(pieces: list[str], target: MarianVocab, where: Path) -> None:
+    """A shared vocabulary's pad and eos ids (config.json) must name its <pad> and </s> pieces."""
+    pad, eos = target.order[PAD_ID], target.order[EOS_ID]
+    if pieces[pad] != "<pad>" or pieces[eos] != "</s>":
+        raise MtkitError(
+            f"{where}: pad_token_id {pad} and eos_token_id {eos} name {pieces[pad]!r} and {pieces[eos]!r}, not <pad> and "
+            "</s>; a shared vocabulary needs its special ids to name them"
+        )
 
 
 def _order(pieces: list[str], where: Path, pad: int, unk: int, start: int, eos: int) -> list[int]:
@@ -289,54 +299,49 @@ def mtkit_weights(marian: MarianModel) -> dict[str, Tensor]:
     if target.order[BOS_ID] == target.order[PAD_ID]:
         bias[BOS_ID] = UNREACHABLE_BIAS
     state["output.bias"] = bias
-    for index in range(marian.model.encoder_layers):
-        state.update(_encoder_layer(weights, f"encoder.layers.{index}.", f"encoder_layers.{index}."))
-    for index in range(marian.model.decoder_layers):
-        state.update(_decoder_layer(weights, f"decoder.layers.{index}.", f"decoder_layers.{index}."))
+    for mine, theirs in layer_names(marian.model):
+        state[mine] = torch.cat([_tensor(weights, name) for name in theirs])
     if marian.tokenizers.joint and marian.model.tie_embeddings and not torch.equal(encoder_embed, decoder_embed):
         raise MtkitError("config.json: share_encoder_decoder_embeddings=false with one vocabulary cannot be represented")
     return state
 
 
-def _encoder_layer(weights: dict[str, Tensor], marian: str, mtkit: str) -> dict[str, Tensor]:
-    state = _attention(weights, f"{marian}self_attn.", f"{mtkit}self_attention.")
-    state.update(_norm(weights, f"{marian}self_attn_layer_norm.", f"{mtkit}attention_block.norm."))
-    state.update(_feed_forward(weights, marian, mtkit))
-    return state
+# The one table of names between mtkit's Transformer layers and Marian's (transformers' MarianMTModel),
+# read by this importer and by mtkit.exporters.transformers: mtkit's parameter <- Marian's, joined
+# along the first dimension in this order (mtkit fuses q, k, v and the cross-attention's k, v).
+ENCODER_LAYER_NAMES = {
+    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attention.out": ("self_attn.out_proj",),
+    "attention_block.norm": ("self_attn_layer_norm",),
+    "feed_forward.inner": ("fc1",),
+    "feed_forward.outer": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
+DECODER_LAYER_NAMES = {
+    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attention.out": ("self_attn.out_proj",),
+    "self_block.norm": ("self_attn_layer_norm",),
+    "cross_attention.query": ("encoder_attn.q_proj",),
+    "cross_attention.key_value": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
+    "cross_attention.out": ("encoder_attn.out_proj",),
+    "cross_block.norm": ("encoder_attn_layer_norm",),
+    "feed_forward.inner": ("fc1",),
+    "feed_forward.outer": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
 
 
-def _decoder_layer(weights: dict[str, Tensor], marian: str, mtkit: str) -> dict[str, Tensor]:
-    state = _attention(weights, f"{marian}self_attn.", f"{mtkit}self_attention.")
-    state.update(_norm(weights, f"{marian}self_attn_layer_norm.", f"{mtkit}self_block.norm."))
-    cross, into = f"{marian}encoder_attn.", f"{mtkit}cross_attention."
-    for part in ("weight", "bias"):
-        state[f"{into}query.{part}"] = _tensor(weights, f"{cross}q_proj.{part}")
-        state[f"{into}key_value.{part}"] = torch.cat([_tensor(weights, f"{cross}{p}_proj.{part}") for p in "kv"])
-        state[f"{into}out.{part}"] = _tensor(weights, f"{cross}out_proj.{part}")
-    state.update(_norm(weights, f"{marian}encoder_attn_layer_norm.", f"{mtkit}cross_block.norm."))
-    state.update(_feed_forward(weights, marian, mtkit))
-    return state
-
-
-def _attention(weights: dict[str, Tensor], marian: str, mtkit: str) -> dict[str, Tensor]:
-    """Marian's q, k, v projections fused into mtkit's one qkv projection (the same order), and the output."""
-    state = {}
-    for part in ("weight", "bias"):
-        state[f"{mtkit}qkv.{part}"] = torch.cat([_tensor(weights, f"{marian}{p}_proj.{part}") for p in "qkv"])
-        state[f"{mtkit}out.{part}"] = _tensor(weights, f"{marian}out_proj.{part}")
-    return state
-
-
-def _feed_forward(weights: dict[str, Tensor], marian: str, mtkit: str) -> dict[str, Tensor]:
-    state = _norm(weights, f"{marian}final_layer_norm.", f"{mtkit}ffn_block.norm.")
-    for part in ("weight", "bias"):
-        state[f"{mtkit}feed_forward.inner.{part}"] = _tensor(weights, f"{marian}fc1.{part}")
-        state[f"{mtkit}feed_forward.outer.{part}"] = _tensor(weights, f"{marian}fc2.{part}")
-    return state
-
-
-def _norm(weights: dict[str, Tensor], marian: str, mtkit: str) -> dict[str, Tensor]:
-    return {f"{mtkit}{part}": _tensor(weights, f"{marian}{part}") for part in ("weight", "bias")}
+def layer_names(model: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """Every layer parameter: (mtkit's name, the Marian names it joins), e.g.
+    ("encoder_layers.0.self_attention.qkv.weight", ("encoder.layers.0.self_attn.q_proj.weight", ...))."""
+    found = []
+    for stack, count, table in (
+        ("encoder", model.encoder_layers or model.layers, ENCODER_LAYER_NAMES),
+        ("decoder", model.decoder_layers or model.layers, DECODER_LAYER_NAMES),
+    ):
+        for index, (mine, theirs), part in itertools.product(range(count), table.items(), ("weight", "bias")):
+            found.append((f"{stack}_layers.{index}.{mine}.{part}", tuple(f"{stack}.layers.{index}.{t}.{part}" for t in theirs)))
+    return found
 
 
 def _tensor(weights: dict[str, Tensor], name: str, fallback: Tensor | None = None) -> Tensor:
