@@ -123,6 +123,12 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
         )
     from mtkit.data.prepare import train_tokenizers
 
+    for index, source in enumerate(config.data.train):
+        if source.generated_side is not None:  # the model writes it at `mtkit prepare`, with these tokenizers' help
+            given = "tgt" if source.generated_side == "src" else "src"
+            typer.echo(
+                f"data.train[{index}]: its {source.generated_side} is written by a model; the tokenizer learns from its {given}"
+            )
     pair = train_tokenizers(config)
     sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
     typer.echo(
@@ -139,20 +145,26 @@ def prepare(
     extend_vocab: Annotated[
         int, typer.Option(help="With train.init_from: add the pieces of an N-piece vocabulary learnt from the new data.")
     ] = 0,
+    device: Annotated[str, typer.Option(help="Where models write synthetic corpora: auto, cpu, cuda or cuda:N.")] = "auto",
 ) -> None:
-    """Read, normalise, clean, encode and store every split as memory-mapped Arrow data."""
+    """Read, normalise, clean, encode and store every split as memory-mapped Arrow data. A synthetic corpus
+    (translate_with, back_translate_with) is first written by its model, once: it is cached in the data directory.
+    Under `torchrun --nproc_per_node N -m mtkit prepare`, N processes share that translation."""
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
     if extend_vocab and not config.train.init_from:
         raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
     from mtkit.data.corpora import clean_table
     from mtkit.data.prepare import prepare_corpus
+    from mtkit.synthetic.generate import synthesize
     from mtkit.training.finetune import inherit_tokenizers
 
     if config.train.init_from:
         tokenizers = inherit_tokenizers(config, extend_vocab)
         typer.echo(f"the tokenizers of {config.train.init_from} ({tokenizers}) written to {config.data_path}")
-
-    report = prepare_corpus(config)
+    ready = synthesize(config, device)
+    if ready is None:
+        return  # a torchrun rank other than 0: its share of the synthetic corpora is written
+    report = prepare_corpus(ready)
     typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))
     typer.echo(f"prepared data written to {config.data_path} (report: {config.data_path / 'prepare_report.json'})")
     typer.echo(json.dumps(report["splits"], indent=1))
@@ -365,7 +377,9 @@ def evaluate(
 
 @app.command()
 def export(
-    model: ModelPath,
+    model: Annotated[
+        list[Path], typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the exported model to.")],
     export_format: Annotated[
         ExportFormat, typer.Option("--format", help="The toolkit to export for.")
@@ -373,12 +387,24 @@ def export(
     quantization: Annotated[Optional[Quantization], typer.Option(help="Weight type (default: float32).")] = None,
     force: Annotated[bool, typer.Option(help="Replace an earlier export in --output.")] = False,
 ) -> None:
-    """Export a trained Transformer for another toolkit (CTranslate2); `mtkit translate -m DIR` then uses it."""
+    """Export a trained Transformer for another toolkit: CTranslate2 (`mtkit translate -m DIR` then uses it) or
+    Hugging Face transformers (a folder AutoModelForSeq2SeqLM loads, with a model card)."""
     from mtkit.exporters import export_model
 
+    if len(model) > 1:
+        raise MtkitError(
+            f"-m given {len(model)} times: an export holds one model, and an ensemble cannot be one; export each model, "
+            "or average checkpoints of one run into one (mtkit average)"
+        )
     weights = quantization.value if quantization else None
-    written = export_model(model, output, export_format=export_format, quantization=weights, force=force)
-    typer.echo(f"exported {model} ({weights or 'float32'}) to {written}; translate with: mtkit translate -m {written}")
+    written = export_model(model[0], output, export_format=export_format, quantization=weights, force=force)
+    typer.echo(f"exported {model[0]} ({weights or 'float32'}) to {written}; {_use_export(export_format, written)}")
+
+
+def _use_export(export_format: ExportFormat, written: Path) -> str:
+    if export_format is ExportFormat.TRANSFORMERS:
+        return f"load it with transformers' AutoModelForSeq2SeqLM.from_pretrained({str(written)!r}) (see its README.md)"
+    return f"translate with: mtkit translate -m {written}"
 
 
 @app.command()

@@ -36,6 +36,7 @@ DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
 LANGUAGE = r"[a-z]{2,3}([_-][A-Za-z0-9]{1,8})*"  # a language code: de, fra, pt_BR, zh-Hant
 LANGUAGE_RULE = "a language code such as de, fra or pt_BR"
+TAG_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # data.train[i].tag: the reserved source piece <NAME>
 # A fine-tuning recipe (train.init_from) takes these sections from its parent; these keys of them it may change.
 INHERITED_SECTIONS = ("model", "tokenizer")
 FREE_WHEN_INHERITED = frozenset(
@@ -157,13 +158,57 @@ class SplitConfig:
     tgt_lang: str | None = field(default=None, metadata=_pattern(LANGUAGE, LANGUAGE_RULE, "fr"))
 
 
+SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  # as mtkit translate --sampling
+
+
+@dataclass
+class SyntheticDecode:
+    """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling."""
+
+    beam: int | None = field(default=None, metadata=_at_least(1))  # None: the model's own beam
+    length_penalty: float | None = field(default=None, metadata=_range(0.0, 10.0))
+    # draw each translation instead of searching: topk:K, topp:P or full (sampled back-translations)
+    sampling: str | None = field(default=None, metadata=_pattern(SAMPLING_RULE, "topk:K, topp:P or full", "topk:10"))
+    temperature: float = field(default=1.0, metadata=_range(0.0, 100.0, open_low=True, example=1.0))
+    seed: int = field(default=0, metadata=_range(0, 2**63 - 1))
+
+
 @dataclass
 class TrainSource(SplitConfig):
-    """One training corpus: a split's source plus how often its pairs are drawn and its name in reports."""
+    """One training corpus: a split's source plus how often its pairs are drawn and its name in reports.
+
+    A synthetic corpus names a model that writes one of its sides (generated once by `mtkit prepare`,
+    cached in the data directory): `translate_with` writes the target of `src`, `back_translate_with`
+    the source of `tgt`. `tag` puts the reserved source piece <tag> first on each of its sources.
+    """
 
     # pairs drawn per epoch relative to the corpus size: 2.0 doubles it, 0.1 keeps a tenth (resampled each epoch)
     weight: float = field(default=1.0, metadata=_range(0.0, 1000.0, open_low=True, example=0.5))
     name: str | None = field(default=None, metadata=_pattern(r"[^\s,]+", "a name without spaces or commas", "news"))
+    # a run, import or CTranslate2 export (several runs: an ensemble) that writes the target of `src`
+    translate_with: list[str] | None = field(default=None, metadata=_relation(lambda s: _one_side(s, "src", "tgt")))
+    # a model of the reverse direction that writes the source of `tgt`
+    back_translate_with: list[str] | None = field(default=None, metadata=_relation(lambda s: _one_side(s, "tgt", "src")))
+    tag: str | None = field(default=None, metadata=_pattern(TAG_NAME, "a letter, then letters, digits or _", "bt"))
+    decode: SyntheticDecode | None = None  # with a model: how it translates
+
+    @property
+    def generated_side(self) -> str | None:
+        """The side a model writes: "tgt" (translate_with), "src" (back_translate_with) or None."""
+        return "tgt" if self.translate_with else "src" if self.back_translate_with else None
+
+    @property
+    def writer_models(self) -> list[str]:
+        return self.translate_with or self.back_translate_with or []
+
+
+def _one_side(source: TrainSource, given: str, written: str) -> str | None:
+    """A synthetic corpus gives the side its model reads as a text file and leaves the other to the model."""
+    if source.translate_with and source.back_translate_with:
+        return "give translate_with (a model writes the target) or back_translate_with (the source), not both"
+    if source.tsv or source.jsonl or source.hf or getattr(source, written) or not getattr(source, given):
+        return f"a model writes this corpus's {written}: give {given} (a text file, one sentence a line) and no {written}"
+    return None
 
 
 def _unique_names(data: DataConfig) -> str | None:
@@ -388,6 +433,11 @@ def direction(config: Config, split: SplitConfig) -> str:
 def target_languages(config: Config) -> list[str]:
     """The languages the model is trained to write (the training corpora's targets), in order of first use."""
     return list(dict.fromkeys(split_languages(config, source)[1] for source in config.data.train))
+
+
+def corpus_tags(config: Config) -> list[str]:
+    """The corpus tags of the training corpora (`data.train[i].tag`), each once, in recipe order."""
+    return list(dict.fromkeys(source.tag for source in config.data.train if source.tag))
 
 
 def tag_languages(config: Config) -> list[str]:
@@ -659,7 +709,13 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
 
 
 def _convert_list(item: type, value: Any, key: str, source: str, saved: bool) -> list[Any]:
-    """A list of sections: one mapping is a list of one (its keys keep the plain `key.` prefix)."""
+    """A list of sections: one mapping is a list of one (its keys keep the plain `key.` prefix).
+    A list of text (model paths): one string is a list of one."""
+    if item is str:
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not texts or not all(isinstance(text, str) and text for text in texts):
+            raise MtkitError(f"{source}: '{key}' must be a path or a non-empty list of paths, got {value!r}")
+        return texts
     if isinstance(value, dict):
         return [_build(item, value, f"{key}.", source, saved)]
     if not isinstance(value, list) or not value:

@@ -25,6 +25,7 @@ class EngineName(str, Enum):
 
 class ExportFormat(str, Enum):
     CTRANSLATE2 = "ctranslate2"
+    TRANSFORMERS = "transformers"
 
 
 class Quantization(str, Enum):

@@ -57,11 +57,18 @@ def iter_split(
     return ((model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit))
 
 
+def iter_side(path: Path, normalize: str, limit: int | None, recipe_key: str, bad_bytes: str = "error") -> Iterator[str]:
+    """The normalized lines of one side's text file (a synthetic corpus's given side), at most `limit` of them."""
+    lines = (model_text(text, normalize) for _, text in _read_lines(path, recipe_key, bad_bytes))
+    return itertools.islice(lines, limit)
+
+
 def corpus_names(sources: list[TrainSource]) -> list[str]:
     """Each training corpus's name: its `name`, else its file (or dataset) name, numbered when repeated."""
     names = []
     for source in sources:
-        given = source.name or Path(source.src or source.tsv or source.jsonl or "").name.removesuffix(".gz") or source.hf
+        file = source.src or source.tgt or source.tsv or source.jsonl or ""  # tgt alone: a back-translated corpus
+        given = source.name or Path(file).name.removesuffix(".gz") or source.hf
         names.append(given or "train")
     return [name if names.count(name) == 1 else f"{name}#{names[: index + 1].count(name)}" for index, name in enumerate(names)]
 

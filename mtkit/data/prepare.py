@@ -10,13 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from tqdm import tqdm
 
-from mtkit.config import Config, SplitConfig, split_languages, tag_languages
-from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_split
+from mtkit.config import Config, SplitConfig, corpus_tags, split_languages, tag_languages
+from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_side, iter_split
 from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
-from mtkit.data.tokenizer import Tokenizer, TokenizerPair, load_tokenizers, tokenizer_files, train_sentencepiece
+from mtkit.data.tokenizer import (
+    Tag,
+    Tokenizer,
+    TokenizerPair,
+    corpus_tag_piece,
+    load_tokenizers,
+    tokenizer_files,
+    train_sentencepiece,
+)
 from mtkit.errors import MtkitError
 
 __all__ = ["extend_tokenizers", "learn_tokenizers", "load_prepared", "prepare_corpus", "save_tokenizers", "train_tokenizers"]
@@ -39,7 +48,7 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
     settings = config.tokenizer
     tags = tag_languages(config) if config.data.lang_tag == "target" else []
 
-    def train(sentences: Iterable[str], tags: list[str] = tags) -> Tokenizer:
+    def train(sentences: Iterable[str], tags: list[str] = tags, corpora: list[str] = corpus_tags(config)) -> Tokenizer:
         return train_sentencepiece(
             sentences,
             vocab_size,
@@ -48,16 +57,23 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
             max_sentences=settings.max_sentences,
             seed=config.train.seed,
             tag_langs=tags,
+            corpus_tags=corpora,
         )
 
-    def pairs() -> Iterator[Pair]:
+    def sentences(sides: tuple[int, ...]) -> Iterator[str]:
+        """The training text of `sides` (0: source, 1: target), pair by pair; a synthetic corpus gives its real side."""
         for index, source in enumerate(config.data.train):
-            yield from _pairs(config, _train_key(config, index), source)
+            key = _train_key(config, index)
+            if source.generated_side is None:
+                yield from (pair[side] for pair in _pairs(config, key, source) for side in sides)
+            elif (given := 1 if source.generated_side == "src" else 0) in sides:
+                path, data = source.tgt if given else source.src, config.data
+                yield from iter_side(Path(path), data.normalize, source.limit, f"{key}.{('src', 'tgt')[given]}", data.bad_bytes)
 
     if joint:
-        shared = train(sentence for pair in pairs() for sentence in pair)
+        shared = train(sentences((0, 1)))
         return TokenizerPair(shared, shared)
-    return TokenizerPair(train(src for src, _ in pairs()), train((tgt for _, tgt in pairs()), tags=[]))
+    return TokenizerPair(train(sentences((0,))), train(sentences((1,)), tags=[], corpora=[]))
 
 
 def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
@@ -170,8 +186,23 @@ def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
             yield chunk
 
 
-def source_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> int | None:
-    """The tag id every source of `split` starts with (None in an untagged recipe)."""
+def source_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
+    """What every source of `split` starts with: its target-language tag (a tagged recipe), then its
+    corpus tag (`tag`); None when neither."""
+    language = _language_tag(config, tokenizers, split, key)
+    name = getattr(split, "tag", None)
+    if name is None:
+        return language
+    corpus = tokenizers.src.control_id(corpus_tag_piece(name))
+    if corpus is None:
+        raise MtkitError(
+            f"{key}.tag: the tokenizer reserves no piece {corpus_tag_piece(name)}; corpus tags are reserved when the "
+            "tokenizer is trained: run `mtkit tokenizer train RECIPE` again"
+        )
+    return (corpus,) if language is None else (language, corpus)
+
+
+def _language_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> int | None:
     if config.data.lang_tag != "target":
         return None
     lang = split_languages(config, split)[1]

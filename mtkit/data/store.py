@@ -23,7 +23,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from mtkit.data.tokenizer import TokenizerPair, tagged
+from mtkit.data.tokenizer import Tag, TokenizerPair, tagged
 from mtkit.errors import MtkitError
 from mtkit.textio import write_file
 
@@ -55,7 +55,7 @@ class SplitWriter:
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self.counts = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
 
-    def write(self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: int | None = None) -> None:
+    def write(self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: Tag = None) -> None:
         """Encode `pairs` (ids without BOS/EOS; sources after `tag`, if any) and append them as one record batch;
         `corpus` goes in a split of several corpora."""
         sources, targets = [src for src, _ in pairs], [tgt for _, tgt in pairs]

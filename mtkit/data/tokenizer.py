@@ -25,6 +25,11 @@ LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a target-language token at the s
 TAG = re.compile(r"<2([^<>\s]+)>")  # mtkit's target-language tag, a reserved piece: <2fr>
 
 
+def corpus_tag_piece(name: str) -> str:
+    """The reserved piece of corpus tag `name` (`data.train[i].tag`): <bt>."""
+    return f"<{name}>"
+
+
 def tag_piece(lang: str) -> str:
     """The reserved piece naming target language `lang`: <2fr>."""
     return f"<2{lang}>"
@@ -107,6 +112,21 @@ class Tokenizer:
                 found[match.group(1)] = index
         return found
 
+    def control_id(self, piece: str) -> int | None:
+        """The id of reserved piece `piece` (a tag such as <bt>), or None when the model does not reserve it."""
+        if self.table is not None:
+            return None
+        index = self._sp.piece_to_id(piece)
+        return index if self._sp.id_to_piece(index) == piece and self._sp.is_control(index) else None
+
+    @functools.cached_property
+    def reserved_ids(self) -> tuple[int, ...]:
+        """The control pieces other than EOS (PAD, BOS, and every tag): ids text never produces and search never emits."""
+        return tuple(index for index in range(self.vocab_size) if index != EOS_ID and self._is_control(index))
+
+    def _is_control(self, index: int) -> bool:
+        return index in (PAD_ID, BOS_ID) if self.table is not None else self._sp.is_control(index)
+
     def all_pieces(self) -> list[str]:
         """Every piece, in id order."""
         return self.id_to_piece(range(self.vocab_size))
@@ -183,18 +203,25 @@ class TokenizerPair:
         return cls(src, src if same else tgt)
 
 
-def tagged(rows: list[list[int]], tags: int | None | Sequence[int | None]) -> list[list[int]]:
-    """Source ids with their target-language tag first: the one place a tag is put on a source.
+Tag = int | tuple[int, ...] | None  # what goes first on a source: a target-language tag, then a corpus tag
 
-    `tags`: one tag id for every row, one per row, or None (an untagged model). Prepare, subword
-    sampling and every translation path call this on the same encoding of the same text, so the
-    ids a model trains on and the ids it translates are the same.
+
+def tagged(rows: list[list[int]], tags: Tag | Sequence[Tag]) -> list[list[int]]:
+    """Source ids with their tags first: the one place a tag is put on a source.
+
+    `tags`: one tag (an id, or the ids of a language tag and a corpus tag) for every row, one per
+    row, or None (an untagged model). Prepare, subword sampling and every translation path call this
+    on the same encoding of the same text, so the ids a model trains on and the ids it translates are the same.
     """
     if tags is None:
         return rows
-    if isinstance(tags, int):
-        return [[tags, *row] for row in rows]
-    return [row if tag is None else [tag, *row] for row, tag in zip(rows, tags, strict=True)]
+    if isinstance(tags, (int, tuple)):
+        return [[*_ids(tags), *row] for row in rows]
+    return [[*_ids(tag), *row] for row, tag in zip(rows, tags, strict=True)]
+
+
+def _ids(tag: Tag) -> tuple[int, ...]:
+    return () if tag is None else (tag,) if isinstance(tag, int) else tag
 
 
 def seed_sampling(seed: int) -> None:
@@ -231,12 +258,13 @@ def train_sentencepiece(
     max_sentences: int = 2_000_000,
     seed: int = 1,
     tag_langs: Sequence[str] = (),
+    corpus_tags: Sequence[str] = (),
 ) -> Tokenizer:
     """Train a SentencePiece model in memory with mtkit's fixed special ids.
 
     At most `max_sentences` non-blank sentences, a uniform sample, are read into memory.
     `tag_langs`: languages whose tags (`tag_piece`) are reserved as control pieces, with ids 4, 5, ...
-    in the order given.
+    in the order given; `corpus_tags`: the corpus tags' pieces (`corpus_tag_piece`), reserved after them.
     """
     sample = reservoir_sample(sentences, max_sentences, seed)
     if not sample:
@@ -258,7 +286,11 @@ def train_sentencepiece(
             num_threads=2,
             hard_vocab_limit=False,
             minloglevel=2,
-            **({"control_symbols": [tag_piece(lang) for lang in tag_langs]} if tag_langs else {}),
+            **(
+                {"control_symbols": reserved}
+                if (reserved := [*map(tag_piece, tag_langs), *map(corpus_tag_piece, corpus_tags)])
+                else {}
+            ),
         )
     except RuntimeError as err:
         raise MtkitError(

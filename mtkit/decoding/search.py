@@ -50,7 +50,7 @@ class SearchOptions:
     attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
     stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
     constraints_in_order: bool = False  # lexical constraints in the order given
-    never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's target-language tags
+    never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's tags
 
     @property
     def width(self) -> int:

@@ -302,7 +302,7 @@ class Translator:
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
-        never = (*NEVER_EMITTED, *self.tokenizers.tgt.tags.values())
+        never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
             beam=beam, nbest=nbest, alpha=alpha, sampling=decoding.sampling, no_repeat_ngram=ngram, attention_layer=layer,
             constraints_in_order=in_order, never=never,

@@ -276,6 +276,7 @@ def save_scores(directory: Path, split: str, result: EvalResult) -> Path:
     files = RunFiles(directory)
     known = files.read_scores() or {}
     known[split] = {score.name: round(score.score, 2) for score in result.scores}
+    known[split]["signatures"] = {score.name: score.signature for score in result.scores}  # a model card quotes them
     try:
         files.write_scores(known)
     except MtkitError as err:

@@ -14,10 +14,11 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from mtkit.config import Config, direction, split_languages
+from mtkit.config import Config, direction
 from mtkit.data.corpora import corpus_names
+from mtkit.data.prepare import source_tag
 from mtkit.data.store import corpus_column, load_prepared
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair, seed_sampling, tagged
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
 
 
@@ -83,8 +84,8 @@ class SampledIds:
     """
 
     def __init__(
-        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[int | None] | None = None
-    ) -> None:  # dataset: datasets.Dataset; tags: each pair's target-language tag (None: untagged)
+        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None
+    ) -> None:  # dataset: datasets.Dataset; tags: each pair's tags (None: untagged)
         table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
         self.src_text, self.tgt_text = table.column("src").to_pylist(), table.column("tgt").to_pylist()
         self.tokenizers, self.alpha, self.seed, self.tags = tokenizers, alpha, seed, tags
@@ -225,10 +226,9 @@ class TrainingData:
         weights = [source.weight for source in corpora]
         self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.temperature)
         self.directions = [direction(config, source) for source in corpora]
-        tags = None
-        if config.data.lang_tag == "target":  # each pair's tag, from its corpus's target language
-            corpus_tags = np.array([tokenizers.src.tags[split_languages(config, source)[1]] for source in corpora])
-            tags = corpus_tags[self.mix.corpus].tolist()
+        # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
+        prefixes = [source_tag(config, tokenizers, source, f"data.train[{i}]") for i, source in enumerate(corpora)]
+        tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
         self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags) if alpha > 0 else None
         self.batch_tokens = config.train.batch_tokens

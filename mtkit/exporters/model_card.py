@@ -1,0 +1,104 @@
+"""The model card (README.md) of an export: what the model is, how to load it, its data and its measured scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mtkit.config import Config, SplitConfig, config_to_dict
+from mtkit.data.tokenizer import TokenizerPair
+from mtkit.run_files import RunFiles
+
+
+def model_card(config: Config, model_path: Path, form: str, tokenizers: TokenizerPair) -> str:
+    """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe."""
+    languages = sorted(tokenizers.src.tags) if tokenizers.src.tags else [config.tgt_lang]
+    front = {
+        "language": sorted({config.src_lang, *languages} - {"src", "tgt"}) or None,
+        "library_name": "transformers",
+        "pipeline_tag": "translation",
+        "tags": ["translation", "mtkit", "marian" if form == "marian" else "custom_code"],
+    }
+    parts = [
+        "---\n" + yaml.safe_dump({k: v for k, v in front.items() if v}, sort_keys=False) + "---",
+        f"# {config.name}: {config.src_lang} → {', '.join(languages)}",
+        f"A {_architecture(config, tokenizers)} trained with mtkit and exported by "
+        f"`mtkit export -m {model_path} --format transformers`.",
+        _usage(form, languages if tokenizers.src.tags else []),
+        _normalisation(config),
+        "## Data\n\n" + _data(config),
+        "## Scores\n\n" + _scores(RunFiles.of(model_path).read_scores()),
+        "## Recipe\n\n```yaml\n" + yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True) + "```",
+    ]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _architecture(config: Config, tokenizers: TokenizerPair) -> str:
+    m = config.model
+    layers = f"{m.encoder_layers or m.layers}+{m.decoder_layers or m.layers} layers"
+    vocab = (
+        f"a joint vocabulary of {tokenizers.src.vocab_size}"
+        if tokenizers.joint
+        else (f"vocabularies of {tokenizers.src.vocab_size} / {tokenizers.tgt.vocab_size}")
+    )
+    return f"{m.norm}-norm Transformer (d_model {m.d_model}, {layers}, {m.heads} heads, feed-forward {m.ffn_dim}, {vocab} pieces)"
+
+
+def _usage(form: str, languages: list[str]) -> str:
+    remote = ", trust_remote_code=True" if form != "marian" else ""
+    text = "This text" if not languages else f">>{languages[0]}<< This text"
+    how = (
+        "## Use\n\n"
+        + (
+            "A plain `MarianMTModel`: no remote code is needed.\n\n"
+            if form == "marian"
+            else "The modeling code ships in this folder (`modeling_mtkit.py`): load both with trust_remote_code=True.\n\n"
+        )
+        + "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+        + f'tokenizer = AutoTokenizer.from_pretrained("PATH"{remote})\n'
+        + f'model = AutoModelForSeq2SeqLM.from_pretrained("PATH"{remote})\n'
+        + f'batch = tokenizer(["{text}"], return_tensors="pt", padding=True)\n'
+        + "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))\n```"
+    )
+    if languages:
+        how += (
+            f"\n\nThe model translates into {', '.join(languages)}: start each source with the target language's token, "
+            f"such as `>>{languages[0]}<<`."
+        )
+    return how
+
+
+def _normalisation(config: Config) -> str:
+    if config.data.normalize == "none":
+        return ""
+    return (
+        f"mtkit applies Unicode {config.data.normalize} to the text before SentencePiece; the tokenizer here does "
+        f'not, so normalise input the same way (`unicodedata.normalize("{config.data.normalize}", text)`).'
+    )
+
+
+def _data(config: Config) -> str:
+    rows = [("train", source) for source in config.data.train]
+    rows += [("valid", split) for split in config.data.valid] + [("test", split) for split in config.data.test or []]
+    return "\n".join(f"- {split}: {_where(source)}" for split, source in rows)
+
+
+def _where(split: SplitConfig) -> str:
+    given = split.hf or split.src or split.tsv or split.jsonl or "?"
+    named = getattr(split, "name", None)
+    return f"{named} ({Path(given).name})" if named else str(given)
+
+
+def _scores(scores: dict | None) -> str:
+    if not scores:
+        return "Not measured yet: `mtkit evaluate -m RUN --split test` records them before an export."
+    lines = ["| split | metric | score | signature |", "| --- | --- | --- | --- |"]
+    for split, found in scores.items():
+        signatures = found.get("signatures", {})
+        lines += [
+            f"| {split} | {name} | {score} | `{signatures.get(name, '')}` |"
+            for name, score in found.items()
+            if name != "signatures"
+        ]
+    return "\n".join(lines)

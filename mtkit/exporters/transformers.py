@@ -1,0 +1,247 @@
+"""`mtkit export --format transformers`: a folder that Hugging Face `transformers` loads and translates with.
+
+Two forms, chosen by what the model is:
+- **Marian**: a post-norm Transformer with Marian's sinusoid layout (every imported OPUS-MT model and
+  its fine-tuned children) becomes a plain `MarianMTModel` folder; no remote code. Its layer names
+  come from the importer's table (`mtkit.importers.marian.layer_names`), so the two directions
+  cannot drift.
+- **remote code**: any other mtkit Transformer (pre-norm, interleaved sinusoids, learned positions)
+  keeps mtkit's own parameter names; `config.json` maps `AutoModelForSeq2SeqLM` to the modeling file
+  shipped in the folder (`mtkit/exporters/remote_code/`), loaded with `trust_remote_code=True`.
+
+Both carry `MarianTokenizer` files (source.spm, target.spm, vocab.json in mtkit's id order) and a
+generation config with the recipe's beam and length penalty, and a model card (README.md).
+A target-language tag `<2fr>` is written `>>fr<<` in vocab.json, which MarianTokenizer reads as the
+first token of a text, as mtkit puts the tag first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtkit.config import Config, ModelConfig
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TAG, Tokenizer, TokenizerPair
+from mtkit.errors import MtkitError
+from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_output_dir, staged
+from mtkit.exporters.model_card import model_card
+from mtkit.importers.marian import ACTIVATIONS, SAFETENSORS_DTYPES, layer_names
+from mtkit.models.checkpoint import load_model, resolve_checkpoint
+from mtkit.models.transformer import Transformer
+from mtkit.textio import atomic_file, write_file
+
+FORMAT = "mtkit-transformers-1"
+REMOTE_CODE = Path(__file__).resolve().parent / "remote_code"
+MARIAN_ACTIVATIONS = {mine: theirs for theirs, mine in ACTIVATIONS.items() if theirs != "silu"}  # swish -> swish
+SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
+MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
+
+
+def export_transformers(model_path: Path, output_dir: Path, force: bool = False) -> Path:
+    """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`."""
+    check_output_dir(output_dir, force)
+    model, config, tokenizers, _ = load_model(model_path)
+    if config.model.arch != "transformer" or not isinstance(model, Transformer):
+        raise MtkitError(
+            f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
+            "so only Transformers are exported; translate with mtkit itself (mtkit translate / mtkit serve)"
+        )
+    form = "marian" if marian_form(config.model) else "remote-code"
+    weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+    with staged(output_dir) as staging:
+        if form == "marian":
+            settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+        else:
+            settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
+            for path in REMOTE_CODE.glob("*_mtkit.py"):
+                shutil.copyfile(path, staging / path.name)
+        write_json(staging / "config.json", settings)
+        write_safetensors(tensors, staging / "model.safetensors")
+        write_json(staging / "generation_config.json", generation_config(config, tokenizers))
+        write_tokenizer(staging, config, tokenizers)
+        note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
+        write_json(staging / TRANSFORMERS_NOTE, note)
+        write_file(staging / "README.md", model_card(config, model_path, form, tokenizers))
+    return output_dir
+
+
+def marian_form(model: ModelConfig) -> bool:
+    """Whether MarianMTModel computes exactly what this model does (post-norm, Marian's sinusoid layout)."""
+    return model.norm == "post" and model.positions == "sinusoidal_halves" and model.activation in MARIAN_ACTIVATIONS
+
+
+def _shared(model: Transformer) -> bool:
+    """One embedding table for both sides (a joint vocabulary with tied embeddings)."""
+    return model.src_embed is model.tgt_embed
+
+
+def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+    """config.json of a MarianMTModel computing what `model` does."""
+    m = config.model
+    return {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": tokenizers.src.vocab_size,
+        "decoder_vocab_size": tokenizers.tgt.vocab_size,
+        "share_encoder_decoder_embeddings": _shared(model),
+        "tie_word_embeddings": m.tie_embeddings,
+        "d_model": m.d_model,
+        "encoder_layers": m.encoder_layers or m.layers,
+        "decoder_layers": m.decoder_layers or m.layers,
+        "encoder_attention_heads": m.heads,
+        "decoder_attention_heads": m.heads,
+        "encoder_ffn_dim": m.ffn_dim,
+        "decoder_ffn_dim": m.ffn_dim,
+        "activation_function": MARIAN_ACTIVATIONS[m.activation],
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
+        "activation_dropout": 0.0,
+        # computed sinusoids: any length works in mtkit, and transformers sizes its table by this
+        "max_position_embeddings": max(m.max_positions, SINUSOID_ROWS),
+        "scale_embedding": True,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": False,
+        "static_position_embeddings": True,
+        "is_encoder_decoder": True,
+        **special_ids(),
+    }
+
+
+def special_ids() -> dict[str, int]:
+    """mtkit's fixed ids: the decoder starts from BOS (its own row), stops at EOS; PAD pads."""
+    return {"pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "bos_token_id": BOS_ID, "decoder_start_token_id": BOS_ID}
+
+
+def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Transformer) -> dict[str, torch.Tensor]:
+    """MarianMTModel's tensors from mtkit's, through the importer's table (split where mtkit fuses)."""
+    out = {}
+    for mine, theirs in layer_names(m):
+        for name, part in zip(theirs, weights[mine].chunk(len(theirs)), strict=True):
+            out[f"model.{name}"] = part.contiguous()
+    if _shared(model):
+        out["model.shared.weight"] = weights["src_embed.embedding.weight"]
+    else:
+        out["model.encoder.embed_tokens.weight"] = weights["src_embed.embedding.weight"]
+        out["model.decoder.embed_tokens.weight"] = weights["tgt_embed.embedding.weight"]
+    if not m.tie_embeddings:
+        out["lm_head.weight"] = weights["output.weight"]
+    bias = weights.get("output.bias", torch.zeros(weights["output.weight"].size(0)))
+    out["final_logits_bias"] = bias.reshape(1, -1).contiguous()
+    return out
+
+
+def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+    """config.json of the shipped modeling file (`remote_code/modeling_mtkit.py`)."""
+    m = config.model
+    return {
+        "architectures": ["MtkitForConditionalGeneration"],
+        "model_type": "mtkit-transformer",
+        "auto_map": {
+            "AutoConfig": "configuration_mtkit.MtkitConfig",
+            "AutoModelForSeq2SeqLM": "modeling_mtkit.MtkitForConditionalGeneration",
+        },
+        "src_vocab_size": tokenizers.src.vocab_size,
+        "tgt_vocab_size": tokenizers.tgt.vocab_size,
+        "vocab_size": tokenizers.tgt.vocab_size,
+        "d_model": m.d_model,
+        "heads": m.heads,
+        "ffn_dim": m.ffn_dim,
+        "encoder_layers": m.encoder_layers or m.layers,
+        "decoder_layers": m.decoder_layers or m.layers,
+        "norm": m.norm,
+        "positions": m.positions,
+        "max_positions": m.max_positions,
+        "activation": m.activation,
+        "tie_embeddings": m.tie_embeddings,
+        "share_embeddings": _shared(model),
+        "output_bias": m.output_bias,
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
+        "is_encoder_decoder": True,
+        **special_ids(),
+    }
+
+
+def remote_weights(weights: dict[str, torch.Tensor], model: Transformer) -> dict[str, torch.Tensor]:
+    """mtkit's own tensors, each stored once: the tied copies are tied again when the folder loads."""
+    tied = {"output.weight"} if model.output.weight is model.tgt_embed.weight else set()
+    tied |= {"tgt_embed.embedding.weight"} if _shared(model) else set()
+    return {name: tensor for name, tensor in weights.items() if name not in tied}
+
+
+def generation_config(config: Config, tokenizers: TokenizerPair) -> dict[str, Any]:
+    """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search)."""
+    never = [[PAD_ID], [BOS_ID], *([tag] for tag in sorted(tokenizers.src.tags.values()) if tag < tokenizers.tgt.vocab_size)]
+    return {
+        **special_ids(),
+        "num_beams": config.decode.beam,
+        "length_penalty": config.decode.length_penalty,
+        "early_stopping": True,  # a sentence ends once `num_beams` hypotheses have finished, as in mtkit
+        "max_length": min(MAX_LENGTH, config.model.max_positions),
+        "bad_words_ids": never,
+    }
+
+
+def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> None:
+    """MarianTokenizer's files: both SentencePiece models and the piece tables in mtkit's id order."""
+    write_file(folder / "source.spm", tokenizers.src.model_proto)
+    write_file(folder / "target.spm", tokenizers.tgt.model_proto)
+    write_json(folder / "vocab.json", vocabulary(tokenizers.src))
+    if not tokenizers.joint:
+        write_json(folder / "target_vocab.json", vocabulary(tokenizers.tgt))
+    write_json(
+        folder / "tokenizer_config.json",
+        {
+            "tokenizer_class": "MarianTokenizer",
+            "source_lang": config.src_lang,
+            "target_lang": config.tgt_lang,
+            "separate_vocabs": not tokenizers.joint,
+            "unk_token": "<unk>",
+            "eos_token": "</s>",
+            "pad_token": "<pad>",
+            "model_max_length": min(MAX_LENGTH, config.model.max_positions),
+        },
+    )
+
+
+def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
+    """{piece: id} in mtkit's ids; a tag <2fr> as >>fr<<, the language token MarianTokenizer reads."""
+    pieces = tokenizer.all_pieces()
+    table = {}
+    for index, piece in enumerate(pieces):
+        match = TAG.fullmatch(piece) if index in tokenizer.tags.values() else None
+        table.setdefault(f">>{match.group(1)}<<" if match else piece, index)
+    for piece, index in (("<pad>", PAD_ID), ("<unk>", 1), ("</s>", EOS_ID)):
+        if table.get(piece) != index:
+            raise MtkitError(
+                f"the tokenizer's piece {index} is {pieces[index]!r}, not {piece}; MarianTokenizer needs <pad>, <unk> "
+                "and </s> at mtkit's ids 0, 1 and 3"
+            )
+    return table
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_file(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """A .safetensors file (the layout `read_safetensors` reads): header size, JSON header, raw tensors."""
+    names = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset, blobs = 0, []
+    for name, tensor in sorted(tensors.items()):
+        blob = tensor.detach().cpu().contiguous().numpy().tobytes()
+        header[name] = {"dtype": names[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with atomic_file(path, binary=True) as file:
+        file.write(len(encoded).to_bytes(8, "little") + encoded)
+        for blob in blobs:
+            file.write(blob)
