@@ -1,13 +1,12 @@
 """End-to-end tests of the `mtkit` command line through Typer's CliRunner on a tiny Multi30k model.
 
-One module-scoped recipe trains a 1-layer, 32-wide Transformer for 30 steps on 1500 pairs; every
-command then runs against it, and bad input must give one clear line on stderr, never a traceback.
+One module-scoped recipe (`cli_workspace`, in conftest.py) trains a 1-layer, 32-wide Transformer for
+30 steps on 1500 pairs through `tokenizer train`, `prepare` and `train`; every command then runs
+against it, and bad input must give one clear line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import json
 import shutil
 import subprocess
@@ -17,14 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import Result
-from typer.testing import CliRunner
+from helpers import CLI_RECIPE_STEPS, assert_one_line_error, invoke, succeeded
 
-from mtkit.cli import app
 from mtkit.models.checkpoint import read_checkpoint
 
-MULTI30K = Path(__file__).resolve().parent / "corpus" / "multi30k"  # conftest.MULTI30K
 REPO = Path(__file__).resolve().parents[1]
-MAX_STEPS = 30
 SOURCES = [
     "Ein Hund läuft über die Wiese.",
     "",
@@ -33,103 +29,13 @@ SOURCES = [
     "Ein Kind spielt im Wasser.",
 ]
 
-runner = CliRunner()
-
-
-def invoke(*args: str, input: str | bytes | None = None) -> Result:
-    return runner.invoke(app, [str(arg) for arg in args], input=input)
-
-
-def succeeded(result: Result) -> Result:
-    """`result`, after checking the command exited 0 (showing its output and exception if not)."""
-    assert result.exit_code == 0, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
-    return result
-
-
-def assert_one_line_error(result: Result, *needles: str) -> str:
-    """The command failed with one `mtkit: error:` line on stderr naming every needle, and no traceback."""
-    assert result.exit_code == 2, f"exit {result.exit_code}: {result.output} {result.exception!r}"
-    # An exception other than the clean exit would be a traceback outside CliRunner.
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    message = result.stderr.strip()
-    assert "\n" not in message, message
-    assert message.startswith("mtkit: error: "), message
-    for needle in needles:
-        assert needle in message, f"{needle!r} not in {message!r}"
-    assert result.stdout == ""
-    return message
-
-
-def write_slice(split: str, lang: str, count: int, directory: Path) -> Path:
-    """The first `count` lines of Multi30k `split.lang` as a plain text file."""
-    with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as handle:
-        text = "".join(itertools.islice(handle, count))
-    path = directory / f"{split}.{lang}"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def recipe_dict(root: Path) -> dict:
-    corpus = root / "corpus"
-    corpus.mkdir(exist_ok=True)
-
-    def files(split: str, count: int) -> dict[str, str]:
-        return {"src": str(write_slice(split, "de", count, corpus)), "tgt": str(write_slice(split, "en", count, corpus))}
-
-    return {
-        "name": "tiny",
-        "src_lang": "de",
-        "tgt_lang": "en",
-        "data_dir": str(root / "data"),
-        "run_dir": str(root / "runs" / "tiny"),
-        "data": {"train": files("train", 1500), "valid": files("val", 60), "test": files("test_2016_flickr", 60)},
-        "tokenizer": {"type": "bpe", "vocab_size": 500, "joint": True},
-        "model": {"layers": 1, "d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1},
-        "train": {
-            "batch_tokens": 1000,
-            "lr": 0.003,
-            "warmup_steps": 5,
-            "max_steps": MAX_STEPS,
-            "validate_every": 15,
-            "log_every": 5,
-            "device": "cpu",
-            "threads": 1,
-        },
-        "decode": {"beam": 3, "max_len_b": 5},
-    }
-
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A tiny recipe taken through `tokenizer train`, `prepare` and `train`, with each command's result."""
-    root = tmp_path_factory.mktemp("cli")
-    recipe = root / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump(recipe_dict(root)), encoding="utf-8")
-    results = {
-        name: invoke(*args)
-        for name, args in (
-            ("tokenizer", ("tokenizer", "train", recipe)),
-            ("prepare", ("prepare", recipe)),
-            ("train", ("train", recipe)),
-        )
-    }
-    return {
-        "root": root,
-        "recipe": recipe,
-        "data": root / "data",
-        "run": root / "runs" / "tiny",
-        "corpus": root / "corpus",
-        "results": results,
-    }
-
-
-@pytest.fixture(scope="module")
-def run(workspace: dict) -> Path:
+def run(cli_workspace: dict) -> Path:
     """The trained run directory (the pipeline must have succeeded)."""
-    for result in workspace["results"].values():
+    for result in cli_workspace["results"].values():
         succeeded(result)
-    return workspace["run"]
+    return cli_workspace["run"]
 
 
 def stdout_lines(result: Result) -> list[str]:
@@ -148,16 +54,16 @@ def test_help_lists_every_command():
 
 
 @pytest.mark.slow
-def test_tokenizer_train_writes_one_joint_model(workspace):
-    result = succeeded(workspace["results"]["tokenizer"])
+def test_tokenizer_train_writes_one_joint_model(cli_workspace):
+    result = succeeded(cli_workspace["results"]["tokenizer"])
     assert "joint" in result.stdout
-    assert str(workspace["data"]) in result.stdout
-    assert (workspace["data"] / "spm.model").is_file()
+    assert str(cli_workspace["data"]) in result.stdout
+    assert (cli_workspace["data"] / "spm.model").is_file()
 
 
-def test_prepare_writes_every_split_and_a_report(workspace):
-    succeeded(workspace["results"]["prepare"])
-    data = workspace["data"]
+def test_prepare_writes_every_split_and_a_report(cli_workspace):
+    succeeded(cli_workspace["results"]["prepare"])
+    data = cli_workspace["data"]
     for split in ("train", "valid", "test"):
         assert (data / split).is_dir()
     report = json.loads((data / "prepare_report.json").read_text(encoding="utf-8"))
@@ -167,20 +73,20 @@ def test_prepare_writes_every_split_and_a_report(workspace):
     assert report["splits"]["test"]["pairs"] == 60
 
 
-def test_train_writes_a_self_describing_run(workspace, run):
+def test_train_writes_a_self_describing_run(cli_workspace, run):
     for name in ("best.pt", "last.pt", "config.yaml", "log.jsonl"):
         assert (run / name).is_file(), name
     saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     assert saved["model"]["d_model"] == 32
-    assert saved["train"]["max_steps"] == MAX_STEPS
-    assert read_checkpoint(run / "last.pt")["step"] == MAX_STEPS
+    assert saved["train"]["max_steps"] == CLI_RECIPE_STEPS
+    assert read_checkpoint(run / "last.pt")["step"] == CLI_RECIPE_STEPS
     records = [json.loads(line) for line in (run / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     train_steps = [r["step"] for r in records if "train_loss" in r]
     valid_steps = [r["step"] for r in records if "valid_bleu" in r]
-    assert train_steps == list(range(5, MAX_STEPS + 1, 5))
+    assert train_steps == list(range(5, CLI_RECIPE_STEPS + 1, 5))
     assert valid_steps == [15, 30]
     assert all(r["train_loss"] > 0 for r in records if "train_loss" in r)
-    assert "step 30" in workspace["results"]["train"].stderr
+    assert "step 30" in cli_workspace["results"]["train"].stderr
 
 
 # translate
@@ -295,11 +201,11 @@ def test_console_script_translates_one_line(run):
 
 
 @pytest.fixture(scope="module")
-def hyp_and_ref(workspace: dict) -> tuple[Path, Path]:
+def hyp_and_ref(cli_workspace: dict) -> tuple[Path, Path]:
     """A noisy hypothesis file (the first references, some words dropped) and its reference file."""
-    ref = workspace["corpus"] / "val.en"
+    ref = cli_workspace["corpus"] / "val.en"
     references = ref.read_text(encoding="utf-8").splitlines()
-    hyp = workspace["root"] / "hyp.en"
+    hyp = cli_workspace["root"] / "hyp.en"
     hyp.write_text("".join(" ".join(line.split()[::2]) + "\n" for line in references), encoding="utf-8")
     return hyp, ref
 
@@ -336,8 +242,8 @@ def test_evaluate_model_on_the_test_split(run, tmp_path):
     assert len(output.read_text(encoding="utf-8").split("\n")) == 61
 
 
-def test_evaluate_model_on_a_source_file(run, workspace):
-    corpus = workspace["corpus"]
+def test_evaluate_model_on_a_source_file(run, cli_workspace):
+    corpus = cli_workspace["corpus"]
     result = succeeded(invoke("evaluate", "-m", run, "--src", corpus / "val.de", "--ref", corpus / "val.en", "--beam", "1"))
     assert result.stdout.startswith("BLEU")
 
@@ -352,19 +258,19 @@ def run_copy(run: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def test_train_into_an_existing_run_needs_resume(workspace, run_copy):
-    result = invoke("train", workspace["recipe"], "--set", f"run_dir={run_copy}")
+def test_train_into_an_existing_run_needs_resume(cli_workspace, run_copy):
+    result = invoke("train", cli_workspace["recipe"], "--set", f"run_dir={run_copy}")
     assert_one_line_error(result, str(run_copy), "--resume", "--overwrite")
-    assert read_checkpoint(run_copy / "last.pt")["step"] == MAX_STEPS  # untouched
+    assert read_checkpoint(run_copy / "last.pt")["step"] == CLI_RECIPE_STEPS  # untouched
 
 
 @pytest.mark.slow
-def test_resume_continues_from_the_last_step(workspace, run_copy):
+def test_resume_continues_from_the_last_step(cli_workspace, run_copy):
     result = succeeded(
-        invoke("train", workspace["recipe"], "--resume", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=40")
+        invoke("train", cli_workspace["recipe"], "--resume", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=40")
     )
     assert "step 40" in result.stderr
-    assert f"M parameters on cpu (fp32), resuming at step {MAX_STEPS};" in result.stderr
+    assert f"M parameters on cpu (fp32), resuming at step {CLI_RECIPE_STEPS};" in result.stderr
     assert read_checkpoint(run_copy / "last.pt")["step"] == 40
     records = [json.loads(line) for line in (run_copy / "log.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["step"] for r in records if "train_loss" in r] == [5, 10, 15, 20, 25, 30, 35, 40]
@@ -373,8 +279,8 @@ def test_resume_continues_from_the_last_step(workspace, run_copy):
 
 
 @pytest.mark.slow
-def test_overwrite_starts_the_run_again(workspace, run_copy):
-    result = invoke("train", workspace["recipe"], "--overwrite", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=5")
+def test_overwrite_starts_the_run_again(cli_workspace, run_copy):
+    result = invoke("train", cli_workspace["recipe"], "--overwrite", "--set", f"run_dir={run_copy}", "--set", "train.max_steps=5")
     succeeded(result)
     assert "training transformer: " in result.stderr and "M parameters on cpu (fp32), starting;" in result.stderr
     assert read_checkpoint(run_copy / "last.pt")["step"] == 5
@@ -382,25 +288,25 @@ def test_overwrite_starts_the_run_again(workspace, run_copy):
     assert [r["step"] for r in records] == [0, 5, 5]  # the epoch's corpus draw, one training record, one validation
 
 
-def test_resume_without_a_run_is_an_error(workspace, tmp_path):
+def test_resume_without_a_run_is_an_error(cli_workspace, tmp_path):
     empty = tmp_path / "new-run"
-    assert_one_line_error(invoke("train", workspace["recipe"], "--resume", "--set", f"run_dir={empty}"), str(empty), "resume")
+    assert_one_line_error(invoke("train", cli_workspace["recipe"], "--resume", "--set", f"run_dir={empty}"), str(empty), "resume")
 
 
 # Bad input: one line on stderr, exit status 2, no traceback
 
 
 @pytest.fixture
-def bad_recipe(workspace: dict, tmp_path: Path):
+def bad_recipe(cli_workspace: dict, tmp_path: Path):
     """Write a copy of the tiny recipe whose data.<split> is replaced, with its own data_dir holding the tokenizer."""
 
     def write(**splits: dict) -> Path:
-        data = yaml.safe_load(workspace["recipe"].read_text(encoding="utf-8"))
+        data = yaml.safe_load(cli_workspace["recipe"].read_text(encoding="utf-8"))
         data["data_dir"] = str(tmp_path / "data")
         data["run_dir"] = str(tmp_path / "run")
         data["data"].update(splits)
         (tmp_path / "data").mkdir(exist_ok=True)
-        shutil.copy(workspace["data"] / "spm.model", tmp_path / "data" / "spm.model")
+        shutil.copy(cli_workspace["data"] / "spm.model", tmp_path / "data" / "spm.model")
         path = tmp_path / "bad.yaml"
         path.write_text(yaml.safe_dump(data), encoding="utf-8")
         return path
@@ -408,23 +314,23 @@ def bad_recipe(workspace: dict, tmp_path: Path):
     return write
 
 
-def test_prepare_mismatched_parallel_files(workspace, bad_recipe, tmp_path):
+def test_prepare_mismatched_parallel_files(cli_workspace, bad_recipe, tmp_path):
     src = tmp_path / "short.de"
     src.write_text("Ein Hund.\nEine Katze.\n", encoding="utf-8")
-    tgt = workspace["corpus"] / "val.en"
+    tgt = cli_workspace["corpus"] / "val.en"
     recipe = bad_recipe(valid={"src": str(src), "tgt": str(tgt)})
     message = assert_one_line_error(invoke("prepare", recipe), str(src), str(tgt))
     assert "has 2 lines" in message and "has 60" in message
     assert not (tmp_path / "data" / "prepare_report.json").exists()
 
 
-def test_prepare_missing_file(workspace, bad_recipe, tmp_path):
+def test_prepare_missing_file(cli_workspace, bad_recipe, tmp_path):
     missing = tmp_path / "missing.de"
-    recipe = bad_recipe(test={"src": str(missing), "tgt": str(workspace["corpus"] / "val.en")})
+    recipe = bad_recipe(test={"src": str(missing), "tgt": str(cli_workspace["corpus"] / "val.en")})
     assert_one_line_error(invoke("prepare", recipe), str(missing), "data.test.src")
 
 
-def test_prepare_non_utf8_input(workspace, bad_recipe, tmp_path):
+def test_prepare_non_utf8_input(cli_workspace, bad_recipe, tmp_path):
     src = tmp_path / "latin1.de"
     src.write_bytes("Ein Hund.\nZwei Männer.\n".encode() + b"Gr\xff\xfcn.\n")
     tgt = tmp_path / "ok.en"
@@ -433,9 +339,9 @@ def test_prepare_non_utf8_input(workspace, bad_recipe, tmp_path):
     assert_one_line_error(invoke("prepare", recipe), f"{src}:3:", "UTF-8")
 
 
-def test_tokenizer_train_missing_file(workspace, bad_recipe, tmp_path):
+def test_tokenizer_train_missing_file(cli_workspace, bad_recipe, tmp_path):
     missing = tmp_path / "missing.en"
-    recipe = bad_recipe(train={"src": str(workspace["corpus"] / "val.de"), "tgt": str(missing)})
+    recipe = bad_recipe(train={"src": str(cli_workspace["corpus"] / "val.de"), "tgt": str(missing)})
     assert_one_line_error(invoke("tokenizer", "train", recipe), str(missing), "data.train.tgt")
 
 
@@ -446,17 +352,17 @@ def test_missing_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("command", [("prepare",), ("train",), ("tokenizer", "train")])
-def test_unknown_set_key_names_the_closest_key(workspace, command):
-    result = invoke(*command, workspace["recipe"], "--set", "train.batch_token=10")
+def test_unknown_set_key_names_the_closest_key(cli_workspace, command):
+    result = invoke(*command, cli_workspace["recipe"], "--set", "train.batch_token=10")
     assert_one_line_error(result, "'train.batch_token'", "did you mean 'train.batch_tokens'")
 
 
-def test_invalid_choice_via_set(workspace):
-    assert_one_line_error(invoke("train", workspace["recipe"], "--set", "model.norm=mid"), "'model.norm'", "pre, post")
+def test_invalid_choice_via_set(cli_workspace):
+    assert_one_line_error(invoke("train", cli_workspace["recipe"], "--set", "model.norm=mid"), "'model.norm'", "pre, post")
 
 
-def test_bad_duration_via_set(workspace, tmp_path):
-    result = invoke("train", workspace["recipe"], "--set", "train.max_time=soon", "--set", f"run_dir={tmp_path / 'run'}")
+def test_bad_duration_via_set(cli_workspace, tmp_path):
+    result = invoke("train", cli_workspace["recipe"], "--set", "train.max_time=soon", "--set", f"run_dir={tmp_path / 'run'}")
     assert_one_line_error(result, "train.max_time", "'soon'")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task
 
 from mtkit.config import config_to_dict
 from mtkit.models.checkpoint import read_checkpoint

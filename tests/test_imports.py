@@ -1,10 +1,11 @@
 """The package reads as a pipeline: imports run one way, from the CLI down to the shared modules.
 
-Stages, highest first: cli, exporters (which read the importers' name tables), importers, serving, training, evaluation, decoding, models, data, and the shared
-top-level modules (config, errors, textio, ...). A module imports its own stage or lower ones, never
-a higher one; no import cycle; an import inside a function is for keeping `mtkit --help` fast (the
-CLI and the package's lazy `Translator`) or for an optional extra, never for an mtkit module
-elsewhere; and a name is imported from the module that defines it, not through another one.
+Stages, highest first: cli, exporters (they read the importers' name tables), importers, serving,
+training, evaluation, synthetic, decoding, models, data, and the shared top-level modules (config,
+errors, textio, ...). A module imports its own stage or lower ones, never a higher one; no import
+cycle; an import inside a function is for keeping `mtkit --help` fast (the CLI and the package's
+lazy `Translator`) or for an optional extra, never for an mtkit module elsewhere; and a name is
+imported from the module that defines it, not through another one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
-STAGES = ["cli", "exporters", "importers", "serving", "training", "evaluation", "decoding", "models", "data", "shared"]
+STAGES = [
+    "cli", "exporters", "importers", "serving", "training", "evaluation", "synthetic", "decoding", "models", "data", "shared"
+]  # fmt: skip
 LAZY_ALLOWED = {"mtkit.cli", "mtkit"}  # the CLI imports torch-heavy stages per command; `mtkit.Translator` is lazy
 MOST_TOP_LEVEL_MODULES = 10
 

@@ -8,19 +8,17 @@ import math
 import os
 import typing
 import unicodedata
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
-from conftest import reverse_task_config, write_reverse_task
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.config import Config, DataConfig, SplitConfig, arch_keys, config_to_dict, load_config
+from mtkit.config import Config, DataConfig, SplitConfig, arch_keys, load_config
 from mtkit.data.corpora import clean_pairs, iter_split
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
@@ -183,25 +181,6 @@ def values_for(options: tuple, spec: dataclasses.Field) -> st.SearchStrategy:
 
 KEY_VALUES = {key: values_for(options, spec) for key, options, spec in recipe_keys()}
 OVERRIDE = st.sampled_from(sorted(KEY_VALUES)).flatmap(lambda key: st.tuples(st.just(key), KEY_VALUES[key]))
-
-
-@pytest.fixture(scope="module")
-def tiny_recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny Transformer and a tiny RNN recipe over one prepared reverse task (300 pairs)."""
-    from mtkit.data.prepare import prepare_corpus, train_tokenizers
-
-    directory = tmp_path_factory.mktemp("recipe_values")
-    write_reverse_task(directory / "raw", train_pairs=300, valid_pairs=10)
-    config = reverse_task_config(directory)
-    train_tokenizers(config)
-    prepare_corpus(config)
-    transformer = config_to_dict(config)
-    transformer["train"].update(device="cpu", threads=1)
-    rnn = {**transformer, "model": {"arch": "rnn", "cell": "gru", "layers": 1, "hidden_size": 32, "embed_dim": 16}}
-    paths = {"transformer": directory / "transformer.yaml", "rnn": directory / "rnn.yaml"}
-    for arch, recipe in (("transformer", transformer), ("rnn", rnn)):
-        paths[arch].write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    return paths
 
 
 def affordable(config: Config) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import prepared_reverse_task
 from typer.testing import CliRunner
 
 from mtkit.cli import app
@@ -80,8 +81,6 @@ def test_translate_reaches_the_engine_search_in_at_most_four_calls(reverse_run, 
 
 @pytest.mark.slow
 def test_train_reaches_the_model_forward_in_at_most_four_calls(tmp_path, recorded_stacks):
-    from conftest import prepared_reverse_task
-
     from mtkit.config import config_to_dict
 
     config = prepared_reverse_task(tmp_path, max_steps=1, validate_every=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from conftest import append_lines, multi30k_recipe
+from helpers import append_lines, multi30k_recipe
 
 from mtkit.config import TrainSource
 from mtkit.data.prepare import prepare_corpus, train_tokenizers

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import prepared_reverse_task
 
 from mtkit.config import config_from_dict
 from mtkit.data.store import load_prepared
@@ -18,9 +17,9 @@ def pair_ids(ids: ParallelIds) -> list[tuple[list[int], list[int]]]:
 
 
 @pytest.fixture(scope="module")
-def reverse_data(tmp_path_factory: pytest.TempPathFactory):
-    config = prepared_reverse_task(tmp_path_factory.mktemp("sampling"))
-    return load_prepared(config.data_path, "train"), load_tokenizers(config.data_path, config.tokenizer.joint)
+def reverse_data(reverse_task):
+    """The prepared reverse task's training split and its tokenizers."""
+    return load_prepared(reverse_task.data_path, "train"), load_tokenizers(reverse_task.data_path, reverse_task.tokenizer.joint)
 
 
 def test_segmentations_differ_between_epochs_and_repeat_with_one_seed(reverse_data):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
+from helpers import reverse_task_config, write_reverse_task
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
 from mtkit.errors import MtkitError
@@ -139,8 +140,6 @@ def test_reservoir_sample_is_seeded_uniform_and_reads_a_stream_once():
 
 def test_tokenizer_training_streams_the_corpus_and_holds_only_the_sample(tmp_path, monkeypatch):
     """`mtkit tokenizer train` hands SentencePiece a sample of tokenizer.max_sentences, read from a stream."""
-    from conftest import reverse_task_config, write_reverse_task
-
     from mtkit.data import tokenizer
     from mtkit.data.prepare import train_tokenizers
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import cli_output, write_text_lines
+from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app

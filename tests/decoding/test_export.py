@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from helpers import prepared_reverse_task
 from typer.testing import CliRunner
 
 from mtkit.cli import app
@@ -27,16 +28,6 @@ from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
 EXTRA_LINES = ["", "a b c", "   ", "l k j i h g f e d c b a", "a\u0301 b", "g"]
 
 
-@pytest.fixture(scope="module")
-def pytorch(reverse_run) -> Translator:
-    return Translator.load(reverse_run.run_path, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def exported(reverse_export) -> Translator:
-    return Translator.over(load_export(reverse_export, threads=1))
-
-
 @pytest.fixture
 def sources(reverse_run) -> list[str]:
     valid = (reverse_run.data_path.parent / "raw/valid.src").read_text(encoding="utf-8").splitlines()
@@ -51,9 +42,9 @@ def with_decode(translator, **changes):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-def test_float32_export_translates_exactly_like_pytorch(pytorch, exported, sources, beam):
-    expected = pytorch.translate_nbest(sources, Decoding(beam=beam))
-    found = exported.translate_nbest(sources, Decoding(beam=beam))
+def test_float32_export_translates_exactly_like_pytorch(reverse_pytorch, reverse_ct2, sources, beam):
+    expected = reverse_pytorch.translate_nbest(sources, Decoding(beam=beam))
+    found = reverse_ct2.translate_nbest(sources, Decoding(beam=beam))
     assert [best[0].text for best in found] == [best[0].text for best in expected]
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     for mine, theirs in zip(found, expected, strict=True):
@@ -62,10 +53,10 @@ def test_float32_export_translates_exactly_like_pytorch(pytorch, exported, sourc
     assert found[-5][0].text == "c b a"
 
 
-def test_nbest_returns_the_same_ranked_hypotheses_as_pytorch(pytorch, exported):
+def test_nbest_returns_the_same_ranked_hypotheses_as_pytorch(reverse_pytorch, reverse_ct2):
     lines = ["a b c d", "e f", "", "k l a b c"]
-    expected = pytorch.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
-    found = exported.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
+    expected = reverse_pytorch.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
+    found = reverse_ct2.translate_nbest(lines, Decoding(beam=4, nbest=3, length_penalty=0.6))
     assert [len(best) for best in found] == [3, 3, 3, 3]
     for hypotheses, theirs in zip(found, expected, strict=True):
         scores = [h.score for h in hypotheses]
@@ -75,21 +66,21 @@ def test_nbest_returns_the_same_ranked_hypotheses_as_pytorch(pytorch, exported):
     assert len({tuple(h.tokens) for h in found[0]}) == 3
 
 
-def test_over_long_lines_are_split_into_the_same_segments(pytorch, exported):
+def test_over_long_lines_are_split_into_the_same_segments(reverse_pytorch, reverse_ct2):
     letters = " ".join("abcdefghijkl" * 2)
     lines = [letters, "a b", f"{letters} . {letters}"]
-    short_pytorch, short_exported = with_decode(pytorch, max_input_tokens=8), with_decode(exported, max_input_tokens=8)
+    short_pytorch, short_exported = with_decode(reverse_pytorch, max_input_tokens=8), with_decode(reverse_ct2, max_input_tokens=8)
     expected = short_pytorch.translate_nbest(lines, Decoding(beam=2, nbest=2))
     found = short_exported.translate_nbest(lines, Decoding(beam=2, nbest=2))
     assert [[h.text for h in best] for best in found] == [[h.text for h in best] for best in expected]
     assert short_exported.plan(lines).split_lines == short_pytorch.plan(lines).split_lines == 2
 
 
-def test_greedy_output_at_the_length_cap_matches_pytorch(pytorch, exported):
+def test_greedy_output_at_the_length_cap_matches_pytorch(reverse_pytorch, reverse_ct2):
     lines = ["a b c d e f g", "a b", "l k j i"]
     capped_pytorch, capped_exported = (
-        with_decode(pytorch, max_len_a=0.0, max_len_b=2),
-        with_decode(exported, max_len_a=0.0, max_len_b=2),
+        with_decode(reverse_pytorch, max_len_a=0.0, max_len_b=2),
+        with_decode(reverse_ct2, max_len_a=0.0, max_len_b=2),
     )
     expected = capped_pytorch.translate_nbest(lines, Decoding(beam=1))
     found = capped_exported.translate_nbest(lines, Decoding(beam=1))
@@ -100,10 +91,10 @@ def test_greedy_output_at_the_length_cap_matches_pytorch(pytorch, exported):
         assert len(hypothesis.tokens) <= 2
 
 
-def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, exported, sources, monkeypatch):
+def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(reverse_pytorch, reverse_ct2, sources, monkeypatch):
     fixed_pytorch, fixed_exported = (
-        with_decode(pytorch, max_len_a=0.0, max_len_b=100),
-        with_decode(exported, max_len_a=0.0, max_len_b=100),
+        with_decode(reverse_pytorch, max_len_a=0.0, max_len_b=100),
+        with_decode(reverse_ct2, max_len_a=0.0, max_len_b=100),
     )
     calls = []
     search = CT2Engine._translate
@@ -122,12 +113,12 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(pytorch, expo
     assert len({len(line.split()) for line in sources}) > 3
 
 
-def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, reverse_export, exported, sources, tmp_path):
+def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, reverse_export, reverse_ct2, sources, tmp_path):
     int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", "int8")
     assert (int8_dir / "model.bin").stat().st_size < 0.7 * (reverse_export / "model.bin").stat().st_size
     assert json.loads((int8_dir / MANIFEST).read_text())["quantization"] == "int8"
     int8 = Translator.over(load_export(int8_dir, threads=1))
-    quantized, reference = int8.translate(sources, beam=1), exported.translate(sources, beam=1)
+    quantized, reference = int8.translate(sources, beam=1), reverse_ct2.translate(sources, beam=1)
     assert len(quantized) == len(sources)
     assert sum(q == r for q, r in zip(quantized, reference, strict=True)) >= 0.9 * len(sources)
 
@@ -205,9 +196,9 @@ def test_engines_are_chosen_by_what_the_path_holds(reverse_run, reverse_export):
         Translator.load(reverse_run.run_path, engine="ctranslate2")
 
 
-def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alternative(exported, reverse_export, tmp_path):
+def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alternative(reverse_ct2, reverse_export, tmp_path):
     with pytest.raises(MtkitError, match=r"^--plot-attention needs attention weights, which the ctranslate2 engine lacks; use"):
-        exported.require(Capability.ATTENTION, "--plot-attention")
+        reverse_ct2.require(Capability.ATTENTION, "--plot-attention")
     source = tmp_path / "in.txt"
     source.write_text("a b c\n", encoding="utf-8")
     arguments = ["translate", "-m", str(reverse_export), "-i", str(source), "--plot-attention", str(tmp_path / "plots")]
@@ -221,8 +212,6 @@ def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alter
 @pytest.mark.slow
 def test_a_marian_shaped_model_exports_and_translates_like_pytorch(tmp_path, sources):
     """Swish, sinusoids in halves, post-norm, an output bias and 1 encoder + 2 decoder layers, trained and exported."""
-    from conftest import prepared_reverse_task
-
     from mtkit.training.trainer import train
 
     config = prepared_reverse_task(tmp_path, max_steps=400, validate_every=400, batch_tokens=1600, lr=0.002)

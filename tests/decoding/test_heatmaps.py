@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import prepared_reverse_task
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
@@ -18,18 +17,8 @@ from mtkit.decoding.heatmaps import attention_map, model_label
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.models import build_model
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
-from mtkit.training.trainer import train
 
 LINES = "a b c\n\nd e f g h\nh i j\n"
-
-
-@pytest.fixture(scope="module")
-def rnn_run(tmp_path_factory: pytest.TempPathFactory):
-    """A small Bahdanau GRU trained briefly on the reverse task."""
-    config = prepared_reverse_task(tmp_path_factory.mktemp("rnn"), max_steps=150, validate_every=150, lr=0.005)
-    config.model = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16, dropout=0.0)
-    train(config)
-    return config
 
 
 def test_transformer_map_rows_are_distributions_over_labelled_pieces(reverse_run):
@@ -65,23 +54,23 @@ def test_translate_writes_a_heatmap_per_sentence_for_the_transformer(reverse_run
 
 
 @pytest.mark.slow
-def test_translate_writes_heatmaps_for_the_rnn(rnn_run, tmp_path):
-    translator = Translator.load(rnn_run.run_path)
+def test_translate_writes_heatmaps_for_the_rnn(reverse_rnn_run, tmp_path):
+    translator = Translator.load(reverse_rnn_run.run_path)
     best = translator.translate_nbest(["d e f g h"], Decoding(beam=1))[0][0]
     attention = attention_map(translator, "d e f g h", best.tokens)
     assert attention.weights.shape == (1, len(best.tokens) + 1, 6)
     torch.testing.assert_close(attention.weights.sum(-1), torch.ones(1, len(best.tokens) + 1))
     result = CliRunner().invoke(
-        app, ["translate", "-m", str(rnn_run.run_path), "--plot-attention", str(tmp_path / "plots")], input=LINES
+        app, ["translate", "-m", str(reverse_rnn_run.run_path), "--plot-attention", str(tmp_path / "plots")], input=LINES
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [f"attention_000{n}.png" for n in (1, 3, 4)]
     assert imread(tmp_path / "plots/attention_0003.png").ndim == 3
 
 
-def test_a_model_without_attention_is_refused_before_translating(rnn_run, tmp_path):
+def test_a_model_without_attention_is_refused_before_translating(reverse_task, tmp_path):
     no_attention = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16, attention="none")
-    config = dataclasses.replace(rnn_run, model=no_attention)
+    config = dataclasses.replace(reverse_task, model=no_attention)
     tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     checkpoint = tmp_path / "no_attention.pt"

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from conftest import cli_output, write_text_lines
+from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app

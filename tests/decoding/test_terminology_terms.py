@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 import pytest
+from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
@@ -14,7 +15,6 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.terminology.terms import Glossary, Term, as_terms, contains_term, parse_constraints, place_terms
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
-from tests.conftest import cli_output, write_text_lines
 
 
 def test_a_constraints_line_is_a_json_list_of_phrases_or_alternatives():
@@ -72,53 +72,48 @@ def test_terms_of_a_line_cut_into_segments_go_where_their_source_term_is():
 # The reverse task's words are single letters a-l; a model translates "a b c" as "c b a".
 
 
-@pytest.fixture(scope="module")
-def translator(reverse_run) -> Translator:
-    return Translator.load(reverse_run.run_path)
-
-
 def words(text: str) -> list[str]:
     return text.split()
 
 
-def test_constrained_translations_contain_their_terms_and_others_are_unchanged(translator):
+def test_constrained_translations_contain_their_terms_and_others_are_unchanged(reverse_pytorch):
     lines = ["a b c d", "e f g", "h i j k l", "a c e"]
     constraints = [["l"], [], [["a", "b"]], ["g", "b"]]
     decoding = Decoding(beam=4, nbest=2, length_penalty=0.0)  # scores are log-probabilities
-    plain = translator.translate_nbest(lines, decoding)
-    found = translator.translate_nbest(lines, decoding, constraints=constraints)
+    plain = reverse_pytorch.translate_nbest(lines, decoding)
+    found = reverse_pytorch.translate_nbest(lines, decoding, constraints=constraints)
     assert [t.text for t in found[1]] == [t.text for t in plain[1]]  # no constraints: unchanged
     for translations, terms in zip(found, constraints, strict=True):
         for translation in translations:
             assert translation.unmet == []
             for term in as_terms(terms, "test"):
                 assert any(alternative in words(translation.text) for alternative in term.alternatives), translation.text
-    scores = translator.score(lines, [t[0].text for t in found])
+    scores = reverse_pytorch.score(lines, [t[0].text for t in found])
     for translations, pair in zip(found, scores, strict=True):
         assert abs(translations[0].score - pair.log_prob) < 1e-3 * max(1.0, abs(pair.log_prob))
 
 
-def test_no_constraints_change_nothing_and_terms_work_with_prefixes_and_ensembles(translator, reverse_run):
+def test_no_constraints_change_nothing_and_terms_work_with_prefixes_and_ensembles(reverse_pytorch, reverse_run):
     lines, decoding = ["a b c d", "e f g"], Decoding(beam=3, nbest=3, no_repeat_ngram=2)
-    plain = translator.translate_nbest(lines, decoding)
-    empty = translator.translate_nbest(lines, decoding, constraints=[[], []])
+    plain = reverse_pytorch.translate_nbest(lines, decoding)
+    empty = reverse_pytorch.translate_nbest(lines, decoding, constraints=[[], []])
     assert [[(t.tokens, t.score) for t in line] for line in empty] == [[(t.tokens, t.score) for t in line] for line in plain]
-    prefixed = translator.translate_nbest(lines, decoding, prefixes=["k", ""], constraints=[["l"], ["a"]])
+    prefixed = reverse_pytorch.translate_nbest(lines, decoding, prefixes=["k", ""], constraints=[["l"], ["a"]])
     assert all(words(t.text)[0] == "k" and "l" in words(t.text) for t in prefixed[0])
     assert all("a" in words(t.text) for t in prefixed[1])
     ensemble = Translator.load([reverse_run.run_path, reverse_run.run_path])
     assert "l" in words(ensemble.translate_nbest(lines, decoding, constraints=[["l"], []])[0][0].text)
 
 
-def test_given_order_puts_terms_in_order(translator):
-    found = translator.translate_nbest(["a b c d"], Decoding(beam=5, constraints_in_order=True), constraints=[["a", "d"]])
+def test_given_order_puts_terms_in_order(reverse_pytorch):
+    found = reverse_pytorch.translate_nbest(["a b c d"], Decoding(beam=5, constraints_in_order=True), constraints=[["a", "d"]])
     output = words(found[0][0].text)
     last_d = len(output) - 1 - output[::-1].index("d") if "d" in output else -1  # "d c b a d" has them in order
     assert "a" in output and output.index("a") < last_d, output
 
 
-def test_the_translate_api_takes_constraints(translator):
-    assert "l" in words(translator.translate(["a b c"], beam=3, constraints=[["l"]])[0])
+def test_the_translate_api_takes_constraints(reverse_pytorch):
+    assert "l" in words(reverse_pytorch.translate(["a b c"], beam=3, constraints=[["l"]])[0])
 
 
 @pytest.mark.parametrize(
@@ -128,21 +123,21 @@ def test_the_translate_api_takes_constraints(translator):
         (Decoding(sampling=Sampling()), "not --sampling"),
     ],
 )
-def test_constraints_without_beam_search_are_refused(translator, decoding, says):
+def test_constraints_without_beam_search_are_refused(reverse_pytorch, decoding, says):
     with pytest.raises(MtkitError, match=says):
-        translator.translate_nbest(["a b c"], decoding, constraints=[["a"]])
+        reverse_pytorch.translate_nbest(["a b c"], decoding, constraints=[["a"]])
 
 
-def test_bad_constraints_name_the_line(translator):
+def test_bad_constraints_name_the_line(reverse_pytorch):
     with pytest.raises(MtkitError, match=r"constraints for 1 lines, but 2 lines"):
-        translator.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[["a"]])
+        reverse_pytorch.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[["a"]])
     with pytest.raises(MtkitError, match=r"^line 2: the model's target vocabulary cannot write 'ж'"):
-        translator.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[[], ["ж"]])
+        reverse_pytorch.translate_nbest(["a", "b"], Decoding(beam=2), constraints=[[], ["ж"]])
 
 
-def test_a_long_line_with_constraints_needs_their_source_terms(translator):
-    short = dataclasses.replace(translator.decode, max_input_tokens=8)
-    cut = Translator(translator.engine, translator.tokenizers, short, translator.normalize)
+def test_a_long_line_with_constraints_needs_their_source_terms(reverse_pytorch):
+    short = dataclasses.replace(reverse_pytorch.decode, max_input_tokens=8)
+    cut = Translator(reverse_pytorch.engine, reverse_pytorch.tokenizers, short, reverse_pytorch.normalize)
     line = "a b c d e. f g h i j."
     with pytest.raises(MtkitError, match="line 1: the line is longer than decode.max_input_tokens"):
         cut.translate_nbest([line], Decoding(beam=3), constraints=[["l"]])
@@ -156,8 +151,8 @@ def test_the_ctranslate2_engine_refuses_constraints(reverse_export):
         exported.translate_nbest(["a b"], Decoding(beam=2), constraints=[["a"]])
 
 
-def test_an_empty_line_with_constraints_still_gets_them(translator):
-    found = translator.translate_nbest(["", "a b"], Decoding(beam=3), constraints=[["c"], []])
+def test_an_empty_line_with_constraints_still_gets_them(reverse_pytorch):
+    found = reverse_pytorch.translate_nbest(["", "a b"], Decoding(beam=3), constraints=[["c"], []])
     assert "c" in words(found[0][0].text)
 
 

@@ -9,28 +9,23 @@ import pytest
 from mtkit.decoding.translator import Decoding, Translator
 
 
-@pytest.fixture(scope="module")
-def translator(reverse_run) -> Translator:
-    return Translator.load(reverse_run.run_path)
-
-
-def test_outputs_keep_input_order_across_many_small_batches(translator):
+def test_outputs_keep_input_order_across_many_small_batches(reverse_pytorch):
     lines = ["a b c", "", "d e f g h i j", "k l", "   ", "a", "b c d e f"]
-    one_by_one = [translator.translate([line])[0] for line in lines]
+    one_by_one = [reverse_pytorch.translate([line])[0] for line in lines]
     tiny_batches = Translator(
-        translator.engine,
-        translator.tokenizers,
-        dataclasses.replace(translator.decode, batch_beam_tokens=10),
-        translator.normalize,
+        reverse_pytorch.engine,
+        reverse_pytorch.tokenizers,
+        dataclasses.replace(reverse_pytorch.decode, batch_beam_tokens=10),
+        reverse_pytorch.normalize,
     )
     assert tiny_batches.translate(lines) == one_by_one
-    assert translator.translate(lines) == one_by_one
+    assert reverse_pytorch.translate(lines) == one_by_one
     assert one_by_one[1] == "" and one_by_one[4] == ""
     assert one_by_one[0] == "c b a"
 
 
-def test_nbest_returns_ranked_distinct_hypotheses(translator):
-    results = translator.translate_nbest(["a b c d", "e f"], Decoding(beam=4, nbest=3))
+def test_nbest_returns_ranked_distinct_hypotheses(reverse_pytorch):
+    results = reverse_pytorch.translate_nbest(["a b c d", "e f"], Decoding(beam=4, nbest=3))
     assert [len(r) for r in results] == [3, 3]
     for hypotheses in results:
         scores = [h.score for h in hypotheses]
@@ -39,34 +34,39 @@ def test_nbest_returns_ranked_distinct_hypotheses(translator):
     assert results[0][0].text == "d c b a"
 
 
-def test_beam_one_equals_greedy_output(translator):
+def test_beam_one_equals_greedy_output(reverse_pytorch):
     lines = ["a b c", "l k j i h", "g"]
-    assert translator.translate(lines, beam=1) == [h[0].text for h in translator.translate_nbest(lines, Decoding(beam=1))]
+    assert reverse_pytorch.translate(lines, beam=1) == [
+        h[0].text for h in reverse_pytorch.translate_nbest(lines, Decoding(beam=1))
+    ]
 
 
-def test_input_is_normalised_like_training_data(translator):
-    assert translator.translate(["a\u0301 b"])[0] == translator.translate(["\u00e1 b"])[0]
+def test_input_is_normalised_like_training_data(reverse_pytorch):
+    assert reverse_pytorch.translate(["a\u0301 b"])[0] == reverse_pytorch.translate(["\u00e1 b"])[0]
 
 
-def test_output_length_is_capped_by_max_len(translator):
+def test_output_length_is_capped_by_max_len(reverse_pytorch):
     capped = Translator(
-        translator.engine,
-        translator.tokenizers,
-        dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=2),
-        translator.normalize,
+        reverse_pytorch.engine,
+        reverse_pytorch.tokenizers,
+        dataclasses.replace(reverse_pytorch.decode, max_len_a=0.0, max_len_b=2),
+        reverse_pytorch.normalize,
     )
     for hypothesis in capped.translate_nbest(["a b c d e f g"], Decoding(beam=2))[0]:
         assert len(hypothesis.tokens) <= 2
 
 
-def test_very_long_input_is_translated_to_one_line(translator):
-    output = translator.translate([" ".join("abcdefghijkl" * 60)])
+def test_very_long_input_is_translated_to_one_line(reverse_pytorch):
+    output = reverse_pytorch.translate([" ".join("abcdefghijkl" * 60)])
     assert len(output) == 1 and isinstance(output[0], str)
 
 
-def test_over_long_lines_are_translated_in_segments(translator):
+def test_over_long_lines_are_translated_in_segments(reverse_pytorch):
     short = Translator(
-        translator.engine, translator.tokenizers, dataclasses.replace(translator.decode, max_input_tokens=6), translator.normalize
+        reverse_pytorch.engine,
+        reverse_pytorch.tokenizers,
+        dataclasses.replace(reverse_pytorch.decode, max_input_tokens=6),
+        reverse_pytorch.normalize,
     )
     letters = "a b c d e f g h i j k l a b c d".split()
     output = short.translate([" ".join(letters), "a b c"])

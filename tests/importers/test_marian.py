@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli_output
+from helpers import cli_output
 from marian_builder import Variant, build_marian, marian_tokenizer
 
 from mtkit.cli import app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task
 from typer.testing import CliRunner
 
 from mtkit.cli import app

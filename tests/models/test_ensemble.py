@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import cli_output, write_text_lines
+from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app

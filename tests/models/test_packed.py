@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import random_batch, small_transformer
 from torch import nn
 
 from mtkit.decoding.translator import Translator
 from mtkit.models import packed as packed_module
 from mtkit.models.packed import PackedLinear, pack_linears, row_bucket
-from tests.models.test_transformer import random_batch, small_transformer
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 

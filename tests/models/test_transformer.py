@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import SMALL_VOCAB, random_batch, small_transformer
 from torch import Tensor
 
 from mtkit.config import ModelConfig
@@ -15,22 +16,6 @@ from mtkit.models import build_model
 from mtkit.models.base import causal_mask, padding_mask
 from mtkit.models.layers import CrossAttention, Dropout, LearnedPositions, SelfAttention, SinusoidalPositions
 from mtkit.models.transformer import Transformer
-
-VOCAB = 40
-
-
-def small_transformer(**overrides) -> Transformer:
-    torch.manual_seed(0)
-    arguments = dict(layers=2, d_model=32, heads=4, ffn_dim=64, dropout=0.0)
-    arguments.update(overrides)
-    return Transformer(VOCAB, VOCAB, **arguments).eval()
-
-
-def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6):
-    generator = torch.Generator().manual_seed(1)
-    src = torch.randint(4, VOCAB, (batch, src_len), generator=generator)
-    tgt = torch.randint(4, VOCAB, (batch, tgt_len), generator=generator)
-    return src, torch.ones_like(src, dtype=torch.bool), tgt
 
 
 def padded_batch(row: int, start: int, batch: int = 3):
@@ -55,7 +40,7 @@ def test_shapes(variant):
     memory = model.encode(src, src_mask)
     logits, state = model.decode(tgt, memory, src_mask, None)
     assert memory.shape == (3, 7, 32)
-    assert logits.shape == (3, 6, VOCAB)
+    assert logits.shape == (3, 6, SMALL_VOCAB)
     assert state is None
 
 
@@ -85,7 +70,7 @@ def test_future_target_token_does_not_change_earlier_logits(variant):
     model = small_transformer(**variant)
     src, src_mask, tgt = random_batch()
     changed = tgt.clone()
-    changed[:, 4] = (changed[:, 4] + 1 - 4) % (VOCAB - 4) + 4
+    changed[:, 4] = (changed[:, 4] + 1 - 4) % (SMALL_VOCAB - 4) + 4
     before = model(src, src_mask, tgt)
     after = model(src, src_mask, changed)
     torch.testing.assert_close(after[:, :4], before[:, :4], atol=1e-6, rtol=1e-6)
@@ -260,7 +245,7 @@ def test_masks():
 
 def test_heads_must_divide_d_model():
     with pytest.raises(MtkitError, match="divisible"):
-        Transformer(VOCAB, VOCAB, layers=1, d_model=30, heads=4, ffn_dim=8)
+        Transformer(SMALL_VOCAB, SMALL_VOCAB, layers=1, d_model=30, heads=4, ffn_dim=8)
 
 
 def test_dropout_is_active_only_in_training():
@@ -328,11 +313,11 @@ def test_encoder_and_decoder_depths_of_their_own_and_the_output_bias():
     model = small_transformer(encoder_layers=1, decoder_layers=3, output_bias=True)
     assert (len(model.encoder_layers), len(model.decoder_layers), model.attention_layers) == (1, 3, 3)
     with torch.no_grad():
-        model.output.bias.copy_(torch.arange(VOCAB, dtype=torch.float32))
+        model.output.bias.copy_(torch.arange(SMALL_VOCAB, dtype=torch.float32))
     src, src_mask, tgt = random_batch()
     memory = model.encode(src, src_mask)
     hidden, _ = model._run_decoder(tgt, memory, src_mask, None)
-    expected = model.decoder_norm(hidden) @ model.output.weight.T + torch.arange(VOCAB, dtype=torch.float32)
+    expected = model.decoder_norm(hidden) @ model.output.weight.T + torch.arange(SMALL_VOCAB, dtype=torch.float32)
     torch.testing.assert_close(model(src, src_mask, tgt), expected)
 
 

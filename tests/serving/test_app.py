@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal
@@ -12,11 +11,10 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import free_port, serving
+from helpers import free_port, request, reverse, serving, translate
 
 from mtkit.decoding.engine import PyTorchEngine, SourceBatch, output_cap
 from mtkit.decoding.search import SearchOptions
@@ -24,32 +22,6 @@ from mtkit.decoding.translator import Decoding, Translator
 from mtkit.serving.app import ServeLimits, model_info
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Reply:
-    status: int
-    body: dict
-    headers: dict[str, str]
-
-
-def request(port: int, method: str, path: str, body: object = None, headers: dict | None = None) -> Reply:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-    response = connection.getresponse()
-    raw = response.read()
-    connection.close()
-    parsed = json.loads(raw) if response.getheader("content-type", "").startswith("application/json") else {"html": raw.decode()}
-    return Reply(response.status, parsed, {k.lower(): v for k, v in response.getheaders()})
-
-
-def translate(port: int, lines: list[str], **options: object) -> Reply:
-    return request(port, "POST", "/translate", {"text": lines, **options})
-
-
-def reverse(line: str) -> str:
-    return " ".join(reversed(line.split()))
 
 
 class SlowSteps:
@@ -91,13 +63,8 @@ class SlowEngine:
 
 
 @pytest.fixture(scope="module")
-def translator(reverse_run) -> Translator:
-    return Translator.load(reverse_run.run_path, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def server(translator):
-    with serving(translator, ServeLimits(max_lines=8, max_chars=400, max_wait_ms=20)) as (port, app):
+def server(reverse_pytorch):
+    with serving(reverse_pytorch, ServeLimits(max_lines=8, max_chars=400, max_wait_ms=20)) as (port, app):
         yield port, app
 
 
@@ -179,8 +146,10 @@ def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources
     assert translate(port, [sources[0]]).body["translations"] == [reverse(sources[0])]
 
 
-def test_a_full_queue_answers_503_with_retry_after(translator, sources):
-    slow = Translator(SlowEngine(translator.engine, 0.3), translator.tokenizers, translator.decode, translator.normalize)
+def test_a_full_queue_answers_503_with_retry_after(reverse_pytorch, sources):
+    slow = Translator(
+        SlowEngine(reverse_pytorch.engine, 0.3), reverse_pytorch.tokenizers, reverse_pytorch.decode, reverse_pytorch.normalize
+    )
     with serving(slow, ServeLimits(max_queue=1, max_wait_ms=0, batch_lines=1)) as (port, _):
         with ThreadPoolExecutor(12) as pool:
             replies = list(pool.map(lambda n: translate(port, [sources[n]]), range(12)))
@@ -191,8 +160,10 @@ def test_a_full_queue_answers_503_with_retry_after(translator, sources):
 
 
 @pytest.mark.slow
-def test_a_client_that_disconnects_leaves_no_work_behind(translator, sources):
-    slow = Translator(SlowEngine(translator.engine, 0.5), translator.tokenizers, translator.decode, translator.normalize)
+def test_a_client_that_disconnects_leaves_no_work_behind(reverse_pytorch, sources):
+    slow = Translator(
+        SlowEngine(reverse_pytorch.engine, 0.5), reverse_pytorch.tokenizers, reverse_pytorch.decode, reverse_pytorch.normalize
+    )
     with serving(slow, ServeLimits(max_wait_ms=0, batch_lines=1, workers=1)) as (port, _):
         with ThreadPoolExecutor(1) as pool:
             busy = pool.submit(translate, port, [sources[0]])  # keeps the one worker busy for 0.5 s
@@ -216,32 +187,35 @@ def test_a_seed_of_64_bits_is_served(server, sources):
     assert first.status == 200 and first.body == translate(port, sources[:2], **options).body
 
 
-def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(translator, sources):
+def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(reverse_pytorch, sources):
     lines = sources[:3]
     caps = [
-        output_cap(len(translator.segments(line)[0]) + 1, translator.decode, translator.engine.max_positions) for line in lines
+        output_cap(len(reverse_pytorch.segments(line)[0]) + 1, reverse_pytorch.decode, reverse_pytorch.engine.max_positions)
+        for line in lines
     ]
-    with serving(translator, ServeLimits(max_work=sum(caps) * 8)) as (port, app):
+    with serving(reverse_pytorch, ServeLimits(max_work=sum(caps) * 8)) as (port, app):
         assert translate(port, lines, beam=8).status == 200
         reply = translate(port, lines, beam=9, nbest=2)
         assert reply.status == 413
         assert reply.body["detail"].startswith(f"this request may take {sum(caps) * 9} decoding steps")
         assert "the limit is" in reply.body["detail"] and "smaller beam" in reply.body["detail"]
-        assert translator.plan(lines, Decoding(beam=9)).work == sum(caps) * 9
+        assert reverse_pytorch.plan(lines, Decoding(beam=9)).work == sum(caps) * 9
 
 
-def test_a_sentence_or_prefix_that_would_take_too_many_steps_is_413(translator, sources):
-    cap = output_cap(len(translator.segments(sources[0])[0]) + 1, translator.decode, translator.engine.max_positions)
-    with serving(translator, ServeLimits(max_steps=cap)) as (port, _):
+def test_a_sentence_or_prefix_that_would_take_too_many_steps_is_413(reverse_pytorch, sources):
+    cap = output_cap(
+        len(reverse_pytorch.segments(sources[0])[0]) + 1, reverse_pytorch.decode, reverse_pytorch.engine.max_positions
+    )
+    with serving(reverse_pytorch, ServeLimits(max_steps=cap)) as (port, _):
         assert translate(port, [sources[0]]).status == 200
         reply = translate(port, [sources[0]], prefix=[" ".join(["k"] * (cap + 1))])
         assert reply.status == 413
         assert reply.body["detail"].startswith(f"a sentence of this request may take {cap + 1} decoding steps")
-        assert translator.plan([sources[0]], prefixes=["k " * (cap + 1)]).most_steps == cap + 1
+        assert reverse_pytorch.plan([sources[0]], prefixes=["k " * (cap + 1)]).most_steps == cap + 1
 
 
-def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(translator, sources):
-    slow, model = slow_steps(translator, 0.1)  # a long line: far more steps than fit in the time below
+def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(reverse_pytorch, sources):
+    slow, model = slow_steps(reverse_pytorch, 0.1)  # a long line: far more steps than fit in the time below
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0.4)) as (port, app):
         started = time.monotonic()
         reply = translate(port, [" ".join(sources[:6])], beam=4)
@@ -256,8 +230,8 @@ def test_past_its_deadline_a_request_is_504_and_its_work_stops_within_a_step(tra
 
 
 @pytest.mark.slow
-def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_step(translator, sources):
-    slow, model = slow_steps(translator, 0.1)  # a long line: far more steps than fit in the time below
+def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_step(reverse_pytorch, sources):
+    slow, model = slow_steps(reverse_pytorch, 0.1)  # a long line: far more steps than fit in the time below
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0)) as (port, app):
         gone = socket.create_connection(("127.0.0.1", port))
         body = json.dumps({"text": [" ".join(sources[:6])], "beam": 4}).encode()
@@ -272,8 +246,8 @@ def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_ste
         assert model.steps == steps and app.state.batcher.stopped == 1
 
 
-def test_an_api_key_is_required_when_set(translator, sources):
-    with serving(translator, ServeLimits(api_key="s3cret")) as (port, _):
+def test_an_api_key_is_required_when_set(reverse_pytorch, sources):
+    with serving(reverse_pytorch, ServeLimits(api_key="s3cret")) as (port, _):
         assert translate(port, [sources[0]]).status == 401
         wrong = request(port, "POST", "/translate", {"text": ["a"]}, {"Authorization": "Bearer nope"})
         assert wrong.status == 401 and "Bearer" in wrong.body["detail"]
@@ -283,11 +257,11 @@ def test_an_api_key_is_required_when_set(translator, sources):
         assert request(port, "GET", "/health").status == 200
 
 
-def test_info_describes_the_model_and_its_recorded_scores(reverse_run, translator, tmp_path):
+def test_info_describes_the_model_and_its_recorded_scores(reverse_run, reverse_pytorch, tmp_path):
     (tmp_path / "scores.json").write_text(json.dumps({"test": {"BLEU": 97.5}}))
-    info = model_info(translator, str(tmp_path))
+    info = model_info(reverse_pytorch, str(tmp_path))
     assert info["architecture"] == "transformer" and info["engine"] == "pytorch"
-    assert info["parameters"] == translator.engine.model.num_parameters()
+    assert info["parameters"] == reverse_pytorch.engine.model.num_parameters()
     assert info["source_language"] == reverse_run.src_lang and info["test_scores"] == {"test": {"BLEU": 97.5}}
 
 
@@ -316,13 +290,13 @@ def test_sigterm_answers_the_requests_in_flight_and_exits_zero(reverse_run, sour
         process.wait()
 
 
-def test_batching_is_chosen_for_the_device(translator):
+def test_batching_is_chosen_for_the_device(reverse_pytorch):
     from mtkit.runtime import cpu_cores
     from mtkit.serving.app import batching_for
 
-    chosen = batching_for(translator, ServeLimits())
+    chosen = batching_for(reverse_pytorch, ServeLimits())
     assert (chosen.workers, chosen.batch_lines) == ((2, 16) if cpu_cores() >= 2 else (1, 128))  # PyTorch on CPU
-    assert batching_for(translator, ServeLimits(workers=1, batch_lines=64)) == ServeLimits(workers=1, batch_lines=64)
+    assert batching_for(reverse_pytorch, ServeLimits(workers=1, batch_lines=64)) == ServeLimits(workers=1, batch_lines=64)
 
 
 def resident_mb() -> float:

@@ -8,12 +8,10 @@ import math
 import os
 
 import pytest
-from conftest import serving
+from helpers import Reply, request, serving
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_app import Reply, request
 
-from mtkit.decoding.translator import Translator
 from mtkit.serving.app import ServeLimits
 
 CI = os.environ.get("CI") == "true"
@@ -49,10 +47,9 @@ RAW = st.binary(max_size=200) | st.sampled_from(ODD)
 
 
 @pytest.fixture(scope="module")
-def server(reverse_run):
-    translator = Translator.load(reverse_run.run_path, device="cpu")
+def server(reverse_pytorch):
     limits = ServeLimits(max_lines=8, max_chars=400, max_wait_ms=5, max_work=20_000, request_timeout=20)
-    with serving(translator, limits) as (port, _):
+    with serving(reverse_pytorch, limits) as (port, _):
         yield port
 
 

@@ -1,7 +1,7 @@
 """The page at `/` in a real browser: headless chromium types a German sentence, reads the English, and shows errors.
 
-The model is a tiny de->en Transformer trained here for a few hundred updates on the first 3,000
-Multi30k pairs (about 20 s on one CPU core): enough to translate a short training-like sentence
+The model (`de_en_run`, in conftest.py) is a tiny de->en Transformer trained for a few hundred updates
+on the first 3,000 Multi30k pairs (about 20 s on one CPU core): enough to translate a short training-like sentence
 such as "Ein Hund rennt am Strand." into "A dog ... beach." with any seed tried.
 The browser is Debian's `chromium` with its `chromedriver` (`make browser` installs both).
 """
@@ -12,55 +12,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import serving
+from helpers import serving
 
 from mtkit.decoding.translator import Translator
 from mtkit.serving.app import ServeLimits
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-MULTI30K = Path(__file__).resolve().parents[1] / "corpus" / "multi30k"
 GERMAN = "Ein Hund rennt am Strand."
 WAIT_S = 60
-
-
-@pytest.fixture(scope="module")
-def de_en_run(tmp_path_factory: pytest.TempPathFactory):
-    """A tiny German->English Transformer trained on a slice of Multi30k; returns its config."""
-    from mtkit.config import config_from_dict
-    from mtkit.data.prepare import prepare_corpus, train_tokenizers
-    from mtkit.training.trainer import train
-
-    directory = tmp_path_factory.mktemp("de_en")
-    config = config_from_dict(
-        {
-            "name": "de_en_tiny",
-            "src_lang": "de",
-            "tgt_lang": "en",
-            "data_dir": str(directory / "data"),
-            "run_dir": str(directory / "run"),
-            "data": {
-                "train": {"src": str(MULTI30K / "train.de.gz"), "tgt": str(MULTI30K / "train.en.gz"), "limit": 3000},
-                "valid": {"src": str(MULTI30K / "val.de.gz"), "tgt": str(MULTI30K / "val.en.gz"), "limit": 20},
-            },
-            "tokenizer": {"vocab_size": 1000},
-            "model": {"layers": 1, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
-            "train": {
-                "batch_tokens": 2000,
-                "lr": 0.003,
-                "warmup_steps": 50,
-                "label_smoothing": 0.0,
-                "max_steps": 500,
-                "validate_every": 500,
-                "log_every": 100,
-                "threads": 1,
-            },
-            "decode": {"beam": 2},
-        }
-    )
-    train_tokenizers(config)
-    prepare_corpus(config)
-    train(config)
-    return config
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task
 from typer.testing import CliRunner
 
 from mtkit.cli import app

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task
 from torch import nn
 
 from mtkit.config import config_from_dict

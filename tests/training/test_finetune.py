@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import cli_output, reverse_task_config, write_reverse_task
+from helpers import cli_output, reverse_task_config, write_reverse_task
 from typer.testing import CliRunner
 
 from mtkit.cli import app

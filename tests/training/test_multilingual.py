@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_one_line_error, invoke, request, serving, succeeded, translate
 
 from mtkit.config import config_from_dict, load_config, tag_languages, target_languages
 from mtkit.data.store import load_prepared
@@ -23,7 +24,6 @@ from mtkit.decoding.search import NEVER_EMITTED, SearchOptions, greedy_search
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 from mtkit.training.batches import temperature_weights
-from tests.test_cli import assert_one_line_error, invoke, succeeded
 
 
 def test_a_tag_is_one_reserved_piece_that_text_never_produces():
@@ -213,8 +213,6 @@ def test_off_target_without_py3langid_says_how_to_install_it(monkeypatch):
 
 def test_the_server_takes_the_target_language_per_request(tagged_run):
     from mtkit.serving.app import ServeLimits
-    from tests.conftest import serving
-    from tests.serving.test_app import request, translate
 
     with serving(Translator.load(tagged_run.run_path), ServeLimits()) as (port, _):
         info = request(port, "GET", "/info").body

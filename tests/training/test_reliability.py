@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task
 
 import mtkit.training.run_dir
 import mtkit.training.trainer

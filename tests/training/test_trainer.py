@@ -11,7 +11,7 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import prepared_reverse_task
+from helpers import prepared_reverse_task, reverse_task_config, write_reverse_task
 
 from mtkit.config import TrainConfig
 from mtkit.data.tokenizer import PAD_ID
@@ -136,8 +136,6 @@ def test_max_epochs_stops_training(tmp_path):
 
 @pytest.mark.slow
 def test_two_weighted_corpora_train_together_and_each_epoch_draws_by_the_weights(tmp_path):
-    from conftest import reverse_task_config, write_reverse_task
-
     from mtkit.config import TrainSource
     from mtkit.data.prepare import prepare_corpus, train_tokenizers
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 import torch
-from conftest import prepared_reverse_task
 
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
@@ -22,10 +22,9 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def untrained(tmp_path_factory: pytest.TempPathFactory):
+def untrained(reverse_task):
     """The prepared reverse task, its tokenizers, valid split and an untrained model with dropout."""
-    config = prepared_reverse_task(tmp_path_factory.mktemp("validate"))
-    config.model.dropout = 0.3
+    config = dataclasses.replace(reverse_task, model=dataclasses.replace(reverse_task.model, dropout=0.3))
     tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
     torch.manual_seed(0)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)

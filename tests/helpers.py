@@ -1,0 +1,438 @@
+"""The tests' plain helpers and constants (no fixtures, no hooks; those are in conftest.py).
+
+Corpus files (Multi30k slices, the synthetic reverse and copy/reverse tasks, their recipes), how far
+a trained run is past the edge of learning, running `mtkit` commands in-process, `mtkit serve` on a
+loopback port with an HTTP client, and a small random Transformer. Test files import them with
+`from helpers import ...` (pyproject.toml puts tests/ on pytest's path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.client
+import itertools
+import json
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+from click.testing import Result
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.config import Config, config_from_dict
+from mtkit.decoding.translator import Translator
+from mtkit.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from mtkit.serving.app import ServeLimits
+
+# The first lines of Multi30k, de, en and fr ({train,val,test_2016_flickr}.{de,en,fr}.gz; tests/corpus/README.md).
+MULTI30K = Path(__file__).resolve().parent / "corpus" / "multi30k"
+# The margin, in nats, every trained fixture whose exact outputs a test asserts must end beyond.
+MARGIN = 1.0
+# Lines outside the validation sets whose outputs tests assert.
+REVERSE_PROBES = ["a b c", "a b c d", "e f g", "d e f g h", "h i j", "a b c d e f", "g h i j k l", "l k j i h"]
+# The updates of the command-line tests' tiny Multi30k run (`cli_recipe`).
+CLI_RECIPE_STEPS = 30
+# The source and target vocabulary of `small_transformer`.
+SMALL_VOCAB = 40
+
+
+# Corpus files and recipes
+
+
+def write_multi30k_slice(path: Path, split: str, lang: str, count: int) -> Path:
+    """Write the first `count` lines of Multi30k `split.lang` to the plain text file `path`."""
+    with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as handle:
+        text = "".join(itertools.islice(handle, count))
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_text_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.writelines(f"{line}\n" for line in lines)
+
+
+def multi30k_recipe(
+    tmp_path: Path,
+    multi30k_slice: Callable[[str, str, int], Path],
+    joint: bool = True,
+    with_test: bool = True,
+    train_lines: int = 1000,
+) -> Config:
+    """A recipe over Multi30k slices: `train_lines` training pairs (1000), 100 validation and 100 test pairs."""
+
+    def files(split: str, count: int) -> dict[str, str]:
+        return {"src": str(multi30k_slice(split, "de", count)), "tgt": str(multi30k_slice(split, "en", count))}
+
+    data = {"train": files("train", train_lines), "valid": files("val", 100)}
+    if with_test:
+        data["test"] = files("test_2016_flickr", 100)
+    recipe = {"name": "tiny", "src_lang": "de", "tgt_lang": "en", "data_dir": str(tmp_path / "data"), "data": data}
+    return config_from_dict({**recipe, "tokenizer": {"vocab_size": 300, "joint": joint}})
+
+
+def cli_recipe(root: Path) -> dict:
+    """The command-line tests' recipe: 1500 Multi30k pairs in root/corpus, a 1-layer, 32-wide Transformer."""
+    corpus = root / "corpus"
+    corpus.mkdir(exist_ok=True)
+
+    def files(split: str, count: int) -> dict[str, str]:
+        paths = [write_multi30k_slice(corpus / f"{split}.{lang}", split, lang, count) for lang in ("de", "en")]
+        return {"src": str(paths[0]), "tgt": str(paths[1])}
+
+    return {
+        "name": "tiny",
+        "src_lang": "de",
+        "tgt_lang": "en",
+        "data_dir": str(root / "data"),
+        "run_dir": str(root / "runs" / "tiny"),
+        "data": {"train": files("train", 1500), "valid": files("val", 60), "test": files("test_2016_flickr", 60)},
+        "tokenizer": {"type": "bpe", "vocab_size": 500, "joint": True},
+        "model": {"layers": 1, "d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1},
+        "train": {
+            "batch_tokens": 1000,
+            "lr": 0.003,
+            "warmup_steps": 5,
+            "max_steps": CLI_RECIPE_STEPS,
+            "validate_every": 15,
+            "log_every": 5,
+            "device": "cpu",
+            "threads": 1,
+        },
+        "decode": {"beam": 3, "max_len_b": 5},
+    }
+
+
+def de_en_task_config(directory: Path) -> Config:
+    """A tiny German->English Transformer recipe over the first 3,000 Multi30k pairs (the page's browser test)."""
+    return config_from_dict(
+        {
+            "name": "de_en_tiny",
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "data_dir": str(directory / "data"),
+            "run_dir": str(directory / "run"),
+            "data": {
+                "train": {"src": str(MULTI30K / "train.de.gz"), "tgt": str(MULTI30K / "train.en.gz"), "limit": 3000},
+                "valid": {"src": str(MULTI30K / "val.de.gz"), "tgt": str(MULTI30K / "val.en.gz"), "limit": 20},
+            },
+            "tokenizer": {"vocab_size": 1000},
+            "model": {"layers": 1, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
+            "train": {
+                "batch_tokens": 2000,
+                "lr": 0.003,
+                "warmup_steps": 50,
+                "label_smoothing": 0.0,
+                "max_steps": 500,
+                "validate_every": 500,
+                "log_every": 100,
+                "threads": 1,
+            },
+            "decode": {"beam": 2},
+        }
+    )
+
+
+# The reverse task
+
+
+def reverse(line: str) -> str:
+    return " ".join(reversed(line.split()))
+
+
+def write_reverse_task(directory: Path, train_pairs: int = 3000, valid_pairs: int = 50, seed: int = 0) -> None:
+    """A synthetic task: the target is the source's letters in reverse order.
+
+    No letter comes twice in a source, so each next target letter is the one before the last in the
+    source: a lookup that a tiny model learns to a wide margin (with repeats, "d b e e k" is ambiguous
+    and a model of this size ends on the edge, where another CPU's rounding can tip an output).
+    """
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, count in (("train", train_pairs), ("valid", valid_pairs)):
+        sources = [" ".join(rng.sample("abcdefghijkl", rng.randint(3, 7))) for _ in range(count)]
+        (directory / f"{name}.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        (directory / f"{name}.tgt").write_text("".join(reverse(s) + "\n" for s in sources), encoding="utf-8")
+
+
+def reverse_task_config(directory: Path, **train: object) -> Config:
+    """A recipe for the reverse task with a tiny Transformer, data and run inside `directory`."""
+    return config_from_dict(
+        {
+            "name": "reverse",
+            "data_dir": str(directory / "data"),
+            "run_dir": str(directory / "run"),
+            "data": {
+                "train": {"src": str(directory / "raw/train.src"), "tgt": str(directory / "raw/train.tgt")},
+                "valid": {"src": str(directory / "raw/valid.src"), "tgt": str(directory / "raw/valid.tgt")},
+                "drop_copies": False,
+            },
+            "tokenizer": {"vocab_size": 40},
+            "model": {"layers": 2, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
+            "train": {
+                "batch_tokens": 800,
+                "lr": 0.003,
+                "warmup_steps": 50,
+                "label_smoothing": 0.0,
+                "max_steps": 500,
+                "validate_every": 250,
+                "log_every": 50,
+                "threads": 1,
+                **train,
+            },
+            "decode": {"beam": 2},
+        }
+    )
+
+
+def prepared_reverse_task(directory: Path, **train: object) -> Config:
+    """Write, tokenise and prepare the reverse task; returns its config (nothing trained yet).
+
+    With `init_from` (a parent run) the parent's tokenizers are used, as `mtkit prepare` does.
+    """
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
+    from mtkit.training.finetune import inherit_tokenizers
+
+    write_reverse_task(directory / "raw")
+    config = reverse_task_config(directory, **train)
+    if config.train.init_from:
+        inherit_tokenizers(config)
+    else:
+        train_tokenizers(config)
+    prepare_corpus(config)
+    return config
+
+
+def tagged_task_config(directory: Path, **train: object) -> Config:
+    """The copy/reverse task: the same sources into `cp` (copied) and into `rv` (reversed)."""
+    raw = directory / "raw"
+    write_reverse_task(raw, train_pairs=2000, valid_pairs=60)
+    corpora = [
+        {"src": str(raw / "train.src"), "tgt": str(raw / "train.src"), "tgt_lang": "cp", "name": "copy"},
+        {"src": str(raw / "train.src"), "tgt": str(raw / "train.tgt"), "tgt_lang": "rv", "name": "reverse"},
+    ]
+    valid = [
+        {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.src"), "tgt_lang": "cp"},
+        {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.tgt"), "tgt_lang": "rv"},
+    ]
+    return config_from_dict(
+        {
+            "name": "tagged",
+            "src_lang": "xx",
+            "tgt_lang": "rv",
+            "data_dir": str(directory / "data"),
+            "run_dir": str(directory / "run"),
+            "data": {"train": corpora, "valid": valid, "test": valid, "lang_tag": "target", "langs": "zz", "drop_copies": False},
+            "tokenizer": {"vocab_size": 60},
+            "model": {"layers": 2, "d_model": 64, "heads": 4, "ffn_dim": 128, "dropout": 0.0},
+            # Decayed to zero and validated once at the end, so best.pt is the settled model (BLEU reaches 100 early,
+            # and an earlier tie would be kept): 4.3-6.7 nats past the edge over seeds 1-4 (MARGIN asks for 1).
+            "train": {"batch_tokens": 1600, "lr": 0.003, "schedule": "linear", "warmup_steps": 50, "label_smoothing": 0.0,
+                      "max_steps": 1000, "validate_every": 1000, "log_every": 50, "threads": 1, **train},
+            "decode": {"beam": 5},  # at beam 2, two early EOS often end the search before "c b a" finishes (learned_margin),
+        }
+    )  # fmt: skip
+
+
+# The edge of learning
+
+
+def trained_past_the_edge(
+    train_with_seed: Callable[[int], Config], margin_of: Callable[[Config], float], tries: int = 3
+) -> Config:
+    """A run trained with seed 1, else 2, ... whose model ends MARGIN past the edge of learning.
+
+    Tests assert these models' exact outputs, and a run on the edge gives other outputs on a CPU whose
+    kernels round differently (training takes another path). Over seeds 1-8 on one machine, about one
+    run in eight of the tiny Transformer ends under MARGIN, so a fixture tries the next seed before it
+    fails, naming every margin it saw.
+    """
+    margins = []
+    for seed in range(1, tries + 1):
+        config = train_with_seed(seed)
+        margins.append(margin_of(config))
+        if margins[-1] >= MARGIN:
+            return config
+    seen = ", ".join(f"{m:.2f}" for m in margins)
+    pytest.fail(
+        f"the {config.name} fixture ({config.model.arch}, {config.train.max_steps} updates) ended {seen} nats past the edge "
+        f"of learning with seeds 1-{tries} (-inf: a search missed a reference), under the {MARGIN} its tests need; "
+        "train it longer or with a decaying schedule"
+    )
+
+
+def reversal_margin(config: Config) -> float:
+    """`learned_margin` of a reverse-task run on its validation set and the lines tests translate."""
+    raw = config.data_path.parent / "raw"
+    sources = [*(raw / "valid.src").read_text(encoding="utf-8").splitlines(), *REVERSE_PROBES]
+    return learned_margin(config.run_path, sources, [reverse(line) for line in sources])
+
+
+def tagged_margin(config: Config) -> float:
+    """`learned_margin` of a copy/reverse run, the smaller of its two directions (`cp` and `rv`)."""
+    sources = [*Path(config.data.valid[0].src).read_text(encoding="utf-8").splitlines(), *REVERSE_PROBES]
+    copied = learned_margin(config.run_path, sources, sources, "cp")
+    return min(copied, learned_margin(config.run_path, sources, [reverse(line) for line in sources], "rv"))
+
+
+def learned_margin(run_path: Path, sources: list[str], targets: list[str], tgt_lang: str | None = None) -> float:
+    """How far past the edge of learning a run is: the smallest gap, in log-probability, between each
+    reference token and the model's best other token, over every position of every pair, teacher-forced;
+    -inf where greedy search or a beam search of the recipe's beam does not give the references.
+
+    A wide gap does not make beam search exact by itself: a search ends once it holds K finished
+    hypotheses (fairseq's rule, which CTranslate2 shares), so at beam 2 two early EOS can end it
+    before the best beam finishes ("a b c" copied as "a b" by a model 10 nats sure of "c").
+
+    Other CPUs' kernels round differently and send training down a slightly different path; a run
+    whose smallest gap is a few nats gives the same greedy and beam outputs on any of them.
+    """
+    from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, tagged
+    from mtkit.textio import model_text
+
+    translator = Translator.load(run_path, device="cpu")
+    tokenizers, engine = translator.tokenizers, translator.engine
+    source_ids = tagged([tokenizers.src.encode(model_text(s, translator.normalize)) for s in sources],
+                        translator.source_tag(tgt_lang))  # fmt: skip
+    target_ids = [tokenizers.tgt.encode(model_text(t, translator.normalize)) for t in targets]
+    src, src_mask = engine._source(source_ids)
+    tgt = torch.full((len(targets), max(map(len, target_ids)) + 1), PAD_ID, dtype=torch.long)  # (B, T)
+    gold = tgt.clone()  # (B, T) the token each position predicts
+    for row, target in enumerate(target_ids):
+        tgt[row, : len(target) + 1] = torch.tensor([BOS_ID, *target])
+        gold[row, : len(target) + 1] = torch.tensor([*target, EOS_ID])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(engine.model(src, src_mask, tgt).float(), dim=-1)  # (B, T, V)
+    reference = log_probs.gather(2, gold.unsqueeze(2)).squeeze(2)  # (B, T)
+    others = log_probs.scatter(2, gold.unsqueeze(2), float("-inf")).amax(dim=2)  # (B, T)
+    searched = [translator.translate(sources, beam=beam, tgt_lang=tgt_lang) for beam in (1, translator.decode.beam)]
+    if any(outputs != list(targets) for outputs in searched):
+        return float("-inf")
+    return float((reference - others)[gold.ne(PAD_ID)].min())
+
+
+# The command line, in-process
+
+
+def invoke(*args: object, input: str | bytes | None = None) -> Result:
+    """Run an mtkit command in-process (through Typer's CliRunner)."""
+    return CliRunner().invoke(app, [str(arg) for arg in args], input=input)
+
+
+def succeeded(result: Result) -> Result:
+    """`result`, after checking the command exited 0 (showing its output and exception if not)."""
+    assert result.exit_code == 0, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+    return result
+
+
+def cli_output(*arguments: object) -> str:
+    """Run an mtkit command in-process; it must succeed; its standard output."""
+    return succeeded(invoke(*arguments)).stdout
+
+
+def assert_one_line_error(result: Result, *needles: str) -> str:
+    """The command failed with one `mtkit: error:` line on stderr naming every needle, and no traceback."""
+    assert result.exit_code == 2, f"exit {result.exit_code}: {result.output} {result.exception!r}"
+    # An exception other than the clean exit would be a traceback outside CliRunner.
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    message = result.stderr.strip()
+    assert "\n" not in message, message
+    assert message.startswith("mtkit: error: "), message
+    for needle in needles:
+        assert needle in message, f"{needle!r} not in {message!r}"
+    assert result.stdout == ""
+    return message
+
+
+# `mtkit serve` on loopback
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(translator: Translator, limits: ServeLimits, name: str = "model") -> Iterator[tuple[int, FastAPI]]:
+    """`mtkit serve`'s app over `translator` on a free loopback port, in a background thread; yields (port, app)."""
+    import uvicorn
+
+    from mtkit.serving.app import create_app, model_info
+
+    port = free_port()
+    web_app = create_app(translator, limits, model_info(translator, name))
+    server = uvicorn.Server(uvicorn.Config(web_app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield port, web_app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict
+    headers: dict[str, str]
+
+
+def request(port: int, method: str, path: str, body: object = None, headers: dict | None = None) -> Reply:
+    """One HTTP request to the server on `port`; a JSON body is sent and read as JSON, a page as {"html": ...}."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    parsed = json.loads(raw) if response.getheader("content-type", "").startswith("application/json") else {"html": raw.decode()}
+    return Reply(response.status, parsed, {k.lower(): v for k, v in response.getheaders()})
+
+
+def translate(port: int, lines: list[str], **options: object) -> Reply:
+    """POST /translate with `lines` and the request's other fields."""
+    return request(port, "POST", "/translate", {"text": lines, **options})
+
+
+# A small random Transformer
+
+
+def small_transformer(**overrides: object) -> Transformer:
+    """A 2-layer, 32-wide Transformer in eval mode, seeded: the same weights on every call."""
+    torch.manual_seed(0)
+    arguments = dict(layers=2, d_model=32, heads=4, ffn_dim=64, dropout=0.0)
+    arguments.update(overrides)
+    return Transformer(SMALL_VOCAB, SMALL_VOCAB, **arguments).eval()
+
+
+def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random source and target ids (no padding) and the all-true source mask: (src, src_mask, tgt)."""
+    generator = torch.Generator().manual_seed(1)
+    src = torch.randint(4, SMALL_VOCAB, (batch, src_len), generator=generator)
+    tgt = torch.randint(4, SMALL_VOCAB, (batch, tgt_len), generator=generator)
+    return src, torch.ones_like(src, dtype=torch.bool), tgt
