@@ -81,7 +81,7 @@ lint: install
 # Issue 4's configuration: ~3,600 target tokens per update; decoding with each engine.
 BENCH_ARGS ?= --set train.batch_tokens=4096 --set decode.max_len_a=0 --set decode.max_len_b=100 --engines pytorch,ctranslate2,ctranslate2-int8
 bench: install
-	$(BIN)/python benchmarks/speed.py $(RECIPE) $(LOCAL_DATA) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.speed $(RECIPE) $(LOCAL_DATA) $(BENCH_ARGS)
 
 # OpenNMT-py 3.5.1 beside mtkit (benchmarks/peers.py, in its own virtualenv under .peers/): the same
 # pieces, model and update size (make bench's), measured mtkit, OpenNMT-py, mtkit; about 20 minutes.
@@ -94,7 +94,7 @@ bench: install
 PEERS_ARGS ?= --set train.batch_tokens=4096
 .PHONY: peers
 peers: install
-	$(BIN)/python benchmarks/peers.py $(RECIPE) $(LOCAL_DATA) $(PEERS_ARGS)
+	$(BIN)/python -m benchmarks.peers $(RECIPE) $(LOCAL_DATA) $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) runs data/multi30k_* .pytest_cache

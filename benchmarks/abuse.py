@@ -1,7 +1,7 @@
 """Normal clients of `mtkit serve` with and without abusive ones: what the abusers cost the others.
 
-    python benchmarks/abuse.py [--model runs/multi30k_demo] [--clients 8] [--abusers 4] [--seconds 30]
-        [--server-option=--max-work=30000 ...] [--output benchmarks/results/abuse.json]
+    python -m benchmarks.abuse [--model runs/multi30k_demo] [--clients 8] [--abusers 4] [--seconds 30]
+        [--server-option=--max-work=30000 ...] [--output benchmarks/results/abuse.json] [--smoke]
 
 One `mtkit serve` subprocess (its default limits unless `--server-option` says otherwise) serves two
 phases of `--seconds` each, after a warm-up: `--clients` normal clients alone, each sending
@@ -17,6 +17,7 @@ worst requests the limits allow:
 Reported per phase: the normal clients' sentences/s, p50/p99 latency and errors; the abusers'
 answers by status. Then the share of their throughput the normal clients kept, and their p99.
 The fp32 matmul peak at the start puts the figures in context. Run it on an otherwise idle machine.
+`--smoke`: a tiny model, 2 clients and 2 abusers for half a second, under small limits.
 """
 
 from __future__ import annotations
@@ -28,16 +29,14 @@ import http.client
 import itertools
 import json
 import platform
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve import DEFAULT_SRC, client, free_port, percentile, read_sentences, start_server, stop_server  # noqa: E402
-from speed import matmul_flops_per_s  # noqa: E402
+from benchmarks import common
+from benchmarks.serve import DEFAULT_SRC, client, percentile, read_sentences
 
 WORDS = "ein Mann mit einem roten Hut steht vor einem großen Gebäude und schaut auf die Straße".split()
 
@@ -113,7 +112,7 @@ def option(options: list[str], name: str, default: int) -> int:
     return values[-1] if values else default
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=Path("runs/multi30k_demo"))
     parser.add_argument("--src", type=Path, default=DEFAULT_SRC)
@@ -122,36 +121,53 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--server-option", dest="server_options", action="append", default=[], help="e.g. --max-work=30000")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/abuse.json"))
-    args = parser.parse_args()
+    common.add_smoke_options(parser)
+    parser.set_defaults(warmup_seconds=5.0)  # --smoke shortens it
+    return parser.parse_args()
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny model (trained in `work` the first time), 2 clients and 2 abusers for half a second, small limits."""
+    args.model, args.src = common.smoke_run(work), common.smoke_corpus(work) / "test_2016_flickr.de.gz"
+    args.clients, args.abusers, args.seconds, args.warmup_seconds = 2, 2, 0.5, 0.5
+    args.server_options = ["--max-lines=4", "--max-chars=400", "--max-work=2000", *args.server_options]
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """The normal clients alone, then beside the abusers, on one server (after a warm-up)."""
     sentences = read_sentences(args.src, None)
     plan = attacks(option(args.server_options, "max-chars", 20_000), option(args.server_options, "max-lines", 64))
     report = {
+        **common.smoke_label(args),
         "date": datetime.date.today().isoformat(),
         "model": str(args.model),
         "server_options": args.server_options,
         "machine": {"python": platform.python_version()},
-        "matmul_gflop_per_s": round(matmul_flops_per_s() / 1e9, 1),
+        "matmul_gflop_per_s": common.matmul_gflop_per_s(smoke=args.smoke),
     }
-    port = free_port()
+    port = common.free_port()
     with tempfile.TemporaryFile("w+") as log:
-        process = start_server(args.model, port, args.server_options, 0, log)
+        process = common.start_server(args.model, port, args.server_options, 0, log)
         try:
-            phase(port, sentences, 1, 0, 5, plan)  # warm-up
+            phase(port, sentences, 1, 0, args.warmup_seconds, plan)
             report["alone"] = phase(port, sentences, args.clients, 0, args.seconds, plan)
             report["with_abusers"] = phase(port, sentences, args.clients, args.abusers, args.seconds, plan)
         finally:
-            stop_server(process)
-    alone, attacked = report["alone"], report["with_abusers"]
-    report["throughput_kept"] = round(attacked["sentences_per_s"] / alone["sentences_per_s"], 3)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+            common.stop_server(process)
+    report["throughput_kept"] = round(report["with_abusers"]["sentences_per_s"] / report["alone"]["sentences_per_s"], 3)
+    return report
+
+
+def main() -> None:
+    args = parse_args()
+    report = common.measure_and_write(args, tiny_arguments, run_benchmark, args.output)
     for name in ("alone", "with_abusers"):
         row = report[name]
         print(
             f"{name:13} {row['normal_clients']} clients + {row['abusers']} abusers: {row['sentences_per_s']} sent/s, "
             f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, errors {row['errors']}"
         )
-    print(f"abusers' answers: {attacked['abuser_answers']}")
+    print(f"abusers' answers: {report['with_abusers']['abuser_answers']}")
     print(f"normal clients kept {100 * report['throughput_kept']:.0f}% of their throughput; matmul peak "
           f"{report['matmul_gflop_per_s']} GFLOP/s; written to {args.output}")  # fmt: skip
 

@@ -1,7 +1,7 @@
 """Quality for the time you have: test BLEU of recipes after each training budget, as a table and JSON.
 
-    python benchmarks/budget.py RECIPE [RECIPE ...] [--times 15m,30m,60m] [--set KEY=VALUE ...]
-        [--runs runs/budget] [--output benchmarks/results/budget.json]
+    python -m benchmarks.budget RECIPE [RECIPE ...] [--times 15m,30m,60m] [--set KEY=VALUE ...]
+        [--runs runs/budget] [--output benchmarks/results/budget.json] [--smoke]
 
 Each recipe trains through the CLI (`mtkit train`, then `mtkit evaluate -m RUN/at_<time>.pt --split
 test --json`), so every figure comes with the command a user would type. A recipe whose schedule does
@@ -17,6 +17,9 @@ The fp32 matmul peak is measured before and after.
 Run it on an otherwise idle machine: the recipes are time-budgeted, so anything else running costs
 updates. Old recipes compare with new ones side by side in one call (`git show REV:recipes/... >
 old.yaml`; the stem names the run, so give old copies another file name).
+
+`--smoke` (no recipe needed): the tiny recipe for budgets of 0.2 and 0.4 seconds, its mtkit
+commands run in this process.
 """
 
 from __future__ import annotations
@@ -27,30 +30,14 @@ import json
 import os
 import platform
 import shlex
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402 - benchmarks/speed.py, beside this file
-
-from mtkit.config import load_config, parse_duration  # noqa: E402
-from mtkit.errors import MtkitError  # noqa: E402
-from mtkit.models.checkpoint import resolve_checkpoint  # noqa: E402
-from mtkit.textio import atomic_output  # noqa: E402
-
-MTKIT = [sys.executable, "-m", "mtkit"]
-
-
-def run_command(command: list[str]) -> str:
-    """Run an mtkit command, showing it; its standard output is returned, its progress shown as it goes."""
-    print("$ " + shlex.join(command), flush=True)
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"budget: `{shlex.join(command)}` failed (exit {done.returncode})")
-    return done.stdout
+from benchmarks import common
+from benchmarks.common import MtkitCommands, set_args
+from mtkit.config import load_config, parse_duration
+from mtkit.models.checkpoint import resolve_checkpoint
 
 
 def budget_dependent(recipe: Path, overrides: list[str]) -> bool:
@@ -59,19 +46,9 @@ def budget_dependent(recipe: Path, overrides: list[str]) -> bool:
     return train.schedule != "inverse_sqrt" and not train.max_steps
 
 
-def ensure_prepared(recipe: Path, overrides: list[str]) -> None:
-    """Train the tokenizer and prepare the data when the recipe's data directory has none."""
-    config = load_config(recipe, overrides)
-    if not (config.data_path / "prepare_report.json").is_file():
-        run_command([*MTKIT, "tokenizer", "train", str(recipe), *set_args(overrides)])
-        run_command([*MTKIT, "prepare", str(recipe), *set_args(overrides)])
-
-
-def set_args(overrides: list[str]) -> list[str]:
-    return [part for override in overrides for part in ("--set", override)]
-
-
-def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path) -> list[tuple[str, Path, Path | None]]:
+def train_runs(
+    commands: MtkitCommands, recipe: Path, overrides: list[str], times: list[str], runs: Path
+) -> list[tuple[str, Path, Path | None]]:
     """Train the recipe for the budgets; returns (time, snapshot file, run directory if the run ended there) for each."""
     stem = recipe.stem
     if budget_dependent(recipe, overrides):
@@ -81,7 +58,7 @@ def train_runs(recipe: Path, overrides: list[str], times: list[str], runs: Path)
     found = []
     for run_dir, longest, snapshots in plan:
         settings = [*overrides, f"run_dir={run_dir}", f"train.max_time={longest}", f"train.snapshots={','.join(snapshots)}"]
-        run_command([*MTKIT, "train", str(recipe), *set_args(settings), "--overwrite"])
+        commands.run(["train", recipe, *set_args(settings), "--overwrite"])
         found += [(label, run_dir / f"at_{label}.pt", run_dir if label == longest else None) for label in snapshots]
     return found
 
@@ -92,35 +69,34 @@ def averaged_checkpoint(run_dir: Path | None) -> Path | None:
     return chosen if chosen is not None and chosen.name in ("ema.pt", "average.pt") else None
 
 
-def evaluate(snapshot: Path) -> dict:
+def evaluate(commands: MtkitCommands, snapshot: Path) -> dict:
     """Test scores of one snapshot (`mtkit evaluate --split test --json`) and its update count."""
     import torch
 
     step = torch.load(snapshot, map_location="cpu", weights_only=False)["step"]
-    command = [*MTKIT, "evaluate", "-m", str(snapshot), "--split", "test", "--json"]
-    scores = json.loads(run_command(command))["scores"]
+    arguments = ["evaluate", "-m", str(snapshot), "--split", "test", "--json"]
+    scores = json.loads(commands.run(arguments))["scores"]
     return {
         "snapshot": str(snapshot),
         "updates": step,
         "scores": {name: round(value["score"], 2) for name, value in scores.items()},
-        "command": shlex.join(["mtkit", *command[3:]]),
+        "command": shlex.join(["mtkit", *arguments]),
     }
 
 
-def study(
-    recipes: list[Path], overrides: list[str], times: list[str], runs: Path, save: Callable[[list[dict]], None]
-) -> list[dict]:
+def study(args: argparse.Namespace, times: list[str], save: Callable[[list[dict]], None]) -> list[dict]:
     """Train and score each recipe in turn; `save(rows)` after each, so a study stopped midway keeps what it measured."""
+    commands = MtkitCommands(in_process=args.smoke)
     rows: list[dict] = []
-    for recipe in recipes:
-        ensure_prepared(recipe, overrides)
+    for recipe in args.recipes:
+        common.ensure_prepared(commands, recipe, args.overrides)
         started = time.time()
-        for label, snapshot, run_dir in train_runs(recipe, overrides, times, runs):
-            rows.append({"recipe": str(recipe), "time": label, **evaluate(snapshot)})
+        for label, snapshot, run_dir in train_runs(commands, recipe, args.overrides, times, args.runs):
+            rows.append({"recipe": str(recipe), "time": label, **evaluate(commands, snapshot)})
             print(f"{recipe} after {label}: {rows[-1]['scores']} ({rows[-1]['updates']} updates)", flush=True)
             final = averaged_checkpoint(run_dir)
             if final is not None:  # what `mtkit evaluate -m RUN` scores after this run
-                rows[-1]["final"] = {"checkpoint": final.name, **evaluate(final)}
+                rows[-1]["final"] = {"checkpoint": final.name, **evaluate(commands, final)}
                 print(f"{recipe} after {label}, {final.name}: {rows[-1]['final']['scores']}", flush=True)
         rows[-1]["recipe_wall_s"] = round(time.time() - started, 1)
         save(rows)
@@ -142,42 +118,60 @@ def table_cell(row: dict) -> str:
     return cell if final is None else f"{cell}, {final['checkpoint'].removesuffix('.pt')} {final['scores']['BLEU']:.2f}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipes", type=Path, nargs="+")
+    parser.add_argument("recipes", type=Path, nargs="*", help="the recipes (none with --smoke)")
     parser.add_argument("--times", default="15m,30m,60m", help="training budgets, comma-separated")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
     parser.add_argument("--runs", type=Path, default=Path("runs/budget"))
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/budget.json"))
+    common.add_smoke_options(parser)
     args = parser.parse_args()
-    times = [label.strip() for label in args.times.split(",") if label.strip()]
-    try:
-        for label in times:
-            parse_duration(label)
-        for recipe in args.recipes:
-            load_config(recipe, args.overrides)  # every recipe checked whole before anything trains
-    except MtkitError as err:
-        sys.exit(f"budget: error: {err}")
-    report = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cores": os.cpu_count()},
-        "matmul_gflop_per_s": [round(speed.matmul_flops_per_s() / 1e9, 1)],
-        "rows": [],
-    }
-    print(f"fp32 matmul peak before: {report['matmul_gflop_per_s'][0]} GFLOP/s", flush=True)
-    rows = study(args.recipes, args.overrides, times, args.runs, lambda rows: write_report(args.output, {**report, "rows": rows}))
-    report["matmul_gflop_per_s"].append(round(speed.matmul_flops_per_s() / 1e9, 1))
-    write_report(args.output, {**report, "rows": rows})
-    print_table(rows, times)
-    print(f"fp32 matmul peak: {report['matmul_gflop_per_s'][0]} GFLOP/s before, {report['matmul_gflop_per_s'][1]} after")
+    if not args.recipes and not args.smoke:
+        parser.error("the following arguments are required: recipes")
+    return args
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny recipe (prepared in `work` the first time), trained for 0.2 and 0.4 seconds."""
+    args.recipes, args.times, args.runs = [common.smoke_recipe(work)], "0.2s,0.4s", work / "budget"
+    args.overrides = [*args.overrides, "train.max_steps=0", "train.validate_every=100000"]  # the time is the budget
+
+
+def main() -> None:
+    args = parse_args()
+    report = common.measure_and_write(args, tiny_arguments, run_study, args.output)
+    print_table(report["rows"], budget_times(args.times))
+    peaks = report["matmul_gflop_per_s"]
+    print(f"fp32 matmul peak: {peaks[0]} GFLOP/s before, {peaks[1]} after")
     print(f"written to {args.output}")
 
 
-def write_report(output: Path, report: dict) -> None:
-    """Write the JSON report atomically, through mtkit's `atomic_output` (a temporary file that replaces the old one)."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(output) as file:
-        file.write(json.dumps(report, indent=1) + "\n")
+def budget_times(text: str) -> list[str]:
+    """The training budgets of --times, each checked."""
+    times = [label.strip() for label in text.split(",") if label.strip()]
+    for label in times:
+        parse_duration(label)
+    return times
+
+
+def run_study(args: argparse.Namespace) -> dict:
+    """The study between two measures of the matmul peak; the report is written after each recipe."""
+    times = budget_times(args.times)
+    for recipe in args.recipes:
+        load_config(recipe, args.overrides)  # every recipe checked whole before anything trains
+    report = {
+        **common.smoke_label(args),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cores": os.cpu_count()},
+        "matmul_gflop_per_s": [common.matmul_gflop_per_s(smoke=args.smoke)],
+        "rows": [],
+    }
+    print(f"fp32 matmul peak before: {report['matmul_gflop_per_s'][0]} GFLOP/s", flush=True)
+    rows = study(args, times, lambda rows: common.write_json(args.output, {**report, "rows": rows}))
+    report["matmul_gflop_per_s"].append(common.matmul_gflop_per_s(smoke=args.smoke))
+    report["rows"] = rows
+    return report
 
 
 if __name__ == "__main__":

@@ -1,19 +1,18 @@
 """Micro-benchmark of mtkit's hand-fused training ops against the PyTorch ops they replace.
 
-    python benchmarks/ops.py [--tokens 3500] [--vocab 8000] [--width 1024] [--threads 0]
+    python -m benchmarks.ops [--tokens 3500] [--vocab 8000] [--width 1024] [--threads 0] [--smoke]
 
 Forward + backward, at the shapes of one Multi30k Transformer update (~3,500 target tokens, an
 8,000-piece vocabulary, the 1,024-wide feed-forward activation): mtkit's label-smoothed loss
 against `F.cross_entropy(label_smoothing=...)`, and mtkit's `Dropout` against `F.dropout` and the
 uniform-float masks it drew before (`rand_like(x) >= p`). The sides are timed alternately in one
 run (best of several rounds), so the ratios hold on a noisy machine. Prints a table and writes
-JSON (default benchmarks/results/ops.json).
+JSON (default benchmarks/results/ops.json). `--smoke`: tiny shapes, one thread, one round.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks import common
 from mtkit.data.tokenizer import PAD_ID
 from mtkit.models.layers import Dropout
 from mtkit.runtime import retain_freed_memory, set_threads
@@ -72,7 +72,7 @@ def dropout_steps(tokens: int, width: int) -> dict[str, Callable[[], None]]:
     return {"F.dropout": reference, "float mask": float_mask, "mtkit Dropout": mtkit}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=3500)
     parser.add_argument("--vocab", type=int, default=8000)
@@ -80,10 +80,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = one per core)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/ops.json"))
-    args = parser.parse_args()
+    common.add_smoke_options(parser)
+    return parser.parse_args()
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: shapes of a few hundred values, one thread, one round (`work` is not needed)."""
+    args.tokens, args.vocab, args.width, args.threads, args.rounds = 64, 100, 32, 1, 1
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Each case's sides timed alternately, twice over; prints a line a case."""
     set_threads(args.threads)
     retain_freed_memory()  # as `mtkit train` does on CPU: no page faults for re-allocated tensors
-    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "ops": {}}
+    report = {**common.smoke_label(args), "threads": torch.get_num_threads(), "torch": torch.__version__, "ops": {}}
     cases = {
         f"label-smoothed loss, {args.tokens} x {args.vocab}": loss_steps(args.tokens, args.vocab),
         f"dropout 0.3, {args.tokens} x {args.width}": dropout_steps(args.tokens, args.width),
@@ -98,8 +108,12 @@ def main() -> None:
         milliseconds = {name: round(1e3 * t, 2) for name, t in times.items()}
         report["ops"][case] = {"ms": milliseconds, "speedup": round(reference / mtkit, 2)}
         print(f"{case}: " + ", ".join(f"{name} {1e3 * t:.1f} ms" for name, t in times.items()) + f" -> {reference / mtkit:.2f}x")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main() -> None:
+    args = parse_args()
+    common.measure_and_write(args, tiny_arguments, run_benchmark, args.output)
     print(f"written to {args.output}")
 
 

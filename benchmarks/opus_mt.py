@@ -1,6 +1,6 @@
 """mtkit against Hugging Face transformers on a model of OPUS-MT's real size, side by side.
 
-    python benchmarks/opus_mt.py [--sentences 200] [--repeats 3] [--threads 0] [--out benchmarks/results/opus_mt.json]
+    python -m benchmarks.opus_mt [--sentences 200] [--repeats 3] [--threads 0] [--out benchmarks/results/opus_mt.json] [--smoke]
 
 Builds a random Marian model of OPUS-MT's shape (d_model 512, 6+6 layers, 8 heads, FFN 2048, swish,
 a vocabulary of 58,101 pieces: two SentencePiece models trained on Multi30k plus filler pieces),
@@ -13,7 +13,8 @@ decodes the same number of steps), the systems alternating A B C A B C. Then one
 Every timed run is a process of its own (built, warmed up once, timed once), so what one system sets
 for the process (mtkit keeps freed heap memory, for one) never reaches another.
 Prints the figures and the ratios, with the matmul peak of the same run, and writes JSON.
-Needs `transformers` (pip install -e '.[dev]') and ctranslate2; offline.
+Needs `transformers` (pip install -e '.[dev]') and ctranslate2; offline. `--smoke`: a tiny random Marian
+model (d_model 16, one layer a side) from the tests' slice, 8 sentences, each timed run in this process.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gzip
 import io
-import itertools
 import json
 import platform
 import statistics
@@ -37,6 +36,7 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
+from benchmarks import common
 from mtkit.decoding.ct2_engine import load_export
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.exporters.ctranslate2 import export_ctranslate2
@@ -44,32 +44,29 @@ from mtkit.importers.marian import import_marian
 from mtkit.runtime import set_threads
 from mtkit.training.loss import sequence_loss
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  the matmul peak, measured the same way as for every benchmark
-
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 DECODERS = ["mtkit pytorch", "mtkit ctranslate2 int8", "transformers generate"]
-OPUS_MT = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
+# OPUS-MT's shape, and the SentencePiece models' training lines and size
+OPUS_MT = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101, "spm_lines": 29000, "spm_vocab": 6000}
+SMOKE_SHAPE = {"d_model": 16, "layers": 1, "heads": 2, "ffn": 32, "vocab": 400, "spm_lines": 300, "spm_vocab": 150}
 
 
-def lines(name: str, count: int) -> list[str]:
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return [line.strip() for line in itertools.islice(handle, count)]
-
-
-def sentencepiece(lang: str) -> bytes:
+def sentencepiece(data: Path, lang: str, shape: dict) -> bytes:
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines(f"train.{lang}.gz", 29000)), model_writer=model, vocab_size=6000, minloglevel=2
+        sentence_iterator=iter(common.first_lines(data / f"train.{lang}.gz", shape["spm_lines"])),
+        model_writer=model,
+        vocab_size=shape["spm_vocab"],
+        minloglevel=2,
     )
     return model.getvalue()
 
 
-def build_opus_mt_sized(folder: Path) -> None:
-    """A random Marian model of OPUS-MT's size in the Hugging Face layout (transformers' own initialisation)."""
+def build_opus_mt_sized(folder: Path, data: Path, shape: dict) -> None:
+    """A random Marian model of OPUS-MT's size (`shape`) in the Hugging Face layout (transformers' own initialisation)."""
     from transformers import MarianConfig, MarianMTModel
 
-    source, target = sentencepiece("en"), sentencepiece("fr")
+    source, target = sentencepiece(data, "en", shape), sentencepiece(data, "fr", shape)
     (folder / "source.spm").write_bytes(source)
     (folder / "target.spm").write_bytes(target)
     pieces: list[str] = ["</s>", "<unk>"]
@@ -77,19 +74,19 @@ def build_opus_mt_sized(folder: Path) -> None:
         processor = spm.SentencePieceProcessor(model_proto=proto)
         pieces += [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
     pieces = list(dict.fromkeys(pieces))
-    pieces += [f"▁filler{i}" for i in range(OPUS_MT["vocab"] - 1 - len(pieces))] + ["<pad>"]
+    pieces += [f"▁filler{i}" for i in range(shape["vocab"] - 1 - len(pieces))] + ["<pad>"]
     (folder / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False))
     (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "fr"}))
     config = MarianConfig(
         vocab_size=len(pieces),
         decoder_vocab_size=len(pieces),
-        d_model=OPUS_MT["d_model"],
-        encoder_layers=OPUS_MT["layers"],
-        decoder_layers=OPUS_MT["layers"],
-        encoder_attention_heads=OPUS_MT["heads"],
-        decoder_attention_heads=OPUS_MT["heads"],
-        encoder_ffn_dim=OPUS_MT["ffn"],
-        decoder_ffn_dim=OPUS_MT["ffn"],
+        d_model=shape["d_model"],
+        encoder_layers=shape["layers"],
+        decoder_layers=shape["layers"],
+        encoder_attention_heads=shape["heads"],
+        decoder_attention_heads=shape["heads"],
+        encoder_ffn_dim=shape["ffn"],
+        decoder_ffn_dim=shape["ffn"],
         activation_function="swish",
         scale_embedding=True,
         max_position_embeddings=512,
@@ -172,73 +169,96 @@ def update_system(name: str, scratch: Path, sources: list[str], targets: list[st
     return mtkit_update
 
 
-def child(task: dict) -> None:
-    """One timed run in a process of its own (so no system's allocator or thread settings reach another).
+def child(task: dict) -> float:
+    """One timed run, meant for a process of its own (so no system's allocator or thread settings reach another).
 
-    The system is built, warmed up (one update, or eight sentences), timed once; the seconds go to
-    stdout as JSON.
+    The system is built, warmed up (one update, or eight sentences) and timed once: its seconds.
     """
     set_threads(task["threads"])
     scratch = Path(task["scratch"])
     if task["kind"] == "update":
         update = update_system(task["system"], scratch, task["sources"], task["targets"])
         update()
-        print(json.dumps({"seconds": timed(update)}))
-        return
+        return timed(update)
     translate = decoding_system(task["system"], scratch, task["cap"], task["beam"])
     translate(task["sources"][:8])
-    print(json.dumps({"seconds": timed(lambda: translate(task["sources"]))}))
+    return timed(lambda: translate(task["sources"]))
 
 
-def alternate(task: dict, systems: list[str], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each system per repeat, each run a fresh process, the systems taking turns (A B C A B C ...)."""
+def child_process(task: dict) -> float:
+    """`child(task)` in a fresh process (`python -m benchmarks.opus_mt --child TASK`); its seconds."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.opus_mt", "--child", json.dumps(task)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=common.ROOT,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def alternate(task: dict, systems: list[str], repeats: int, run: Callable[[dict], float]) -> dict[str, list[float]]:
+    """Seconds of each system per repeat, each run by `run` (a fresh process), the systems taking turns (A B C A B C ...)."""
     times: dict[str, list[float]] = {name: [] for name in systems}
     for _ in range(repeats):
         for name in systems:
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", json.dumps({**task, "system": name})],
-                check=True,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            times[name].append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+            times[name].append(run({**task, "system": name}))
     return times
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=200, help="Multi30k test2016 sentences decoded")
     parser.add_argument("--cap", type=int, default=40, help="output tokens per sentence (a fixed cap for every system)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-pairs", type=int, default=32, help="sentence pairs in the fine-tuning batch")
     parser.add_argument("--threads", type=int, default=0, help="torch and CTranslate2 threads (0: all cores)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/opus_mt.json"))
+    parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/opus_mt.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one timed run, started by alternate()
-    args = parser.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    common.add_smoke_options(parser)
+    parser.set_defaults(data=DATA, shape=OPUS_MT, run_child=child_process)  # --smoke: tiny, in this process
+    return parser.parse_args()
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: a tiny Marian model from the first lines of the tests' slice (in `work`), 8 sentences, in this process."""
+    args.data, args.shape, args.run_child = common.smoke_corpus(work), SMOKE_SHAPE, child
+    args.sentences, args.cap, args.repeats, args.batch_pairs, args.threads = 8, 5, 1, 4, 1
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Build, import and export the model; decoding at beam 5 and greedy, then one update; prints each comparison."""
     set_threads(args.threads)
-    sources, targets = lines("test_2016_flickr.en.gz", args.sentences), lines("test_2016_flickr.fr.gz", args.sentences)
+    sources = common.first_lines(args.data / "test_2016_flickr.en.gz", args.sentences)
+    targets = common.first_lines(args.data / "test_2016_flickr.fr.gz", args.sentences)
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "hf").mkdir()
-        build_opus_mt_sized(Path(scratch) / "hf")
+        build_opus_mt_sized(Path(scratch) / "hf", args.data, args.shape)
         import_marian(str(Path(scratch) / "hf"), Path(scratch) / "run")
         export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2", "int8")
-        result = {"date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine()}
-        result |= {"threads": torch.get_num_threads(), "matmul_gflops": round(speed.matmul_flops_per_s() / 1e9, 1)}
-        result |= {"model": OPUS_MT, "sentences": len(sources), "cap": args.cap, "repeats": args.repeats}
+        result = {**common.smoke_label(args), "date": datetime.date.today().isoformat()}
+        result |= {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+        result |= {"matmul_gflops": common.matmul_gflop_per_s(smoke=args.smoke)}
+        model = {key: value for key, value in args.shape.items() if not key.startswith("spm_")}
+        result |= {"model": model, "sentences": len(sources), "cap": args.cap, "repeats": args.repeats}
         task = {"scratch": scratch, "threads": args.threads, "sources": sources, "cap": args.cap}
         for beam in (5, 1):
-            times = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats)
+            times = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats, args.run_child)
             result[f"beam{beam}_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
             report(f"beam {beam}, {len(sources)} sentences x {args.cap} tokens", result[f"beam{beam}_seconds"], DECODERS[-1])
         pairs = {"sources": sources[: args.batch_pairs], "targets": targets[: args.batch_pairs]}
-        times = alternate({**task, **pairs, "kind": "update"}, ["mtkit", "transformers"], args.repeats)
+        times = alternate({**task, **pairs, "kind": "update"}, ["mtkit", "transformers"], args.repeats, args.run_child)
         result["update_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
         report(f"one fine-tuning update, {args.batch_pairs} pairs", result["update_seconds"], "transformers")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child:
+        print(json.dumps({"seconds": child(json.loads(args.child))}))
+        return
+    result = common.measure_and_write(args, tiny_arguments, run_benchmark, args.out)
     print(f"matmul peak {result['matmul_gflops']} GFLOP/s, {result['threads']} threads; written to {args.out}")
 
 

@@ -1,12 +1,13 @@
 """Decoding with packed linear weights against plain `nn.Linear`, in one process, taking turns.
 
-    python benchmarks/packed.py --model RUN_DIR [--sentences 500] [--rounds 3] [--lang de] [--cap 0] [--out FILE]
+    python -m benchmarks.packed --model RUN_DIR [--sentences 500] [--rounds 3] [--lang de] [--cap 0] [--out FILE] [--smoke]
 
 Loads the run twice: as `Translator.load` gives it (large weights laid out once for oneDNN,
 `mtkit/models/packed.py`) and with those layers turned back into plain `nn.Linear`. Both translate
 the same Multi30k test2016 sentences (German unless --lang) at beam 5 and greedy, A B A B after one untimed round;
 prints the seconds, the median ratio and how many outputs are identical, with the matmul peak of
 the same run, and writes JSON. `--cap N` fixes every output at most N tokens (0: the run's own cap).
+`--smoke` (no --model needed): a tiny model on 10 sentences, one round.
 """
 
 from __future__ import annotations
@@ -14,23 +15,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gzip
-import itertools
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from benchmarks import common
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.models.packed import PackedLinear
 from mtkit.runtime import set_threads
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  the matmul peak, measured the same way as for every benchmark
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -62,34 +57,50 @@ def alternate(loaded: dict[str, Translator], sources: list[str], beam: int, roun
     return {"seconds": seconds, "plain_over_packed": round(ratio, 3), "identical": same}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True, help="a run directory (PyTorch engine)")
+    parser.add_argument("--model", type=Path, help="a run directory (PyTorch engine); required but with --smoke")
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lang", default="de", help="source language of the test2016 sentences (de, en, fr, cs)")
     parser.add_argument("--cap", type=int, default=0, help="most output tokens (0: the run's own rule)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/packed.json"))
+    parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/packed.json"))
+    common.add_smoke_options(parser)
+    parser.set_defaults(data=DATA)  # --smoke reads the tests' slice
     args = parser.parse_args()
+    if args.model is None and not args.smoke:
+        parser.error("the following arguments are required: --model")
+    return args
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny model (trained in `work` the first time) on 10 sentences, one round."""
+    args.model, args.data = common.smoke_run(work), common.smoke_corpus(work)
+    args.sentences, args.rounds = 10, 1
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Packed against plain at beam 5 and greedy, printing each, with the matmul peak before and after."""
     set_threads(0)
-    with gzip.open(DATA / f"test_2016_flickr.{args.lang}.gz", "rt", encoding="utf-8") as handle:
-        sources = [line.strip() for line in itertools.islice(handle, args.sentences)]
+    sources = common.first_lines(args.data / f"test_2016_flickr.{args.lang}.gz", args.sentences)
     loaded = translators(args.model, args.cap)
     packed = sum(isinstance(m, PackedLinear) for m in loaded["packed"].engine.model.modules())
-    result = {"date": datetime.date.today().isoformat(), "model": str(args.model), "packed_layers": packed}
-    result |= {"sentences": len(sources), "threads": torch.get_num_threads(), "matmul_gflops_before": speed_peak()}
+    result = {**common.smoke_label(args), "date": datetime.date.today().isoformat(), "model": str(args.model)}
+    result |= {"packed_layers": packed, "sentences": len(sources), "threads": torch.get_num_threads()}
+    result["matmul_gflops_before"] = common.matmul_gflop_per_s(smoke=args.smoke)
     for beam in (5, 1):
         result[f"beam{beam}"] = found = alternate(loaded, sources, beam, args.rounds)
         print(f"beam {beam}: plain {found['seconds']['plain']} s, packed {found['seconds']['packed']} s, "
               f"{found['plain_over_packed']}x; identical outputs {found['identical']}/{len(sources)}")  # fmt: skip
-    result["matmul_gflops_after"] = speed_peak()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{packed} packed layers; matmul peak {result['matmul_gflops_before']} / {result['matmul_gflops_after']} GFLOP/s")
+    result["matmul_gflops_after"] = common.matmul_gflop_per_s(smoke=args.smoke)
+    return result
 
 
-def speed_peak() -> float:
-    return round(speed.matmul_flops_per_s() / 1e9, 1)
+def main() -> None:
+    args = parse_args()
+    result = common.measure_and_write(args, tiny_arguments, run_benchmark, args.out)
+    gflops = f"{result['matmul_gflops_before']} / {result['matmul_gflops_after']}"
+    print(f"{result['packed_layers']} packed layers; matmul peak {gflops} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """mtkit beside OpenNMT-py 3.5.1 on one machine: training and decoding speed, or BLEU after a time budget, as JSON.
 
-    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] [--model RUN_DIR | --train-budget 5m]
+    python -m benchmarks.peers [RECIPE] [--set KEY=VALUE ...] [--model RUN_DIR | --train-budget 5m]
         [--onmt-model CHECKPOINT] [--warmup-updates 50] [--updates 200] [--max-len 100]
         [--output benchmarks/results/peers.json]
-    python benchmarks/peers.py [RECIPE] [--set KEY=VALUE ...] --budget 15m [--save-every 25] [--model RUN]
+    python -m benchmarks.peers [RECIPE] [--set KEY=VALUE ...] --budget 15m [--save-every 25] [--model RUN]
     (both: [--onmt-set KEY=VALUE ...], an onmt_train option over the matched ones, e.g. num_workers=0)
 
 RECIPE defaults to recipes/multi30k/transformer.yaml; `make peers` passes the local Multi30k files.
-A smoke test of the whole pipeline on a fresh clone, about 10 minutes on 2 cores once OpenNMT-py is set up:
+`--smoke` runs mtkit's side in seconds on a tiny model and data (tests/corpus/), its files under
+--smoke-dir; OpenNMT-py's side runs only where it is set up already (.peers/onmt-venv), else its
+options and command lines are written to the JSON and it says it skipped them (it installs nothing).
+A check of the whole pipeline with the real data, about 10 minutes on 2 cores once OpenNMT-py is set up:
 add `--set data_dir=/tmp/peers/data --set run_dir=/tmp/peers/run --set train.batch_tokens=512
 --set data.test.limit=20 --warmup-updates 2 --updates 4 --train-budget 30s --output /tmp/peers.json`.
 
@@ -21,8 +24,8 @@ trained once and reused by later calls (delete it to train again). A few minutes
 poor model with long outputs, like OpenNMT-py's 250-update one: compare decoding speeds with the
 BLEU and output lengths beside them. --train-budget 0 trains nothing and stops without a run.
 
-Set-up, once (the marker .peers/onmt-venv/.installed; pip's output goes to .peers/onmt-setup.log):
-OpenNMT-py pins torch<2.3, so it is installed with --no-deps into its own virtualenv beside the torch
+Set-up, once (benchmarks/opennmt.py; the marker .peers/onmt-venv/.installed; pip's output goes to
+.peers/onmt-setup.log): OpenNMT-py pins torch<2.3, so it is installed with --no-deps into its own virtualenv beside the torch
 that mtkit uses (--torch-spec, torch==2.13.0), and then only the packages its commands import (it
 imports every data transform at start-up, spaCy's included). torch >= 2.6 loads checkpoints with
 weights_only=True, which OpenNMT-py's own checkpoints fail, so its commands run with
@@ -84,56 +87,46 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import math
 import os
 import platform
-import re
-import shlex
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from benchmarks import common, speed
+from benchmarks.common import MtkitCommands, set_args
+from benchmarks.opennmt import (
+    installed_onmt,
+    last_line,
+    newest_loading_checkpoint,
+    onmt_env,
+    onmt_parameters,
+    onmt_translation_seconds,
+    onmt_versions,
+    onmt_window,
+    run_onmt_train,
+    say,
+    setup_onmt,
+    shell_line,
+    train_command,
+)
 from mtkit.config import Config, load_config, parse_duration
 from mtkit.data.corpora import iter_split
-from mtkit.data.store import REPORT_FILE, load_prepared
-from mtkit.data.tokenizer import UNK_ID, Tokenizer, load_tokenizers, tokenizer_files
-from mtkit.errors import MtkitError, one_line
+from mtkit.data.store import load_prepared
+from mtkit.data.tokenizer import UNK_ID, Tokenizer, load_tokenizers
+from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.runtime import cpu_cores, set_threads
 from mtkit.textio import atomic_file, write_file
 from mtkit.training.batches import IdColumn, ParallelIds
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  benchmarks/speed.py measures mtkit's side
-
-ROOT = Path(__file__).resolve().parent.parent
-PEERS_DIR = ROOT / ".peers"
-ONMT_SPEC = "OpenNMT-py==3.5.1"
+PEERS_DIR = common.ROOT / ".peers"
 TRAIN_BUDGET = "5m"  # the short mtkit run trained to decode with, when there is no trained run
-# What onmt_train and onmt_translate import (found by trying): onmt/transforms/* are all imported at start-up.
-ONMT_REQUIREMENTS = (
-    "pyonmttok==1.38.1",
-    "ConfigArgParse==1.9.0",
-    "PyYAML==6.0.3",
-    "numpy==2.4.6",
-    "sacrebleu==2.6.0",
-    "spacy==3.8.18",
-    "pyahocorasick==2.3.1",
-    "RapidFuzz==3.14.6",
-    "regex==2026.11.15",
-    "fasttext-wheel==0.9.2",
-)
-START_LINE = "Start training loop"
-STEP_LINE = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO\] Step\s+(\d+)(?:/\s*\d+)?;.*?bsz:\s*([\d.]+)/\s*([\d.]+)/\s*([\d.]+);"
-)
 COUNTS = {
     "mtkit_batch": "train.batch_tokens >= sentences x max(source pieces + 1, target pieces + 1)",
     "onmt_batch": "batch_size >= sentences x max(source pieces, target pieces + 2)",
@@ -161,71 +154,6 @@ class PieceData:
 
     def path(self, name: str) -> Path:
         return self.directory / name
-
-
-def onmt_env(threads: int) -> dict[str, str]:
-    """OpenNMT-py's environment: its own virtualenv's packages only, old-style checkpoint loading, `threads` threads."""
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-
-
-def setup_onmt(venv: Path, torch_spec: str) -> Path:
-    """Install OpenNMT-py into `venv` unless its marker says it is there; returns the bin directory."""
-    marker, wanted = venv / ".installed", "\n".join([torch_spec, ONMT_SPEC, *ONMT_REQUIREMENTS]) + "\n"
-    if marker.is_file() and marker.read_text() == wanted:
-        say(f"{ONMT_SPEC}: set up in {venv}")
-        return venv / "bin"
-    log = venv.parent / "onmt-setup.log"
-    say(f"setting up {ONMT_SPEC} in {venv}, once (a few minutes; pip's output: {log})")
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [*pip, torch_spec],  # first, so nothing else picks a torch
-        [*pip, "--no-deps", ONMT_SPEC],  # its torch<2.3 pin is not installed
-        [*pip, *ONMT_REQUIREMENTS],
-    ]
-    with log.open("w") as out:
-        for command in steps:
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-                raise MtkitError(f"setting up OpenNMT-py failed at `{' '.join(command)}`; see {log}")
-    for tool in ("onmt_train", "onmt_translate"):
-        check = subprocess.run([str(venv / "bin" / tool), "-h"], capture_output=True, text=True, env=onmt_env(1))
-        if check.returncode != 0:
-            raise MtkitError(f"{tool} does not start ({last_line(check.stderr)}); a requirement may be missing, see {log}")
-    write_file(marker, wanted)
-    return venv / "bin"
-
-
-def say(message: str) -> None:
-    """A progress line on stderr: standard output is left to the results."""
-    print(f"peers: {message}", file=sys.stderr, flush=True)
-
-
-def run_mtkit(arguments: list[str]) -> None:
-    """An mtkit command, shown as a user would type it; its output (progress included) goes to stderr as it comes."""
-    print("$ " + shlex.join(["mtkit", *arguments]), file=sys.stderr, flush=True)
-    done = subprocess.run([sys.executable, "-m", "mtkit", *arguments], stdout=sys.stderr, check=False)
-    if done.returncode != 0:
-        raise MtkitError(f"`mtkit {shlex.join(arguments)}` failed (exit status {done.returncode}); see its output above")
-
-
-def set_args(overrides: list[str]) -> list[str]:
-    return [part for override in overrides for part in ("--set", override)]
-
-
-def ensure_prepared(recipe: Path, overrides: list[str], config: Config) -> None:
-    """`mtkit tokenizer train` and `mtkit prepare` for the recipe, where its data directory lacks their output."""
-    data = config.data_path
-    tokenizer_missing = not all(path.is_file() for path in tokenizer_files(data, config.tokenizer.joint))
-    if tokenizer_missing:
-        say(f"{data}: no tokenizer model yet; training it, then preparing the data")
-        run_mtkit(["tokenizer", "train", str(recipe), *set_args(overrides)])
-    if tokenizer_missing or not (data / REPORT_FILE).is_file():
-        say(f"{data}: preparing the recipe's data (mtkit's pieces, the same for both toolkits)")
-        run_mtkit(["prepare", str(recipe), *set_args(overrides)])
-    else:
-        say(f"{data}: tokenizer model and prepared data found")
 
 
 def trained(run: Path) -> bool:
@@ -264,12 +192,8 @@ def train_short_run(recipe: Path, overrides: list[str], run: Path, budget: str) 
     No EMA or averaging: they would only add validations to a run that is only decoded.
     """
     settings = [f"run_dir={run}", f"train.max_time={budget}", "train.ema=0", "train.average_last=0", "train.device=cpu"]
-    run_mtkit(["train", str(recipe), *set_args([*overrides, *settings])])
-
-
-def last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return one_line(lines[-1] if lines else "no output", limit=200)
+    output = MtkitCommands().run(["train", recipe, *set_args([*overrides, *settings])])
+    print(output, file=sys.stderr, end="")
 
 
 def piece_table(tokenizer: Tokenizer) -> np.ndarray:
@@ -400,113 +324,29 @@ def differences(config: Config) -> list[str]:
     return found
 
 
-@dataclass
-class OnmtTrainRun:
-    """What run_onmt_train reports: the command, when its training loop started, its peak memory."""
-
-    command: list[str]
-    started: float  # epoch seconds
-    peak_rss_mb: float | None  # onmt_train's own, its data-loader workers included; None when stopped at a budget
-
-
-def run_onmt_train(bin_dir: Path, options: dict, run: Path, threads: int, budget: float | None) -> OnmtTrainRun:
-    """onmt_train with `options` (written to run/train.yaml, its output to run/train.log), to its end or for `budget` seconds."""
-    run.mkdir(parents=True, exist_ok=True)
-    for old in [*run.glob("model_step_*.pt"), run / "train.log"]:
-        old.unlink(missing_ok=True)
-    write_file(run / "train.yaml", yaml.safe_dump(options, sort_keys=False))
-    command = [str(bin_dir / "onmt_train"), "-config", str(run / "train.yaml")]
-    log, peak = run / "train.log", None
-    with log.open("w") as out:  # written by onmt_train as it goes, and read here meanwhile
-        # A session of its own: stopping it stops its data-loader workers too.
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=onmt_env(threads), start_new_session=True)
-        try:
-            started = wait_for_start(process, log)
-            if budget is None:
-                peak = wait_with_peak_rss(process)
-            else:
-                stop_at(process, started + budget)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-    if budget is None and process.returncode != 0:
-        raise MtkitError(f"onmt_train failed ({last_line(log.read_text(errors='replace'))}); see {log}")
-    return OnmtTrainRun(command, started, peak)
-
-
-def wait_with_peak_rss(process: subprocess.Popen) -> float:
-    """Wait for `process` to end; its peak resident memory in MB, its own children's included once it reaped them.
-
-    Measured for this process alone (wait4), not for every child so far: the mtkit commands run
-    before it (tokenizer training, prepare, a short training run) may have used more.
-    """
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024  # Linux reports KiB
-
-
-def wait_for_start(process: subprocess.Popen, log: Path) -> float:
-    """When onmt_train's log says its training loop starts; a one-line error if it ends before."""
-    while START_LINE not in log.read_text(errors="replace"):
-        if process.poll() is not None:
-            raise MtkitError(f"onmt_train stopped before training ({last_line(log.read_text(errors='replace'))}); see {log}")
-        time.sleep(0.2)
-    return time.time()
-
-
-def stop_at(process: subprocess.Popen, deadline: float) -> None:
-    """Let the process run until `deadline` (epoch seconds), then stop its process group."""
-    while process.poll() is None and time.time() < deadline:
-        time.sleep(min(1.0, max(deadline - time.time(), 0.01)))
-    if process.poll() is not None:
-        raise MtkitError(f"onmt_train ended before the budget (exit status {process.returncode}); see its train.log")
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def onmt_window(log: Path, first: int, last: int, batches_per_report: int) -> dict:
-    """Target tokens/s of updates first+1..last from onmt_train's report lines (`batches_per_report` batches each)."""
-    stamps, target, source, sentences = {}, 0.0, 0.0, 0.0
-    for line in log.read_text(errors="replace").splitlines():
-        match = STEP_LINE.match(line)
-        if not match:
-            continue
-        step = int(match[2])
-        stamps[step] = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if first < step <= last:
-            source += float(match[3]) * batches_per_report
-            target += float(match[4]) * batches_per_report
-            sentences += float(match[5]) * batches_per_report
-    if first not in stamps or last not in stamps:
-        raise MtkitError(f"{log}: no report lines for steps {first} and {last}; see the log")
-    seconds, updates = stamps[last] - stamps[first], last - first
-    return {
-        "updates": updates,
-        "target_tokens_per_update": round(target / updates, 1),
-        "source_tokens_per_update": round(source / updates, 1),
-        "sentences_per_update": round(sentences / updates, 1),
-        "target_tokens_per_s": round(target / seconds, 1),
-        "seconds": round(seconds, 2),
-    }
-
-
-def onmt_parameters(log: Path) -> int | None:
-    match = re.search(r"number of parameters: (\d+)", log.read_text(errors="replace"))
-    return int(match[1]) if match else None
-
-
 def onmt_training(
-    bin_dir: Path, config: Config, data: PieceData, run: Path, window: tuple[int, int], threads: int, extra: dict
+    bin_dir: Path,
+    config: Config,
+    data: PieceData,
+    run: Path,
+    window: tuple[int, int],
+    threads: int,
+    extra: dict,
+    skip: str | None = None,
 ) -> dict:
-    """OpenNMT-py's training speed over updates warmup+1..warmup+updates (it then saves its only checkpoint)."""
+    """OpenNMT-py's training speed over updates warmup+1..warmup+updates (it then saves its only checkpoint).
+
+    `skip` (--smoke without OpenNMT-py): its options written to run/train.yaml and its command line, nothing run.
+    """
     (warmup, updates), steps = window, sum(window)
     report_every = math.gcd(warmup, updates)
     options = onmt_options(config, data, run, steps, report_every, steps, extra)
+    if skip is not None:
+        say(f"{skip}: onmt_train not run; its options are in {run / 'train.yaml'}")
+        run.mkdir(parents=True, exist_ok=True)
+        write_file(run / "train.yaml", yaml.safe_dump(options, sort_keys=False))
+        command = shell_line(train_command(bin_dir, run))
+        return {"checkpoint": str(run / f"model_step_{steps}.pt"), "command": command, "options": options}
     trained = run_onmt_train(bin_dir, options, run, threads, budget=None)
     measured = onmt_window(run / "train.log", warmup, steps, report_every * config.train.accumulate)
     assert trained.peak_rss_mb is not None  # it ran to its end
@@ -518,11 +358,6 @@ def onmt_training(
         "command": shell_line(trained.command),
         "options": options,
     }
-
-
-def shell_line(command: list[str]) -> str:
-    """The command as it was run, with the environment it needed."""
-    return "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 " + " ".join(command)
 
 
 def translate_command(
@@ -540,12 +375,20 @@ def translate_command(
     return command
 
 
-def onmt_decoding(bin_dir: Path, config: Config, data: PieceData, model: Path, max_len: int, threads: int) -> dict:
-    """onmt_translate at beam 5 and greedy on the test sources: speed by its own clock, BLEU by mtkit's scoring."""
+def onmt_decoding(
+    bin_dir: Path, config: Config, data: PieceData, model: Path, max_len: int, threads: int, skip: str | None = None
+) -> dict:
+    """onmt_translate at beam 5 and greedy on the test sources: speed by its own clock, BLEU by mtkit's scoring.
+
+    `skip` (--smoke without OpenNMT-py): the command lines only.
+    """
     results: dict = {"model": str(model), "commands": []}
     for name, beam in (("beam5", 5), ("greedy", 1)):
         output = data.path(f"test.{name}.onmt")
         command = translate_command(bin_dir, config, model, data.path("test.src"), output, beam, max_len)
+        if skip is not None:
+            results["commands"].append(shell_line(command))
+            continue
         run = subprocess.run(command, capture_output=True, text=True, env=onmt_env(threads))
         if run.returncode != 0:
             raise MtkitError(f"onmt_translate failed ({last_line(run.stderr + run.stdout)})")
@@ -564,17 +407,6 @@ def onmt_decoding(bin_dir: Path, config: Config, data: PieceData, model: Path, m
     return results
 
 
-def onmt_translation_seconds(output: str, words: int) -> float:
-    """The seconds of translation onmt_translate reports: its tokens/s figure is the finer when there are tokens."""
-    rate = re.search(r"Tokens per second: ([\d.]+)", output)
-    if words and rate and float(rate[1]) > 0:
-        return words / float(rate[1])
-    total = re.search(r"Total translation time \(s\): ([\d.]+)", output)
-    if not total:
-        raise MtkitError(f"onmt_translate printed no translation time ({last_line(output)})")
-    return max(float(total[1]), 0.05)
-
-
 def mtkit_decoding(config: Config, model: Path, max_len: int) -> dict:
     """speed.py's decoding of the test split, with the recipe's decode settings and the fixed output cap."""
     from mtkit.decoding.translator import Translator
@@ -584,27 +416,11 @@ def mtkit_decoding(config: Config, model: Path, max_len: int) -> dict:
     return {"model": str(model), **speed.decode_split(config, translator)}
 
 
-def newest_loading_checkpoint(bin_dir: Path, run: Path, threads: int) -> Path:
-    """The newest model_step_*.pt that loads (one being written when the budget ran out does not)."""
-    checkpoints = sorted(run.glob("model_step_*.pt"), key=lambda path: int(path.stem.rsplit("_", 1)[1]), reverse=True)
-    probe = "import sys, torch; torch.load(sys.argv[1], map_location='cpu')"
-    for path in checkpoints:
-        if (
-            subprocess.run(
-                [str(bin_dir / "python"), "-c", probe, str(path)], env=onmt_env(threads), capture_output=True
-            ).returncode
-            == 0
-        ):
-            return path
-    raise MtkitError(f"{run}: no checkpoint was written within the budget; give a longer --budget or a smaller --save-every")
-
-
-def machine(bin_dir: Path) -> dict:
+def machine(bin_dir: Path | None) -> dict:
+    """This machine, mtkit's torch and OpenNMT-py's (its versions None where it is not set up: --smoke)."""
     import torch
 
-    probe = "import importlib.metadata as m, torch; print(torch.__version__, m.version('OpenNMT-py'))"
-    versions = subprocess.run([str(bin_dir / "python"), "-c", probe], capture_output=True, text=True, env=onmt_env(1))
-    onmt_torch, onmt_version = (versions.stdout.split() + ["?", "?"])[:2]
+    onmt_torch, onmt_version = onmt_versions(bin_dir) if bin_dir is not None else (None, None)
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -619,55 +435,69 @@ def machine(bin_dir: Path) -> dict:
 
 
 def speed_report(args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int, model: Path) -> dict:
-    """Training, then decoding (mtkit's `model`), each as mtkit, OpenNMT-py, mtkit; the fp32 matmul peak before and after."""
+    """Training, then decoding (mtkit's `model`), each as mtkit, OpenNMT-py, mtkit; the fp32 matmul peak before and after.
+
+    Without OpenNMT-py (--smoke only: args.onmt_missing says why) its side is written out, not run.
+    """
     say("measuring the fp32 matmul peak")
-    report: dict = {"matmul_gflop_per_s": {"start": round(speed.matmul_flops_per_s() / 1e9, 1)}}
-    window = f"updates {args.warmup_updates + 1}-{args.warmup_updates + args.updates}"
-    say(f"training speed 1/3: mtkit, {window}")
-    runs = [{"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}]
-    run_dir = PEERS_DIR / "runs" / f"{config.name}-speed"
-    say(f"training speed 2/3: OpenNMT-py, {window} (its log: {run_dir / 'train.log'})")
-    onmt = onmt_training(bin_dir, config, data, run_dir, (args.warmup_updates, args.updates), threads, args.onmt_options)
-    runs.append({"toolkit": "OpenNMT-py", "measure": "training", **onmt})
-    say(f"training speed 3/3: mtkit, {window}")
-    runs.append(
-        {"toolkit": "mtkit", "measure": "training", **speed.benchmark_training(config, args.warmup_updates, args.updates)}
-    )
+    report: dict = {"matmul_gflop_per_s": {"start": common.matmul_gflop_per_s(smoke=args.smoke)}}
+    runs, onmt = training_speed(args, config, bin_dir, data, threads)
     onmt_model = args.onmt_model or Path(onmt["checkpoint"])
     searches = f"beam 5 and greedy on {len(data.references)} test sentences"
     say(f"decoding speed 1/3: mtkit, {searches} ({model})")
     runs.append({"toolkit": "mtkit", "measure": "decoding", **mtkit_decoding(config, model, args.max_len)})
     say(f"decoding speed 2/3: OpenNMT-py, {searches} ({onmt_model})")
-    onmt_decode = onmt_decoding(bin_dir, config, data, onmt_model, args.max_len, threads)
-    runs.append({"toolkit": "OpenNMT-py", "measure": "decoding", **onmt_decode})
+    onmt_decode = onmt_decoding(bin_dir, config, data, onmt_model, args.max_len, threads, args.onmt_missing)
+    if args.onmt_missing is None:
+        runs.append({"toolkit": "OpenNMT-py", "measure": "decoding", **onmt_decode})
     say(f"decoding speed 3/3: mtkit, {searches}")
     runs.append({"toolkit": "mtkit", "measure": "decoding", **mtkit_decoding(config, model, args.max_len)})
-    report["matmul_gflop_per_s"]["end"] = round(speed.matmul_flops_per_s() / 1e9, 1)
+    report["matmul_gflop_per_s"]["end"] = common.matmul_gflop_per_s(smoke=args.smoke)
     report["runs"] = runs
-    report["ratios"] = ratios(runs)
+    report["ratios"] = ratios(runs) if args.onmt_missing is None else {}
     report["onmt_commands"] = [onmt["command"], *onmt_decode["commands"]]
+    if args.onmt_missing is not None:
+        report["onmt_skipped"] = {"reason": args.onmt_missing, "options": onmt["options"]}
     return report
+
+
+def training_speed(
+    args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int
+) -> tuple[list[dict], dict]:
+    """mtkit, OpenNMT-py, mtkit over the same window of updates: their records, and OpenNMT-py's (run or not)."""
+    window = f"updates {args.warmup_updates + 1}-{args.warmup_updates + args.updates}"
+    say(f"training speed 1/3: mtkit, {window}")
+    runs = [mtkit_training(args, config)]
+    run_dir = args.peers_work / "runs" / f"{config.name}-speed"
+    say(f"training speed 2/3: OpenNMT-py, {window} (its log: {run_dir / 'train.log'})")
+    span = (args.warmup_updates, args.updates)
+    onmt = onmt_training(bin_dir, config, data, run_dir, span, threads, args.onmt_options, args.onmt_missing)
+    if args.onmt_missing is None:
+        runs.append({"toolkit": "OpenNMT-py", "measure": "training", **onmt})
+    say(f"training speed 3/3: mtkit, {window}")
+    runs.append(mtkit_training(args, config))
+    return runs, onmt
+
+
+def mtkit_training(args: argparse.Namespace, config: Config) -> dict:
+    """speed.py's `benchmark_training` over the window, as one record of the comparison."""
+    measured = speed.benchmark_training(config, args.warmup_updates, args.updates, smoke=args.smoke)
+    return {"toolkit": "mtkit", "measure": "training", **measured}
 
 
 def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int) -> dict:
     """OpenNMT-py trained for the budget with the recipe's settings, its test BLEU, and mtkit's snapshot of that time."""
     budget = parse_duration(args.budget) or 0.0
-    run_dir = PEERS_DIR / "runs" / f"{config.name}-budget-{args.budget}"
+    report: dict = {"budget": args.budget, "budget_s": budget, "runs": []}
+    run_dir = args.peers_work / "runs" / f"{config.name}-budget-{args.budget}"
     options = onmt_options(config, data, run_dir, 10_000_000, config.train.log_every, args.save_every, args.onmt_options)
-    say(f"training OpenNMT-py for {args.budget} (its log: {run_dir / 'train.log'})")
-    trained = run_onmt_train(bin_dir, options, run_dir, threads, budget)
-    checkpoint = newest_loading_checkpoint(bin_dir, run_dir, threads)
-    say(f"decoding the test split with OpenNMT-py's {checkpoint}, beam 5 and greedy")
-    onmt = {
-        "toolkit": "OpenNMT-py",
-        "updates": int(checkpoint.stem.rsplit("_", 1)[1]),
-        "checkpoint_written_after_s": round(checkpoint.stat().st_mtime - trained.started, 1),
-        "parameters": onmt_parameters(run_dir / "train.log"),
-        "command": shell_line(trained.command),
-        "options": options,
-        "decode": onmt_decoding(bin_dir, config, data, checkpoint, args.max_len, threads),
-    }
-    report: dict = {"budget": args.budget, "budget_s": budget, "runs": [onmt]}
+    if args.onmt_missing is None:
+        report["runs"].append(onmt_budget_run(args, config, bin_dir, data, threads, options, run_dir))
+        report["onmt_commands"] = [report["runs"][0]["command"], *report["runs"][0]["decode"]["commands"]]
+    else:
+        say(f"{args.onmt_missing}: OpenNMT-py not trained for {args.budget}")
+        report["onmt_commands"] = [shell_line(train_command(bin_dir, run_dir))]
+        report["onmt_skipped"] = {"reason": args.onmt_missing, "options": options}
     snapshot = (args.model or config.run_path) / f"at_{args.budget}.pt"
     if not snapshot.is_file() and args.model is not None:
         snapshot = args.model  # a run trained for the budget (train.max_time) is its own snapshot
@@ -677,8 +507,26 @@ def budget_report(args: argparse.Namespace, config: Config, bin_dir: Path, data:
         report["runs"].append({"toolkit": "mtkit", "decode": decode})
     else:
         say(f"no mtkit snapshot {snapshot} (train.snapshots, or --model RUN trained for {args.budget}): OpenNMT-py's BLEU only")
-    report["onmt_commands"] = [onmt["command"], *onmt["decode"]["commands"]]
     return report
+
+
+def onmt_budget_run(
+    args: argparse.Namespace, config: Config, bin_dir: Path, data: PieceData, threads: int, options: dict, run_dir: Path
+) -> dict:
+    """onmt_train for the budget (stopped then), and its newest checkpoint that loads decoding the test split."""
+    say(f"training OpenNMT-py for {args.budget} (its log: {run_dir / 'train.log'})")
+    trained = run_onmt_train(bin_dir, options, run_dir, threads, parse_duration(args.budget) or 0.0)
+    checkpoint = newest_loading_checkpoint(bin_dir, run_dir, threads)
+    say(f"decoding the test split with OpenNMT-py's {checkpoint}, beam 5 and greedy")
+    return {
+        "toolkit": "OpenNMT-py",
+        "updates": int(checkpoint.stem.rsplit("_", 1)[1]),
+        "checkpoint_written_after_s": round(checkpoint.stat().st_mtime - trained.started, 1),
+        "parameters": onmt_parameters(run_dir / "train.log"),
+        "command": shell_line(trained.command),
+        "options": options,
+        "decode": onmt_decoding(bin_dir, config, data, checkpoint, args.max_len, threads),
+    }
 
 
 def ratios(runs: list[dict]) -> dict:
@@ -715,7 +563,7 @@ def print_speed(report: dict) -> None:
         )
         rows.append((f"  {search} BLEU", decoding, (search, "bleu"), None))
     for label, group, key, ratio_key in rows:
-        ratio = f"{report['ratios'][ratio_key]:>8.2f}x" if ratio_key else ""
+        ratio = f"{report['ratios'][ratio_key]:>8.2f}x" if ratio_key in report["ratios"] else ""  # none: OpenNMT-py skipped
         print(f"{label:34}" + "".join(f"{figure(run, key):>13.1f}" for run in group) + ratio)
     peaks = report["matmul_gflop_per_s"]
     print(f"fp32 matmul peak: {peaks['start']:.0f} GFLOP/s at the start, {peaks['end']:.0f} at the end")
@@ -723,14 +571,19 @@ def print_speed(report: dict) -> None:
         sentences = run["sentences"]
         lengths = [run[s]["target_pieces_per_s"] / run[s]["sentences_per_s"] for s in ("beam5", "greedy")]
         print(f"{run['toolkit']} decoded {run['model']}: {lengths[0]:.1f} / {lengths[1]:.1f} pieces a sentence ({sentences})")
+    if "onmt_skipped" in report:
+        print(f"OpenNMT-py skipped: {report['onmt_skipped']['reason']}")
 
 
 def print_budget(report: dict) -> None:
-    onmt = report["runs"][0]
-    print(
-        f"OpenNMT-py after {report['budget']}: {onmt['updates']} updates "
-        f"(checkpoint written {onmt['checkpoint_written_after_s']:.0f} s into training)"
-    )
+    onmt = next((run for run in report["runs"] if run["toolkit"] == "OpenNMT-py"), None)
+    if onmt is None:
+        print(f"OpenNMT-py after {report['budget']}: skipped ({report['onmt_skipped']['reason']})")
+    else:
+        print(
+            f"OpenNMT-py after {report['budget']}: {onmt['updates']} updates "
+            f"(checkpoint written {onmt['checkpoint_written_after_s']:.0f} s into training)"
+        )
     for run in report["runs"]:
         decode = run["decode"]
         print(
@@ -762,6 +615,8 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--torch-spec", default="torch==2.13.0", help="the torch installed beside OpenNMT-py")
     parser.add_argument("--output", type=Path, help="JSON (default benchmarks/results/peers.json, or peers_budget.json)")
+    common.add_smoke_options(parser)
+    parser.set_defaults(peers_work=PEERS_DIR, onmt_missing=None)  # --smoke: its own folder, OpenNMT-py perhaps missing
     args = parser.parse_args()
     if min(args.warmup_updates, args.updates, args.max_len, args.save_every) < 1:
         parser.error("--warmup-updates, --updates, --max-len and --save-every must be at least 1")
@@ -792,35 +647,46 @@ def check_inputs(args: argparse.Namespace, config: Config) -> None:
         raise MtkitError(f"{args.onmt_model}: no such OpenNMT-py checkpoint; give one written by a --budget run")
 
 
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny recipe and run (built in `work` the first time), a few updates, OpenNMT-py only if set up."""
+    args.recipe, args.overrides, args.peers_work = common.smoke_recipe(work), [], work / "peers"
+    args.warmup_updates, args.updates, args.max_len = 2, 3, 5
+    if installed_onmt(PEERS_DIR / "onmt-venv", args.torch_spec) is None:
+        args.onmt_missing = f"OpenNMT-py is not set up in {PEERS_DIR / 'onmt-venv'} (`make peers` sets it up)"
+
+
+def compare(args: argparse.Namespace) -> dict:
+    """Prepare what is missing, write mtkit's pieces for OpenNMT-py, then the speed or the budget comparison."""
+    config = load_config(args.recipe, args.overrides)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cpu"))  # both on CPU
+    check_inputs(args, config)
+    threads = config.train.threads or cpu_cores()
+    set_threads(threads)
+    common.ensure_prepared(MtkitCommands(in_process=args.smoke), args.recipe, args.overrides)
+    venv = PEERS_DIR / "onmt-venv"
+    bin_dir = setup_onmt(venv, args.torch_spec) if args.onmt_missing is None else venv / "bin"
+    model = None if args.budget else decoding_model(args, config)
+    say(f"writing mtkit's pieces and vocabulary for OpenNMT-py to {args.peers_work / 'data' / config.name}")
+    data = write_piece_data(config, args.peers_work / "data" / config.name)
+    report = {
+        **common.smoke_label(args),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "recipe": str(args.recipe),
+        "overrides": args.overrides,
+        "machine": machine(bin_dir if args.onmt_missing is None else None),
+        "counts": COUNTS,
+        "not_matched": differences(config),
+    }
+    if model is None:
+        report.update(budget_report(args, config, bin_dir, data, threads))
+    else:
+        report.update(speed_report(args, config, bin_dir, data, threads, model))
+    return report
+
+
 def main() -> None:
     args = parse_args()
-    try:
-        config = load_config(args.recipe, args.overrides)
-        config = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cpu"))  # both on CPU
-        check_inputs(args, config)
-        threads = config.train.threads or cpu_cores()
-        set_threads(threads)
-        ensure_prepared(args.recipe, args.overrides, config)
-        bin_dir = setup_onmt(PEERS_DIR / "onmt-venv", args.torch_spec)
-        model = None if args.budget else decoding_model(args, config)
-        say(f"writing mtkit's pieces and vocabulary for OpenNMT-py to {PEERS_DIR / 'data' / config.name}")
-        data = write_piece_data(config, PEERS_DIR / "data" / config.name)
-        report = {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "recipe": str(args.recipe),
-            "overrides": args.overrides,
-            "machine": machine(bin_dir),
-            "counts": COUNTS,
-            "not_matched": differences(config),
-        }
-        if model is None:
-            report.update(budget_report(args, config, bin_dir, data, threads))
-        else:
-            report.update(speed_report(args, config, bin_dir, data, threads, model))
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        write_file(args.output, json.dumps(report, indent=1) + "\n")
-    except MtkitError as err:
-        sys.exit(f"peers: error: {err}")
+    report = common.measure_and_write(args, tiny_arguments, compare, args.output)
     (print_budget if args.budget else print_speed)(report)
     print(f"written to {args.output}")
 

@@ -1,7 +1,7 @@
 """Load test of `mtkit serve` over loopback, against offline batch translation of the same sentences in one run.
 
-    python benchmarks/serve.py [--model runs/multi30k_demo] [--src FILE] [--clients 1,8,32]
-        [--seconds 30] [--max-requests N] [--server-option=--max-wait-ms=10 ...]
+    python -m benchmarks.serve [--model runs/multi30k_demo] [--src FILE] [--clients 1,8,32]
+        [--seconds 30] [--max-requests N] [--server-option=--max-wait-ms=10 ...] [--smoke]
 
 Offline first: `Translator.translate` over all the source sentences in one call in this process
 (model loading and a warm-up not timed), with nothing else running; again after the server has
@@ -15,6 +15,7 @@ errors (non-200 answers and failed connections), translations that differ from t
 and the CPU seconds the server and the load generator used. Both sides decode with the model's
 default beam. The fp32 matmul peak measured at the start puts the figures
 in context. Run it on an otherwise idle machine; compare figures as ratios taken in one run.
+`--smoke` serves a tiny model to 1 and 2 clients, a second each at most.
 """
 
 from __future__ import annotations
@@ -24,25 +25,17 @@ import http.client
 import itertools
 import json
 import os
-import platform
 import resource
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
 
-import torch
-from speed import matmul_flops_per_s
-
+from benchmarks import common
+from benchmarks.common import send
 from mtkit.decoding.translator import Translator
-from mtkit.errors import MtkitError
 from mtkit.runtime import set_threads
 from mtkit.textio import file_lines
 
@@ -87,57 +80,6 @@ def offline_rate(translator: Translator, sentences: list[str]) -> tuple[float, l
     start = time.perf_counter()
     translations = translator.translate(sentences)
     return len(sentences) / (time.perf_counter() - start), translations
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_server(model: Path, port: int, options: list[str], threads: int, log: IO[str]) -> subprocess.Popen:
-    """`mtkit serve` in a subprocess (`threads` > 0: its torch threads), returned once /health answers 200."""
-    command = [sys.executable, "-m", "mtkit", "serve", "-m", str(model), "--port", str(port), "--device", "cpu", *options]
-    environment = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
-    process = subprocess.Popen(command, stdout=log, stderr=log, env=environment)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise MtkitError(f"the server exited with status {process.returncode}: {log.read().strip()[-500:]}")
-        if healthy(port):
-            return process
-        time.sleep(0.2)
-    process.kill()
-    raise MtkitError("the server did not answer /health within 180 s")
-
-
-def healthy(port: int) -> bool:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        return send(connection, "GET", "/health")[0] == 200
-    except OSError:
-        return False
-    finally:
-        connection.close()
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def send(connection: http.client.HTTPConnection, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    """One request on a keep-alive connection: (status, JSON body)."""
-    data = json.dumps(body).encode() if body is not None else None
-    connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
-    response = connection.getresponse()
-    raw = response.read()
-    return response.status, json.loads(raw) if raw else {}
 
 
 def client(port: int, sentences: list[str], take: itertools.count, lock: threading.Lock, stop_at: float, limit: int) -> ClientLog:
@@ -217,15 +159,15 @@ def load_level(
 
 def serve_levels(args: argparse.Namespace, sentences: list[str], reference: list[str]) -> list[Level]:
     """Start the server, warm it up, run each level of concurrency, stop it."""
-    port = args.port or free_port()
+    port = args.port or common.free_port()
     with tempfile.TemporaryFile("w+") as log:
-        process = start_server(args.model, port, args.server_options, args.server_threads, log)
+        process = common.start_server(args.model, port, args.server_options, args.server_threads, log)
         try:
             load_level(port, process.pid, sentences, reference, 1, 60, WARMUP_SENTENCES)
             limit = args.max_requests or len(sentences)
             return [load_level(port, process.pid, sentences, reference, n, args.seconds, limit) for n in args.clients]
         finally:
-            stop_server(process)
+            common.stop_server(process)
 
 
 def markdown_table(report: dict) -> str:
@@ -264,7 +206,14 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--server-threads", type=int, default=0, help="the server's torch threads (default: torch's own)")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/serve.json"))
+    common.add_smoke_options(parser)
     return parser.parse_args()
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny model (trained in `work` the first time) on 10 sentences, 1 and 2 clients for a second at most."""
+    args.model, args.src = common.smoke_run(work), common.smoke_corpus(work) / "test_2016_flickr.de.gz"
+    args.clients, args.seconds, args.max_requests, args.server_threads = [1, 2], 1.0, 8, 1
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:
@@ -272,12 +221,13 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     sentences = read_sentences(args.src, args.limit)
     set_threads(0)
     report: dict = {
+        **common.smoke_label(args),
         "model": str(args.model),
         "src": str(args.src),
         "server_options": args.server_options,
         "server_threads": args.server_threads or "default",
-        "machine": {"cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
-        "matmul_gflop_per_s": round(matmul_flops_per_s() / 1e9, 1),
+        "machine": common.machine_facts(),
+        "matmul_gflop_per_s": common.matmul_gflop_per_s(smoke=args.smoke),
     }
     translator = Translator.load(args.model, device="cpu")
     translator.translate(sentences[:WARMUP_SENTENCES])  # warm-up, not timed
@@ -299,12 +249,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     args = parse_args()
-    try:
-        report = run_benchmark(args)
-    except MtkitError as err:
-        sys.exit(f"benchmark: error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    report = common.measure_and_write(args, tiny_arguments, run_benchmark, args.output)
     print(f"fp32 matmul peak {report['matmul_gflop_per_s']:.0f} GFLOP/s; beam {report['offline']['beam']}; {args.model}")
     print(markdown_table(report))
     ratio = report["ratio"]

@@ -1,7 +1,7 @@
 """Speed and memory benchmark for a recipe: training throughput and decoding speed, printed and as JSON.
 
-    python benchmarks/speed.py recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
-        [--engines pytorch,ctranslate2,ctranslate2-int8] [--compare-compile]
+    python -m benchmarks.speed recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
+        [--engines pytorch,ctranslate2,ctranslate2-int8] [--compare-compile] [--smoke]
 
 Training: target tokens/s over a steady window of updates (by default updates 51-250, as in the
 peer measurements of issue 4; the first updates are warm-up), padding fraction of the batches,
@@ -10,15 +10,14 @@ token x tokens/s / the matrix-multiply FLOP/s measured by this script on this ma
 run (fp32 on CPU; on CUDA in the training's autocast dtype, bf16 or fp16, on 8192 x 8192 matrices). Decoding:
 sentences/s and target pieces/s at beam 5 and greedy on the recipe's test split (model loading
 excluded), with BLEU, using a trained run (default: the recipe's run_dir). Run it on an otherwise
-idle machine; compare figures as ratios taken in one run.
+idle machine; compare figures as ratios taken in one run. `--smoke` (no recipe needed) times a few
+updates of a tiny model and decodes with it on both engines.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
 import resource
 import sys
 import tempfile
@@ -27,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from mtkit.config import load_config
+from benchmarks import common
+from mtkit.config import Config, load_config
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Decoding, Translator
-from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.training.trainer import Trainer, setup_process
 
@@ -39,31 +38,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the GPU's queued work, so that a clock read after it counts that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_flops_per_s(device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> float:
-    """Best-of-3 FLOP/s of a square matrix multiply: fp32 with torch's threads on CPU, `dtype` on CUDA."""
-    size, repeats = (8192, 10) if device.type == "cuda" else (1024, 20)
-    a = torch.randn(size, size, device=device, dtype=dtype or torch.float32)
-    b = torch.randn(size, size, device=device, dtype=dtype or torch.float32)
-    for _ in range(3):
-        a @ b  # warm-up
-    best = float("inf")
-    for _ in range(3):
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 * repeats / best
-
-
-def training_flops_per_target_token(config, vocab_size: int, src_per_tgt: float, src_len: float, tgt_len: float) -> float | None:
+def training_flops_per_target_token(
+    config: Config, vocab_size: int, src_per_tgt: float, src_len: float, tgt_len: float
+) -> float | None:
     """Model FLOPs of one training target token (forward + backward = 3 x forward, 2 FLOPs a MAC).
 
     Transformer: per layer 4d^2 + 2d.ffn MACs per source token (encoder) and 6d^2 + 2d.ffn per
@@ -82,10 +59,11 @@ def training_flops_per_target_token(config, vocab_size: int, src_per_tgt: float,
     return 3 * 2 * macs
 
 
-def benchmark_training(config, warmup_updates: int, measured_updates: int) -> dict:
+def benchmark_training(config: Config, warmup_updates: int, measured_updates: int, *, smoke: bool = False) -> dict:
     """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step.
 
     The trainer is set up as `mtkit train` sets it up, without a run directory: nothing is written.
+    `smoke`: the matmul peak of a small matrix (a figure that means nothing).
     """
     dist, device = setup_process(config.train)
     trainer = Trainer(config, device, dist)
@@ -97,7 +75,7 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
     sentences = 0
     for index, indices in enumerate(batches):
         if index == warmup_updates:
-            synchronize(device)
+            common.synchronize(device)
             start = time.perf_counter()
             tokens = 0
         batch = epoch.ids.collate(indices)
@@ -108,13 +86,13 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
             padded += batch.tgt_out.numel()
             source_tokens += int(batch.src_mask.sum())
             sentences += batch.src.size(0)
-    synchronize(device)
+    common.synchronize(device)
     seconds = time.perf_counter() - start
     tokens = int(tokens)
     flops = training_flops_per_target_token(
         config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
     )
-    peak = matmul_flops_per_s(device, trainer.amp_dtype)
+    peak = common.matmul_flops_per_s(device, trainer.amp_dtype, smoke=smoke)
     return {
         "updates": measured_updates,
         "target_tokens_per_update": round(tokens / measured_updates, 1),
@@ -130,7 +108,7 @@ def benchmark_training(config, warmup_updates: int, measured_updates: int) -> di
     }
 
 
-def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
+def load_engine(engine: str, model_dir: Path, device: str, workdir: Path) -> Translator:
     """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
     if engine == "pytorch":
         return Translator.load(model_dir, device=device)
@@ -141,7 +119,7 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path):
     return Translator.load(exported, engine="ctranslate2", device="cpu")
 
 
-def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
+def benchmark_decoding(config: Config, model_dir: Path, engines: list[str]) -> dict:
     """Decode the test split at beam 5 and greedy with each engine; model loading is not timed."""
     results = {}
     with tempfile.TemporaryDirectory() as workdir:
@@ -154,7 +132,8 @@ def benchmark_decoding(config, model_dir: Path, engines: list[str]) -> dict:
     return results
 
 
-def decode_split(config, translator) -> dict:
+def decode_split(config: Config, translator: Translator) -> dict:
+    """Sentences/s, target pieces/s and BLEU at beam 5 and greedy on the recipe's test split (else its valid split)."""
     split = (config.data.test or config.data.valid)[0]
     pairs = list(iter_split(split, config.src_lang, config.tgt_lang, config.data.normalize))
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
@@ -176,9 +155,9 @@ def decode_split(config, translator) -> dict:
     return results
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipe", type=Path)
+    parser.add_argument("recipe", type=Path, nargs="?", help="the recipe (none with --smoke)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override KEY=VALUE")
     parser.add_argument("--model", type=Path, help="trained run for decoding (default: the recipe's run_dir)")
     parser.add_argument(
@@ -192,26 +171,38 @@ def main() -> None:
         help="also time training with train.compile=true (same batches, same run) and print the ratio",
     )
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
+    common.add_smoke_options(parser)
     args = parser.parse_args()
-    try:
-        config = load_config(args.recipe, args.overrides)
-        report = {
-            "recipe": str(args.recipe),
-            "machine": {"cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
-        }
-        model_dir = args.model or config.run_path
-        if model_dir.exists():  # decode first: its peak RSS is not masked by training's
-            report["decode"] = benchmark_decoding(config, model_dir, args.engines.split(","))
-        else:
-            print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
-        report["train"] = benchmark_training(config, args.warmup_updates, args.updates)
-        if args.compare_compile:  # compilation happens in the warm-up updates, which are not timed
-            compiled = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=True))
-            report["train_compiled"] = benchmark_training(compiled, args.warmup_updates, args.updates)
-    except MtkitError as err:
-        sys.exit(f"benchmark: error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    if args.recipe is None and not args.smoke:
+        parser.error("the following arguments are required: recipe")
+    return args
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny recipe and its run (built in `work` the first time), a few updates, both engines."""
+    args.recipe, args.model = common.smoke_recipe(work), common.smoke_run(work)
+    args.engines, args.warmup_updates, args.updates = "pytorch,ctranslate2", 2, 3
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Decoding with each engine (when there is a trained run), then training, then compiled training if asked."""
+    config = load_config(args.recipe, args.overrides)
+    report = {**common.smoke_label(args), "recipe": str(args.recipe), "machine": common.machine_facts()}
+    model_dir = args.model or config.run_path
+    if model_dir.exists():  # decode first: its peak RSS is not masked by training's
+        report["decode"] = benchmark_decoding(config, model_dir, args.engines.split(","))
+    else:
+        print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
+    report["train"] = benchmark_training(config, args.warmup_updates, args.updates, smoke=args.smoke)
+    if args.compare_compile:  # compilation happens in the warm-up updates, which are not timed
+        compiled = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=True))
+        report["train_compiled"] = benchmark_training(compiled, args.warmup_updates, args.updates, smoke=args.smoke)
+    return report
+
+
+def main() -> None:
+    args = parse_args()
+    report = common.measure_and_write(args, tiny_arguments, run_benchmark, args.output)
     print_table(report)
     print(f"written to {args.output}")
 

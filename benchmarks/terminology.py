@@ -1,7 +1,7 @@
 """Terminology benchmark: lexically constrained beam search on Multi30k test2016 (German -> English).
 
-    python benchmarks/terminology.py -m RUN_DIR [--data ../shared/data/multi30k] [--seed 1]
-        [--beam 5] [--out benchmarks/results/terminology.json]
+    python -m benchmarks.terminology -m RUN_DIR [--data ../shared/data/multi30k] [--seed 1]
+        [--beam 5] [--out benchmarks/results/terminology.json] [--smoke]
 
 Builds its own test sets from the references, seeded:
   (a) ngrams: for each sentence, one or two reference n-grams (1 to 3 words, apart) as constraints;
@@ -16,7 +16,8 @@ For each set: inclusion at the piece level (the search met every term before its
 the word level (each term appears as whole words in the detokenised output), BLEU without and with
 the constraints, and sentences/s at beam 5 with and without them, timed back to back in one
 process, alternating A B A (unconstrained, constrained, unconstrained), with the matmul peak (fp32) of the
-decoding device. Run it on an otherwise idle machine.
+decoding device. Run it on an otherwise idle machine. `--smoke` (no -m needed): a tiny model, 10 sentences,
+a glossary learned from 1,000 pairs.
 """
 
 from __future__ import annotations
@@ -24,24 +25,19 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
-import platform
 import random
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402 - benchmarks/speed.py, beside this file
-
-from mtkit.decoding.terminology.terms import Glossary, Term, contains_term  # noqa: E402
-from mtkit.decoding.translator import Decoding, Translation, Translator  # noqa: E402
-from mtkit.evaluation.metrics import bleu  # noqa: E402
-from mtkit.textio import file_lines  # noqa: E402
+from benchmarks import common
+from mtkit.decoding.terminology.terms import Glossary, Term, contains_term
+from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.evaluation.metrics import bleu
+from mtkit.textio import file_lines
 
 WORD = re.compile(r"\w+")
 
@@ -152,26 +148,40 @@ def groups(plain: list[Translation], constrained: list[Translation], refs: list[
     return report
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-m", "--model", type=Path, required=True, help="a trained German -> English Multi30k run")
+    parser.add_argument("-m", "--model", type=Path, help="a trained German -> English Multi30k run (required but with --smoke)")
     parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000, help="test2016 sentences used (from the first)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/terminology.json"))
+    parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/terminology.json"))
+    common.add_smoke_options(parser)
     args = parser.parse_args()
+    if args.model is None and not args.smoke:
+        parser.error("the following arguments are required: -m/--model")
+    return args
+
+
+def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
+    """--smoke: the tiny model (trained in `work` the first time) and the first lines of the tests' slice."""
+    args.model, args.data, args.sentences = common.smoke_run(work), common.smoke_corpus(work), 10
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """The n-gram set, then the glossary set, each A B A, with the matmul peak before and after."""
     translator = Translator.load(args.model)
     sources = read(args.data / "test_2016_flickr.de.gz")[: args.sentences]
     references = read(args.data / "test_2016_flickr.en.gz")[: args.sentences]
     translator.translate(sources[:16], beam=args.beam)  # warm-up
     device = getattr(translator.engine, "device", torch.device("cpu"))
     report: dict = {
+        **common.smoke_label(args),
         "date": datetime.date.today().isoformat(),
         "model": str(args.model),
-        "machine": {"cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
+        "machine": common.machine_facts(),
         "device": str(device),
-        "matmul_gflop_per_s": speed.matmul_flops_per_s(device) / 1e9,
+        "matmul_gflop_per_s": common.matmul_flops_per_s(device, smoke=args.smoke) / 1e9,
     }
     report["ngrams"] = evaluate_set(translator, sources, references, ngram_terms(references, args.seed), args.beam)
     with tempfile.TemporaryDirectory() as scratch:
@@ -182,9 +192,13 @@ def main() -> None:
     report["glossary"] = evaluate_set(
         translator, [sources[n] for n in kept], [references[n] for n in kept], [terms[n] for n in kept], args.beam
     )
-    report["matmul_gflop_per_s_after"] = speed.matmul_flops_per_s(device) / 1e9
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    report["matmul_gflop_per_s_after"] = common.matmul_flops_per_s(device, smoke=args.smoke) / 1e9
+    return report
+
+
+def main() -> None:
+    args = parse_args()
+    report = common.measure_and_write(args, tiny_arguments, run_benchmark, args.out)
     print_table(report)
     print(f"written to {args.out}")
 

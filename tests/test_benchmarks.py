@@ -1,0 +1,99 @@
+"""Every script in benchmarks/ runs its --smoke mode as a user types it (`python -m benchmarks.NAME --smoke`)
+and writes its JSON report: a new script without a smoke mode fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HELPERS = {"__init__", "common", "opennmt"}  # modules the scripts import, not scripts
+SCRIPTS = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem not in HELPERS)
+# The top-level keys of each script's report (besides "smoke", which every one has in smoke mode).
+KEYS = {
+    "abuse": {"date", "model", "server_options", "machine", "matmul_gflop_per_s", "alone", "with_abusers", "throughput_kept"},
+    "adaptation": {"date", "machine", "models"},
+    "budget": {"date", "machine", "matmul_gflop_per_s", "rows"},
+    "multilingual": {"supervised", "zero_shot"},
+    "ops": {"threads", "torch", "ops"},
+    "optimizer": {"date", "machine", "torch", "recipe", "parameters_m", "matmul_gflop_per_s", "step_ms_rounds", "step_ms_best"},
+    "opus_mt": {"date", "machine", "threads", "matmul_gflops", "model", "sentences", "cap", "repeats", "beam5_seconds",
+                "beam1_seconds", "update_seconds"},
+    "packed": {"date", "model", "packed_layers", "sentences", "threads", "matmul_gflops_before", "beam5", "beam1",
+               "matmul_gflops_after"},
+    "peers": {"date", "recipe", "overrides", "machine", "counts", "not_matched", "matmul_gflop_per_s", "runs", "ratios",
+              "onmt_commands"},
+    "scale": {"machine", "cores", "prepare", "translate", "matmul_gflops"},
+    "serve": {"model", "src", "server_options", "server_threads", "machine", "matmul_gflop_per_s", "offline", "serve", "ratio"},
+    "speed": {"recipe", "machine", "decode", "train"},
+    "transformers_export": {"date", "model", "form", "sentences", "max_log_prob_gap", "greedy_identical", "beam5_bleu",
+                            "beam5_identical"},
+    "terminology": {"date", "model", "machine", "device", "matmul_gflop_per_s", "ngrams", "glossary_entries", "glossary",
+                    "matmul_gflop_per_s_after"},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """One script's smoke run: how it ended, what it printed, where its report is."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    report: Path
+
+
+def run_smoke(name: str, folder: Path, cores: queue.Queue) -> SmokeRun:
+    """`python -m benchmarks.NAME --smoke` on one core of `cores` (its threads and servers too): tiny models gain
+    nothing from more, and threads that share cores with other processes wait for each other."""
+    core = cores.get()
+    report = folder / f"{name}.json"
+    command = [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--smoke-dir", str(folder), "--output", str(report)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        os.sched_setaffinity(process.pid, {core})  # before it starts a thread or a process: they inherit it
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:  # it ran out of time
+            process.kill()
+            process.wait()
+        cores.put(core)
+    return SmokeRun(process.returncode, stdout, stderr, report)
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
+    """The smoke runs of the scripts this session selected, two at a time, one core each; the first that needs the
+    tiny data and model builds them in the shared folder, and the others reuse them."""
+    prefix = f"{request.node.nodeid}::test_smoke_mode["
+    names = [item.nodeid.removeprefix(prefix).rstrip("]") for item in request.session.items if item.nodeid.startswith(prefix)]
+    folder = tmp_path_factory.mktemp("smoke")
+    cores: queue.Queue = queue.Queue()
+    for core in sorted(os.sched_getaffinity(0))[:2]:
+        cores.put(core)
+    pool = ThreadPoolExecutor(cores.qsize())
+    request.addfinalizer(pool.shutdown)
+    return {name: pool.submit(run_smoke, name, folder, cores) for name in names}
+
+
+def test_every_script_is_known() -> None:
+    assert SCRIPTS == sorted(KEYS), "a script was added or removed: list its report's keys in KEYS"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_smoke_mode(name: str, smoke_runs: dict[str, Future]) -> None:
+    run = smoke_runs[name].result()
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.strip(), "prints its table"
+    report = json.loads(run.report.read_text(encoding="utf-8"))
+    assert report["smoke"] is True
+    assert KEYS.get(name, set()) <= set(report)
