@@ -191,8 +191,9 @@ def affordable(config: Config) -> bool:
         for key in ("d_model", "ffn_dim", "hidden_size", "embed_dim", "max_positions")
         if key in arch_keys(model.arch)
     ]
+    depth = max(model.layers, model.encoder_layers, model.decoder_layers)  # a million decoder layers: 24 GB
     cheap_train = train.batch_tokens <= 4000 and train.accumulate <= 4 and not train.compile
-    return model.layers <= 4 and max(sizes) <= 4096 and sorted(sizes)[-2] <= 256 and cheap_train
+    return depth <= 4 and max(sizes) <= 4096 and sorted(sizes)[-2] <= 256 and cheap_train
 
 
 def first_update(config: Config) -> Any:
