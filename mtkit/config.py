@@ -212,6 +212,9 @@ def _one_side(source: TrainSource, given: str, written: str) -> str | None:
 
 
 def _unique_names(data: DataConfig) -> str | None:
+    idle = [index for index, source in enumerate(data.train) if source.decode is not None and source.generated_side is None]
+    if idle:
+        return f"data.train[{idle[0]}].decode says how a model writes a corpus: give it translate_with or back_translate_with"
     names = [source.name for source in data.train if source.name is not None]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import typing
 from pathlib import Path
 
@@ -636,3 +637,19 @@ def test_the_renamed_decode_batch_tokens_is_read_with_a_note(capsys):
     assert capsys.readouterr().err == ""  # a config saved by an older mtkit says nothing
     with pytest.raises(MtkitError, match="'decode.batch_tokens' and 'decode.batch_beam_tokens' are one key"):
         config_from_dict({"decode": {"batch_tokens": 1, "batch_beam_tokens": 2}})
+
+
+def test_a_synthetic_corpus_is_checked_at_load():
+    def load(entry: dict) -> Config:
+        return config_from_dict({"data": {"train": [{"src": "a.de", "tgt": "a.en"}, entry]}})
+
+    assert load({"src": "b.de", "translate_with": "runs/t", "decode": {"beam": 4}}).data.train[1].generated_side == "tgt"
+    for entry, message in [
+        ({"src": "b.de", "tgt": "b.en", "translate_with": "runs/t"}, "a model writes this corpus's tgt: give src"),
+        ({"tgt": "m.en", "back_translate_with": "runs/r", "translate_with": "runs/t"}, "not both"),
+        ({"src": "b.de", "tgt": "b.en", "decode": {"beam": 4}}, "decode says how a model writes a corpus"),
+        ({"src": "b.de", "translate_with": "runs/t", "tag": "2x"}, "'data.train[1].tag' is '2x'"),
+        ({"src": "b.de", "translate_with": "runs/t", "decode": {"sampling": "top"}}, "give topk:K, topp:P or full"),
+    ]:
+        with pytest.raises(MtkitError, match=re.escape(message)):
+            load(entry)
