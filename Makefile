@@ -83,6 +83,14 @@ BENCH_ARGS ?= --set train.batch_tokens=4096 --set decode.max_len_a=0 --set decod
 bench: install
 	$(BIN)/python -m benchmarks.speed $(RECIPE) $(LOCAL_DATA) $(BENCH_ARGS)
 
+# Check a lent GPU in one call (benchmarks/gpu_check.py, docs/performance.md): training tokens/s and MFU lever by
+# lever for d256, d512 and d1024 models, the profiler's split of a step, and BLEU parity with the plain fp32 step.
+# SMOKE=1: every part in seconds on a tiny model (what `make test` runs, on the CPU).
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check: install
+	$(BIN)/python -m benchmarks.gpu_check $(if $(SMOKE),--smoke) $(GPU_CHECK_ARGS)
+
 # OpenNMT-py 3.5.1 beside mtkit (benchmarks/peers.py, in its own virtualenv under .peers/): the same
 # pieces, model and update size (make bench's), measured mtkit, OpenNMT-py, mtkit; about 20 minutes.
 # On a fresh clone it first runs `mtkit tokenizer train` and `mtkit prepare` for the recipe and, with no

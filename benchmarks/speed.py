@@ -1,7 +1,7 @@
 """Speed and memory benchmark for a recipe: training throughput and decoding speed, printed and as JSON.
 
     python -m benchmarks.speed recipes/multi30k/transformer.yaml [--set KEY=VALUE ...] [--model RUN_DIR]
-        [--engines pytorch,ctranslate2,ctranslate2-int8] [--compare-compile] [--smoke]
+        [--engines pytorch,ctranslate2,ctranslate2-int8] [--compare-compile] [--profile UPDATES] [--smoke]
 
 Training: target tokens/s over a steady window of updates (by default updates 51-250, as in the
 peer measurements of issue 4; the first updates are warm-up), padding fraction of the batches,
@@ -31,6 +31,8 @@ from mtkit.config import Config, load_config
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.evaluation.metrics import score_corpus
+from mtkit.training.batches import round_up
+from mtkit.training.step import BatchAhead
 from mtkit.training.trainer import Trainer, setup_process
 
 
@@ -59,52 +61,119 @@ def training_flops_per_target_token(
     return 3 * 2 * macs
 
 
-def benchmark_training(config: Config, warmup_updates: int, measured_updates: int, *, smoke: bool = False) -> dict:
-    """Time `measured_updates` optimiser updates after `warmup_updates`, with the real training step.
+class TimedTraining:
+    """A trainer set up as `mtkit train` sets it up, without a run directory (nothing is written),
+    stepping through its first epoch's batches (over again when they run out) with the trainer's own
+    step: its levers, its look-ahead, its one host sync an update. The figures of a window come from
+    the batches' lengths on the host, so counting them adds no sync."""
 
-    The trainer is set up as `mtkit train` sets it up, without a run directory: nothing is written.
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        dist, self.device = setup_process(config.train)
+        self.trainer = Trainer(config, self.device, dist)
+        epoch = self.trainer.epoch()
+        self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers.length_multiple)
+        self.src_lengths, self.tgt_lengths = epoch.ids.src.lengths + 1, epoch.ids.tgt.lengths + 1  # + EOS
+        self.batches, self.position = epoch.batches, 0
+
+    def steps(self, updates: int) -> dict[str, int]:
+        """Make `updates` optimiser updates; their target tokens, padded target positions, source tokens, sentences."""
+        counts = dict.fromkeys(("tokens", "padded", "source_tokens", "sentences"), 0)
+        multiple = self.trainer.levers.length_multiple
+        for _ in range(updates):
+            start = self.position % len(self.batches)
+            indices, self.position = self.batches[start], self.position + 1
+            tgt = self.tgt_lengths[indices]
+            counts["tokens"] += int(tgt.sum())
+            counts["padded"] += len(indices) * round_up(int(tgt.max()), multiple)
+            counts["source_tokens"] += int(self.src_lengths[indices].sum())
+            counts["sentences"] += len(indices)
+            group = self.ahead.take(start)
+            self.trainer.update(group, self.trainer.prefetch(self.ahead, self.position % len(self.batches)))
+        return counts
+
+    def window(self, updates: int, peak: float) -> dict:
+        """Time `updates` updates: target tokens/s, padding, peak memory and MFU against the matmul `peak` FLOP/s."""
+        common.synchronize(self.device)
+        start = time.perf_counter()
+        counts = self.steps(updates)
+        common.synchronize(self.device)
+        seconds = time.perf_counter() - start
+        tokens, sentences, trainer = counts["tokens"], counts["sentences"], self.trainer
+        flops = training_flops_per_target_token(
+            self.config,
+            trainer.tokenizers.tgt.vocab_size,
+            counts["source_tokens"] / tokens,
+            counts["source_tokens"] / sentences,
+            tokens / sentences,
+        )
+        cuda = self.device.type == "cuda"
+        return {
+            "updates": updates,
+            "target_tokens_per_update": round(tokens / updates, 1),
+            "target_tokens_per_s": round(tokens / seconds, 1),
+            "padding_fraction": round(1 - tokens / counts["padded"], 4),
+            "parameters": trainer.model.num_parameters(),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1) if cuda else None,
+            "device": f"{self.device.type} ({str(trainer.amp_dtype or torch.float32).removeprefix('torch.')})",
+            "levers": trainer.levers.describe(),
+            "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
+            "matmul_gflop_per_s": round(peak / 1e9, 1),
+            "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
+        }
+
+
+def benchmark_training(config: Config, warmup_updates: int, measured_updates: int, *, smoke: bool = False) -> dict:
+    """Time `measured_updates` optimiser updates after `warmup_updates` (compilation, if on, happens in those).
+
     `smoke`: the matmul peak of a small matrix (a figure that means nothing).
     """
-    dist, device = setup_process(config.train)
-    trainer = Trainer(config, device, dist)
-    epoch = trainer.epoch()
-    batches = epoch.batches
-    needed = warmup_updates + measured_updates
-    batches = (batches * (needed // len(batches) + 1))[:needed]
-    real = padded = source_tokens = 0
-    sentences = 0
-    for index, indices in enumerate(batches):
-        if index == warmup_updates:
-            common.synchronize(device)
-            start = time.perf_counter()
-            tokens = 0
-        batch = epoch.ids.collate(indices)
-        _, batch_tokens = trainer.update([batch])
-        if index >= warmup_updates:
-            tokens += batch_tokens
-            real += batch_tokens
-            padded += batch.tgt_out.numel()
-            source_tokens += int(batch.src_mask.sum())
-            sentences += batch.src.size(0)
-    common.synchronize(device)
-    seconds = time.perf_counter() - start
-    tokens = int(tokens)
-    flops = training_flops_per_target_token(
-        config, trainer.tokenizers.tgt.vocab_size, source_tokens / tokens, source_tokens / sentences, tokens / sentences
-    )
-    peak = common.matmul_flops_per_s(device, trainer.amp_dtype, smoke=smoke)
+    timed = TimedTraining(config)
+    timed.steps(warmup_updates)
+    return timed.window(measured_updates, common.matmul_flops_per_s(timed.device, timed.trainer.amp_dtype, smoke=smoke))
+
+
+PROFILED_PARTS = ("forward", "backward", "optimizer", "data")  # the step's record_function labels, "mtkit.<part>"
+
+
+def profile_split(timed: TimedTraining, updates: int) -> dict:
+    """Where `updates` updates spend their time, from the PyTorch profiler: each labelled part's device
+    time (CPU time on the CPU), the device's busy time in all, and the wall time it leaves idle (the
+    host gaps), in ms per update; and the ten kernels that take longest.
+
+    Backward kernels run on autograd's own thread, outside the main thread's labels: the device time
+    no label claims (backward, gradient clipping, the loss scaler) is given as "backward and rest".
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = timed.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    common.synchronize(timed.device)
+    start = time.perf_counter()
+    with profile(activities=activities) as profiler:
+        timed.steps(updates)
+        common.synchronize(timed.device)
+    wall_ms = (time.perf_counter() - start) * 1e3 / updates
+    events = profiler.key_averages()
+    time_of = (lambda e: e.device_time_total) if cuda else (lambda e: e.cpu_time_total)
+    parts = {part: 0.0 for part in PROFILED_PARTS}
+    for event in events:
+        if event.key.startswith("mtkit.") and event.key[6:] in parts:
+            parts[event.key[6:]] += time_of(event) / 1e3 / updates
+    # the kernels themselves (each is also in its launching operator's self device time: counted once here)
+    kernels = [e for e in events if cuda and e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+    busy_ms = sum(e.self_device_time_total for e in kernels) / 1e3 / updates if cuda else sum(parts.values())
+    parts["backward"] = max(parts["backward"], busy_ms - parts["forward"] - parts["optimizer"] - parts["data"])
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:10]
     return {
-        "updates": measured_updates,
-        "target_tokens_per_update": round(tokens / measured_updates, 1),
-        "target_tokens_per_s": round(tokens / seconds, 1),
-        "padding_fraction": round(1 - real / padded, 4),
-        "parameters": trainer.model.num_parameters(),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
-        "peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None,
-        "device": f"{device.type} ({str(trainer.amp_dtype or torch.float32).removeprefix('torch.')})",
-        "model_mflop_per_target_token": round(flops / 1e6, 2) if flops else None,
-        "matmul_gflop_per_s": round(peak / 1e9, 1),
-        "mfu": round(flops * tokens / seconds / peak, 3) if flops else None,
+        "updates": updates,
+        "wall_ms_per_update": round(wall_ms, 2),
+        "device_busy_ms_per_update": round(busy_ms, 2),
+        "host_gap_ms_per_update": round(max(wall_ms - busy_ms, 0.0), 2),
+        "parts_ms_per_update": {("backward and rest" if k == "backward" else k): round(v, 2) for k, v in parts.items()},
+        "top_kernels_ms_per_update": {e.key[:90]: round(e.self_device_time_total / 1e3 / updates, 3) for e in top},
     }
 
 
@@ -170,6 +239,13 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="also time training with train.compile=true (same batches, same run) and print the ratio",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="UPDATES",
+        help="after the timed window, profile this many more updates and print where a step's time goes",
+    )
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/speed.json"))
     common.add_smoke_options(parser)
     args = parser.parse_args()
@@ -181,7 +257,7 @@ def parse_args() -> argparse.Namespace:
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
     """--smoke: the tiny recipe and its run (built in `work` the first time), a few updates, both engines."""
     args.recipe, args.model = common.smoke_recipe(work), common.smoke_run(work)
-    args.engines, args.warmup_updates, args.updates = "pytorch,ctranslate2", 2, 3
+    args.engines, args.warmup_updates, args.updates, args.profile = "pytorch,ctranslate2", 2, 3, 2
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:
@@ -193,9 +269,14 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         report["decode"] = benchmark_decoding(config, model_dir, args.engines.split(","))
     else:
         print(f"no trained run at {model_dir}: decoding skipped (pass --model RUN_DIR)", file=sys.stderr)
-    report["train"] = benchmark_training(config, args.warmup_updates, args.updates, smoke=args.smoke)
+    timed = TimedTraining(config)
+    timed.steps(args.warmup_updates)
+    peak = common.matmul_flops_per_s(timed.device, timed.trainer.amp_dtype, smoke=args.smoke)
+    report["train"] = timed.window(args.updates, peak)
+    if args.profile:
+        report["profile"] = profile_split(timed, args.profile)
     if args.compare_compile:  # compilation happens in the warm-up updates, which are not timed
-        compiled = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=True))
+        compiled = dataclasses.replace(config, train=dataclasses.replace(config.train, compile="true"))
         report["train_compiled"] = benchmark_training(compiled, args.warmup_updates, args.updates, smoke=args.smoke)
     return report
 
@@ -225,6 +306,8 @@ def print_table(report: dict) -> None:
         compiled = report["train_compiled"]
         ratio = compiled["target_tokens_per_s"] / train["target_tokens_per_s"]
         print(f"training, train.compile=true: {compiled['target_tokens_per_s']:.0f} target tokens/s, {ratio:.2f}x eager")
+    if "profile" in report:
+        print_profile(report["profile"])
     for engine, decode in report.get("decode", {}).items():
         for name in ("beam5", "greedy"):
             row = decode[name]
@@ -233,6 +316,17 @@ def print_table(report: dict) -> None:
                 f"BLEU {row['bleu']:.2f} ({decode['sentences']} sentences)"
             )
         print(f"decode {engine} peak RSS {decode['peak_rss_mb']:.0f} MB (process so far)")
+
+
+def print_profile(split: dict) -> None:
+    """The profiler's split of one update, in ms."""
+    parts = ", ".join(f"{name} {ms:.1f}" for name, ms in split["parts_ms_per_update"].items())
+    print(
+        f"profile ({split['updates']} updates), ms per update: wall {split['wall_ms_per_update']:.1f}, device busy "
+        f"{split['device_busy_ms_per_update']:.1f}, host gaps {split['host_gap_ms_per_update']:.1f}; {parts}"
+    )
+    for name, ms in split["top_kernels_ms_per_update"].items():
+        print(f"    {ms:8.3f} ms  {name}")
 
 
 if __name__ == "__main__":

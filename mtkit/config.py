@@ -382,7 +382,14 @@ class TrainConfig:
     device: str = field(default="auto", metadata=_pattern(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N", "cpu"))
     precision: str = field(default="auto", metadata=_choice("auto", "fp32", "bf16", "fp16"))
     threads: int = field(default=0, metadata=_range(0, 1024, example=4))  # CPU threads for torch; 0 = all cores
-    compile: bool = False  # torch.compile the training forward pass (see docs/performance.md)
+    # The GPU levers (docs/performance.md, "Training on a GPU"); auto: on with CUDA, off on the CPU.
+    # compile: torch.compile the training forward pass and its loss (the loss fused into a few kernels)
+    compile: str = field(default="auto", metadata=_choice("auto", "true", "false"))
+    # round each batch's lengths up to a multiple of this: fewer shapes for a compiled step, more padding (on short
+    # sentences it cost more than it gave on an H200: docs/performance.md)
+    length_multiple: int = field(default=1, metadata=_range(1, 1024, example=8))
+    # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
+    prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
     tensorboard: bool = False
     # fine-tune: start from this run directory's (or checkpoint's) weights, architecture and tokenizers
@@ -702,6 +709,8 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
             return float(value)  # YAML reads 1e-3 (no dot) as a string
         except ValueError:
             pass
+    if expected is str and isinstance(value, bool) and str(value).lower() in spec.metadata.get("choices", ()):
+        return str(value).lower()  # auto/true/false keys: YAML's true and false
     if expected is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = str(value)
         choices = spec.metadata.get("choices")

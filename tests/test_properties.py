@@ -192,7 +192,7 @@ def affordable(config: Config) -> bool:
         if key in arch_keys(model.arch)
     ]
     depth = max(model.layers, model.encoder_layers, model.decoder_layers)  # a million decoder layers: 24 GB
-    cheap_train = train.batch_tokens <= 4000 and train.accumulate <= 4 and not train.compile
+    cheap_train = train.batch_tokens <= 4000 and train.accumulate <= 4 and train.compile != "true"
     return depth <= 4 and max(sizes) <= 4096 and sorted(sizes)[-2] <= 256 and cheap_train
 
 

@@ -31,14 +31,14 @@ class Batch:
     num_tokens: int  # real (non-pad) tokens in tgt_out
 
     def to(self, device: torch.device) -> Batch:
+        """On `device` (itself when already there); to a GPU the ids are copied without blocking (from pinned
+        memory when `collate` pinned them) and the mask is computed there."""
+        if self.src.device == device:
+            return self
         non_blocking = device.type == "cuda"
-        return Batch(
-            self.src.to(device, non_blocking=non_blocking),
-            self.src_mask.to(device, non_blocking=non_blocking),
-            self.tgt_in.to(device, non_blocking=non_blocking),
-            self.tgt_out.to(device, non_blocking=non_blocking),
-            self.num_tokens,
-        )
+        src = self.src.to(device, non_blocking=non_blocking)
+        tgt_in, tgt_out = (ids.to(device, non_blocking=non_blocking) for ids in (self.tgt_in, self.tgt_out))
+        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens)
 
 
 class IdColumn:
@@ -71,8 +71,8 @@ class ParallelIds:
     def __len__(self) -> int:
         return len(self.src.lengths)
 
-    def collate(self, indices: np.ndarray, pin_memory: bool = False) -> Batch:
-        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices], pin_memory)
+    def collate(self, indices: np.ndarray, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices], pin_memory, length_multiple)
 
 
 class SampledIds:
@@ -102,11 +102,12 @@ class SampledIds:
         return self._cached[1]
 
 
-def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False) -> Batch:
-    """Pad one batch of id sequences into the teacher-forcing tensors."""
+def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+    """Pad one batch of id sequences into the teacher-forcing tensors, each length rounded up to a
+    multiple of `length_multiple` (`train.length_multiple`: fewer shapes for a compiled step)."""
     batch = len(src_ids)
-    src_len = max(len(s) for s in src_ids) + 1
-    tgt_len = max(len(t) for t in tgt_ids) + 1
+    src_len = round_up(max(len(s) for s in src_ids) + 1, length_multiple)
+    tgt_len = round_up(max(len(t) for t in tgt_ids) + 1, length_multiple)
     src = np.full((batch, src_len), PAD_ID, dtype=np.int64)
     tgt_in = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
     tgt_out = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
@@ -122,6 +123,10 @@ def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False) -> Batch:
         src_t, tgt_in_t, tgt_out_t = src_t.pin_memory(), tgt_in_t.pin_memory(), tgt_out_t.pin_memory()
     num_tokens = int(sum(len(t) + 1 for t in tgt_ids))
     return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, num_tokens)
+
+
+def round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
 
 
 def token_batches(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 from tqdm import tqdm
 
 from mtkit.config import Config, TrainConfig, parse_duration
@@ -44,7 +45,6 @@ from mtkit.models.checkpoint import (
 )
 from mtkit.run_files import RunFiles
 from mtkit.runtime import (
-    autocast,
     autocast_dtype,
     avoid_per_shape_attention_plans,
     enable_tf32,
@@ -57,9 +57,9 @@ from mtkit.runtime import (
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
-from mtkit.training.loss import sequence_loss
 from mtkit.training.run_dir import Checkpoint, RunDir
 from mtkit.training.schedule import schedule_factor
+from mtkit.training.step import BatchAhead, Levers, TeacherForcing
 from mtkit.training.validation import check_valid_sets, validate
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3
@@ -113,18 +113,22 @@ def build_optimizer(
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))
 
 
-def training_forward(model: EncoderDecoder, dist: Distributed, device: torch.device, compiled: bool) -> torch.nn.Module:
-    """The module the training step calls: `model`, wrapped in DDP under torchrun, and torch.compile'd if `compiled`.
+def training_forward(
+    model: EncoderDecoder, config: TrainConfig, dist: Distributed, device: torch.device, levers: Levers
+) -> torch.nn.Module:
+    """The module the training step calls for a batch's summed loss (`TeacherForcing`), wrapped in
+    DDP under torchrun, and torch.compile'd with the levers' `compile`.
 
     DDP averages gradients over ranks; `Trainer.update` scales the loss so the result equals one
-    process over the combined batch. Only this forward is compiled: validation, decoding and the
-    fused loss stay eager.
+    process over the combined batch. Only this forward and loss are compiled (with dynamic shapes,
+    so token-budget batches do not each compile): validation and decoding stay eager.
     """
-    forward: torch.nn.Module = model
+    amp_dtype = autocast_dtype(device, config.precision)
+    forward: torch.nn.Module = TeacherForcing(model, config.label_smoothing, amp_dtype, fused=levers.compile)
     if dist.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
-        forward = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-    if compiled:  # compiled on the first update
+        forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
+    if levers.compile:  # compiled on the first update
         forward = torch.compile(forward, dynamic=True)
     return forward
 
@@ -178,7 +182,8 @@ class Trainer:
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
-        self.forward_model = training_forward(self.model, self.dist, device, self.train_config.compile)
+        self.levers = Levers.of(self.train_config, device)
+        self.forward_model = training_forward(self.model, self.train_config, self.dist, device, self.levers)
         self.progress = Progress()
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
@@ -242,10 +247,11 @@ class Trainer:
                 epoch = self.epoch()
                 if progress.batches_done == 0:
                     log_epoch(self.run_dir, self.progress, epoch)
+                ahead = BatchAhead(epoch, config.accumulate, self.device, self.levers.length_multiple)
                 while progress.batches_done < len(epoch.batches) and not self._should_stop():
-                    group = epoch.batches[progress.batches_done : progress.batches_done + config.accumulate]
+                    group = ahead.take(progress.batches_done)
                     progress.batches_done += len(group)
-                    window.add(*self.update([epoch.ids.collate(b, self.device.type == "cuda") for b in group]))
+                    window.add(*self.update(group, self.prefetch(ahead, progress.batches_done)))
                     bar.update(1)
                     self._take_due_snapshots()
                     if plain.due():
@@ -268,30 +274,39 @@ class Trainer:
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
 
-    def update(self, batches: list[Batch]) -> tuple[torch.Tensor, int]:
-        """One optimiser update over `accumulate` batches; the loss is per target token."""
+    def prefetch(self, ahead: BatchAhead, start: int) -> Callable[[], None] | None:
+        """What `update` does while the GPU works, with the `prefetch` lever: collate the group at `start`."""
+        return (lambda: ahead.prepare(start)) if self.levers.prefetch else None
+
+    def update(self, batches: list[Batch], while_waiting: Callable[[], None] | None = None) -> tuple[torch.Tensor, int]:
+        """One optimiser update over `accumulate` batches; the loss is per target token. `while_waiting`
+        runs once the update's GPU work is queued, before its one host sync (the next batch's collation)."""
         self.model.train()
         total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.dist, self.device)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
-            with autocast(self.device, self.amp_dtype):
-                logits = self.forward_model(batch.src, batch.src_mask, batch.tgt_in)
-            loss = sequence_loss(logits, batch.tgt_out, self.train_config.label_smoothing)
-            self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
+            with record_function("mtkit.forward"):
+                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)
+            with record_function("mtkit.backward"):
+                self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
             loss_sum += loss.detach()
         loss_sum = sum_over_ranks(loss_sum, self.dist)
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm or float("inf"))
+        if while_waiting is not None:
+            with record_function("mtkit.data"):
+                while_waiting()
         if not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):  # the one host sync per update
             return self._skip_update(bool(torch.isfinite(loss_sum)))
         self.progress.nonfinite_in_a_row = 0
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
-        if self.ema is not None:
-            self.ema.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        with record_function("mtkit.optimizer"):
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            if self.ema is not None:
+                self.ema.update()
+            self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
         return loss_sum, total_tokens
 
@@ -506,6 +521,7 @@ def _start_message(trainer: Trainer) -> None:
     dist, amp_dtype = trainer.dist, trainer.amp_dtype
     precision = "fp32" if amp_dtype is None else str(amp_dtype).removeprefix("torch.")
     processes = f", {dist.world_size} processes" if dist.enabled else ""
+    processes += f"; {trainer.levers.describe()}" if trainer.device.type == "cuda" else ""
     start = f"resuming at step {trainer.progress.step}" if trainer.progress.step else "starting"
     parent, total = trainer.train_config.init_from, trainer.model.num_parameters()
     if parent and not trainer.progress.step:

@@ -58,6 +58,14 @@ def test_collate_shifts_the_target_for_teacher_forcing():
     assert batch.num_tokens == 7
 
 
+def test_collate_rounds_lengths_up_to_the_multiple_with_padding_only():
+    batch = collate([np.array([7, 8, 9]), np.array([5])], [np.array([10, 11]), np.array([12, 13, 14])], length_multiple=8)
+    assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == (2, 8)
+    assert batch.src[0].tolist() == [7, 8, 9, EOS_ID] + [PAD_ID] * 4
+    assert batch.tgt_out[1].tolist() == [12, 13, 14, EOS_ID] + [PAD_ID] * 4
+    assert batch.src_mask.sum().item() == 6 and batch.num_tokens == 7
+
+
 def test_corpus_mix_draws_each_corpus_by_its_weight_and_resamples_each_epoch():
     corpus = np.array([0] * 30 + [1] * 40 + [2] * 10, dtype=np.int16)
     mix = CorpusMix(corpus, [2.5, 0.25, 1.0], ["news", "crawl", "dict"])

@@ -13,14 +13,15 @@ import torch
 import torch.nn.functional as F
 from helpers import prepared_reverse_task, reverse_task_config, write_reverse_task
 
-from mtkit.config import TrainConfig
+from mtkit.config import TrainConfig, config_from_dict
 from mtkit.data.tokenizer import PAD_ID
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
-from mtkit.training.loss import sequence_loss
+from mtkit.training.loss import fused_sequence_loss, sequence_loss
 from mtkit.training.run_dir import RunDir
 from mtkit.training.schedule import schedule_factor
+from mtkit.training.step import Levers
 from mtkit.training.trainer import PlainProgress, Trainer, build_optimizer, setup_process, train
 
 
@@ -49,6 +50,60 @@ def test_label_smoothed_loss_matches_the_definition_and_ignores_padding():
     changed = logits.clone()
     changed[1, 1:] += 100.0
     assert sequence_loss(changed, target, smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradient():
+    torch.manual_seed(3)
+    logits = torch.randn(4, 9, 37, dtype=torch.float64).float()
+    target = torch.randint(3, 37, (4, 9))
+    target[1, 5:] = PAD_ID
+    found = []
+    for loss in (sequence_loss, fused_sequence_loss):
+        leaf = logits.clone().requires_grad_()
+        value = loss(leaf, target, 0.1)
+        value.backward()
+        found.append((value.item(), leaf.grad))
+    assert found[1][0] == pytest.approx(found[0][0], rel=1e-5)
+    assert torch.allclose(found[1][1], found[0][1], atol=1e-6)
+    assert found[0][1][1, 5:].abs().max() == 0  # pads get no gradient
+
+
+@pytest.mark.parametrize(
+    "device, keys, expected",
+    [
+        ("cpu", {}, Levers(compile=False, length_multiple=1, prefetch=False)),
+        ("cuda", {}, Levers(compile=True, length_multiple=1, prefetch=True)),
+        ("cuda", {"compile": "false", "length_multiple": 1, "prefetch": "false"}, Levers(False, 1, False)),
+        ("cpu", {"compile": "true", "length_multiple": 16, "prefetch": "true"}, Levers(True, 16, True)),
+    ],
+)
+def test_the_gpu_levers_are_on_with_cuda_by_default_and_each_can_be_set(device, keys, expected):
+    assert Levers.of(TrainConfig(**keys), torch.device(device)) == expected
+
+
+def test_the_lever_keys_take_yaml_true_and_false_and_refuse_other_words():
+    config = config_from_dict({"train": {"compile": True, "prefetch": False, "length_multiple": 8}})
+    assert (config.train.compile, config.train.prefetch, config.train.length_multiple) == ("true", "false", 8)
+    with pytest.raises(MtkitError, match="'train.compile' is 'yes'; choose one of auto, true, false"):
+        config_from_dict({"train": {"compile": "yes"}})
+
+
+@pytest.mark.slow
+def test_prefetch_trains_to_the_same_weights_and_rounded_lengths_to_the_same_within_rounding(tmp_path):
+    config = prepared_reverse_task(tmp_path, max_steps=6, validate_every=6)
+    config.model.dropout = 0.0  # rounded lengths change the shape dropout draws its mask for
+    weights = {}
+    for levers in (("false", 1), ("true", 1), ("true", 8)):
+        config.train.prefetch, config.train.length_multiple = levers
+        config.run_dir = str(tmp_path / f"run_{levers[0]}_{levers[1]}")
+        train(config)
+        weights[levers] = read_checkpoint(config.run_path / "last.pt")["model"]
+    plain, prefetched, rounded = weights.values()
+    for name, tensor in plain.items():
+        assert torch.equal(prefetched[name], tensor), name  # the same computation, collated earlier
+        # more padding sums in another order; Adam scales the rounding noise of gradients that are zero in exact
+        # arithmetic (a key bias: softmax ignores it) up to lr-sized steps, so compare with a step's size
+        assert torch.allclose(rounded[name], tensor, atol=config.train.lr / 10), name
 
 
 def test_reverse_task_is_learned_to_exact_match(reverse_run):
@@ -213,14 +268,13 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
     config.model.dropout = 0.0  # compiled dropout draws other random numbers
     found = {}
     for compiled in (False, True):
-        config.train.compile = compiled
+        config.train.compile = "true" if compiled else "false"
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
         dist, device = setup_process(config.train)
         trainer = Trainer(config, device, dist, RunDir(config.run_path))
         epoch = trainer.epoch()
         batch = epoch.ids.collate(epoch.batches[0])
-        logits = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in)
-        loss = sequence_loss(logits, batch.tgt_out, 0.1)
+        loss = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)  # eager: sequence_loss
         loss.backward()
         found[compiled] = loss.item(), {name: p.grad.clone() for name, p in trainer.model.named_parameters()}
         trainer.optimizer.zero_grad(set_to_none=True)
