@@ -75,6 +75,9 @@ def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradi
         ("cuda", {}, Levers(compile=True, length_multiple=1, prefetch=True)),
         ("cuda", {"compile": "false", "length_multiple": 1, "prefetch": "false"}, Levers(False, 1, False)),
         ("cpu", {"compile": "true", "length_multiple": 16, "prefetch": "true"}, Levers(True, 16, True)),
+        ("cuda", {"max_time": "29m"}, Levers(compile=False, length_multiple=1, prefetch=True)),
+        ("cuda", {"max_time": "30m"}, Levers(compile=True, length_multiple=1, prefetch=True)),
+        ("cuda", {"max_time": "5m", "compile": "true"}, Levers(compile=True, length_multiple=1, prefetch=True)),
     ],
 )
 def test_the_gpu_levers_are_on_with_cuda_by_default_and_each_can_be_set(device, keys, expected):
