@@ -15,6 +15,7 @@ import itertools
 import json
 import random
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -330,6 +331,12 @@ def learned_margin(run_path: Path, sources: list[str], targets: list[str], tgt_l
 
 
 # The command line, in-process
+
+
+def torchrun_mtkit(processes: int, *mtkit_arguments: object) -> list[str]:
+    """`torchrun --standalone --nproc_per_node N -m mtkit ...` with this interpreter, as a command to run."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    return [*torchrun, "-m", "mtkit", *(str(argument) for argument in mtkit_arguments)]
 
 
 def invoke(*args: object, input: str | bytes | None = None) -> Result:

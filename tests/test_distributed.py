@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import prepared_reverse_task
+from helpers import prepared_reverse_task, torchrun_mtkit
 
 from mtkit.config import config_to_dict
 from mtkit.models.checkpoint import read_checkpoint
@@ -22,14 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def torchrun(recipe: Path, processes: int, *arguments: str) -> list[str]:
-    return launch(processes, "train", str(recipe), *arguments)
-
-
-def launch(processes: int, *mtkit_arguments: str) -> list[str]:
-    """`torchrun --standalone --nproc_per_node N -m mtkit ...` with this interpreter."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), "-m", "mtkit"] + [
-        *mtkit_arguments
-    ]
+    return torchrun_mtkit(processes, "train", str(recipe), *arguments)
 
 
 def write_recipe(config, path: Path) -> Path:
@@ -166,7 +159,7 @@ def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
         [sys.executable, "-m", "mtkit", *arguments, "-o", str(tmp_path / "one.txt")], cwd=REPO, capture_output=True, text=True
     )
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run(launch(2, *arguments, "-o", str(tmp_path / "two.txt")), cwd=REPO, capture_output=True, text=True)
+    two = subprocess.run(torchrun_mtkit(2, *arguments, "-o", str(tmp_path / "two.txt")), cwd=REPO, capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-2000:]
     expected = (tmp_path / "one.txt").read_text(encoding="utf-8")
     assert len(expected.splitlines()) == len(lines)
@@ -176,7 +169,7 @@ def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
 
 def test_translation_under_torchrun_needs_an_input_file(reverse_run):
     result = subprocess.run(
-        launch(2, "translate", "-m", str(reverse_run.run_path)),
+        torchrun_mtkit(2, "translate", "-m", str(reverse_run.run_path)),
         cwd=REPO,
         input="a b c\n",
         capture_output=True,

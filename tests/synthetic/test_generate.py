@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import write_reverse_task
+from helpers import torchrun_mtkit, write_reverse_task
 from marian_builder import build_marian
 from typer.testing import CliRunner
 
@@ -97,6 +97,19 @@ def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes
     assert bt not in {ids[0] for ids, c in zip(src_ids, corpus, strict=True) if c != 2}
     run_cli("train", recipe)  # the tagged corpus trains like any other
     assert (root / "run" / "last.pt").is_file()
+
+
+def test_two_processes_under_torchrun_write_the_same_corpora_as_one(prepared, reverse_run, tmp_path):
+    root, recipe, _ = prepared
+    alone = [job.output.read_text(encoding="utf-8") for job in plan_jobs(load_config(recipe))]
+    shared = synthetic_recipe(tmp_path, reverse_run.run_path)  # the same pairs, a data folder of its own
+    run_cli("tokenizer", "train", shared)
+    two = subprocess.run(torchrun_mtkit(2, "prepare", shared), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-2000:]
+    jobs = plan_jobs(load_config(shared))
+    assert len(alone[0].splitlines()) > CHUNK_LINES  # both ranks translated a chunk of each corpus
+    assert [job.output.read_text(encoding="utf-8") for job in jobs] == alone
+    assert load_prepared(tmp_path / "data", "train")["tgt_ids"] == load_prepared(root / "data", "train")["tgt_ids"]
 
 
 def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_changes(prepared, reverse_run, tmp_path):
