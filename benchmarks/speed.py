@@ -72,7 +72,7 @@ class TimedTraining:
         dist, self.device = setup_process(config.train)
         self.trainer = Trainer(config, self.device, dist)
         epoch = self.trainer.epoch()
-        self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers.length_multiple)
+        self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers)
         self.src_lengths, self.tgt_lengths = epoch.ids.src.lengths + 1, epoch.ids.tgt.lengths + 1  # + EOS
         self.batches, self.position = epoch.batches, 0
 
@@ -89,7 +89,7 @@ class TimedTraining:
             counts["source_tokens"] += int(self.src_lengths[indices].sum())
             counts["sentences"] += len(indices)
             group = self.ahead.take(start)
-            self.trainer.update(group, self.trainer.prefetch(self.ahead, self.position % len(self.batches)))
+            self.trainer.update(group, self.ahead.while_waiting(self.position % len(self.batches)))
         return counts
 
     def window(self, updates: int, peak: float) -> dict:

@@ -10,6 +10,7 @@ same resume.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -73,12 +74,13 @@ class TeacherForcing(nn.Module):
 
 
 class BatchAhead:
-    """One epoch's groups of batches (`accumulate` each) on the training device, collated one group
-    ahead when asked: `prepare` collates the group at a position (pinned, copied without blocking)
-    while the GPU still works; `take` returns it, or collates it then when it was not prepared."""
+    """One epoch's groups of batches (`accumulate` each) on the training device, with the levers'
+    rounded lengths, collated one group ahead with the `prefetch` lever: `prepare` collates the group
+    at a position (pinned, copied without blocking) while the GPU still works; `take` returns it, or
+    collates it then when it was not prepared."""
 
-    def __init__(self, epoch: Epoch, accumulate: int, device: torch.device, length_multiple: int) -> None:
-        self.epoch, self.accumulate, self.device, self.length_multiple = epoch, accumulate, device, length_multiple
+    def __init__(self, epoch: Epoch, accumulate: int, device: torch.device, levers: Levers) -> None:
+        self.epoch, self.accumulate, self.device, self.levers = epoch, accumulate, device, levers
         self._ahead: tuple[int, list[Batch]] | None = None
 
     def __len__(self) -> int:
@@ -90,6 +92,10 @@ class BatchAhead:
             return group
         return self._collate(start)
 
+    def while_waiting(self, start: int) -> Callable[[], None] | None:
+        """What `Trainer.update` does before its host sync: with the `prefetch` lever, prepare the group at `start`."""
+        return (lambda: self.prepare(start)) if self.levers.prefetch else None
+
     def prepare(self, start: int) -> None:
         if start < len(self.epoch.batches):
             self._ahead = (start, self._collate(start))
@@ -97,4 +103,4 @@ class BatchAhead:
     def _collate(self, start: int) -> list[Batch]:
         pin = self.device.type == "cuda"
         indices = self.epoch.batches[start : start + self.accumulate]
-        return [self.epoch.ids.collate(batch, pin, self.length_multiple).to(self.device) for batch in indices]
+        return [self.epoch.ids.collate(batch, pin, self.levers.length_multiple).to(self.device) for batch in indices]

@@ -149,6 +149,14 @@ class LossWindow:
         self.loss += loss_sum
         self.tokens += tokens
 
+    def log(self, run_dir: RunDir | None, progress: Progress, lr: float, bar: tqdm) -> None:
+        """Write the window's record to log.jsonl and the progress bar (with a run directory), then start a new one."""
+        if run_dir is not None:
+            record = self.record(progress, lr)
+            bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+            run_dir.append_log(record)
+        self.reset()
+
     def record(self, progress: Progress, lr: float) -> dict[str, Any]:
         """The log.jsonl record of this window."""
         seconds = max(time.monotonic() - self.start, 1e-9)
@@ -247,17 +255,17 @@ class Trainer:
                 epoch = self.epoch()
                 if progress.batches_done == 0:
                     log_epoch(self.run_dir, self.progress, epoch)
-                ahead = BatchAhead(epoch, config.accumulate, self.device, self.levers.length_multiple)
+                ahead = BatchAhead(epoch, config.accumulate, self.device, self.levers)
                 while progress.batches_done < len(epoch.batches) and not self._should_stop():
                     group = ahead.take(progress.batches_done)
                     progress.batches_done += len(group)
-                    window.add(*self.update(group, self.prefetch(ahead, progress.batches_done)))
+                    window.add(*self.update(group, ahead.while_waiting(progress.batches_done)))
                     bar.update(1)
                     self._take_due_snapshots()
                     if plain.due():
                         plain.say(window.record(progress, self.scheduler.get_last_lr()[0]), self.elapsed(), self.max_time)
                     if progress.step % config.log_every == 0:
-                        self._log_window(window, bar)
+                        window.log(self.run_dir, progress, self.scheduler.get_last_lr()[0], bar)
                     if progress.step % config.validate_every == 0:
                         self.validate_and_save()
                         last_validated = progress.step
@@ -273,10 +281,6 @@ class Trainer:
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
-
-    def prefetch(self, ahead: BatchAhead, start: int) -> Callable[[], None] | None:
-        """What `update` does while the GPU works, with the `prefetch` lever: collate the group at `start`."""
-        return (lambda: ahead.prepare(start)) if self.levers.prefetch else None
 
     def update(self, batches: list[Batch], while_waiting: Callable[[], None] | None = None) -> tuple[torch.Tensor, int]:
         """One optimiser update over `accumulate` batches; the loss is per target token. `while_waiting`
@@ -356,13 +360,6 @@ class Trainer:
         if self.max_time and self.elapsed() >= self.max_time:
             return True
         return bool(config.patience) and progress.bad_validations >= config.patience
-
-    def _log_window(self, window: LossWindow, bar: tqdm) -> None:
-        if self.run_dir is not None:
-            record = window.record(self.progress, self.scheduler.get_last_lr()[0])
-            bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
-            self.run_dir.append_log(record)
-        window.reset()
 
     def validate_and_save(self) -> None:
         """Rank 0 validates and writes checkpoints; every rank then shares its early-stopping state."""
