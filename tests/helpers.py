@@ -355,6 +355,11 @@ def cli_output(*arguments: object) -> str:
     return succeeded(invoke(*arguments)).stdout
 
 
+def cli_said(*arguments: object) -> str:
+    """Run an mtkit command in-process; it must succeed; everything it printed, standard output and error."""
+    return succeeded(invoke(*arguments)).output
+
+
 def assert_one_line_error(result: Result, *needles: str) -> str:
     """The command failed with one `mtkit: error:` line on stderr naming every needle, and no traceback."""
     assert result.exit_code == 2, f"exit {result.exit_code}: {result.output} {result.exception!r}"

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import torchrun_mtkit, write_reverse_task
+from helpers import cli_said, torchrun_mtkit, write_reverse_task
 from marian_builder import build_marian
-from typer.testing import CliRunner
 
-from mtkit.cli import app
 from mtkit.config import load_config
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
@@ -65,18 +63,12 @@ def synthetic_recipe(root: Path, teacher: Path, pairs: int = 1_500, **changes: o
     return path
 
 
-def run_cli(*arguments: object) -> str:
-    result = CliRunner().invoke(app, [str(a) for a in arguments])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.fixture(scope="module")
 def prepared(reverse_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
     recipe = synthetic_recipe(root, reverse_run.run_path)
-    said = run_cli("tokenizer", "train", recipe)
-    run_cli("prepare", recipe)
+    said = cli_said("tokenizer", "train", recipe)
+    cli_said("prepare", recipe)
     return root, recipe, said
 
 
@@ -95,7 +87,7 @@ def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes
     bt = load_tokenizers(root / "data", True).src.control_id("<bt>")
     assert bt is not None and {ids[0] == bt for ids, c in zip(src_ids, corpus, strict=True) if c == 2} == {True}
     assert bt not in {ids[0] for ids, c in zip(src_ids, corpus, strict=True) if c != 2}
-    run_cli("train", recipe)  # the tagged corpus trains like any other
+    cli_said("train", recipe)  # the tagged corpus trains like any other
     assert (root / "run" / "last.pt").is_file()
 
 
@@ -103,7 +95,7 @@ def test_two_processes_under_torchrun_write_the_same_corpora_as_one(prepared, re
     root, recipe, _ = prepared
     alone = [job.output.read_text(encoding="utf-8") for job in plan_jobs(load_config(recipe))]
     shared = synthetic_recipe(tmp_path, reverse_run.run_path)  # the same pairs, a data folder of its own
-    run_cli("tokenizer", "train", shared)
+    cli_said("tokenizer", "train", shared)
     two = subprocess.run(torchrun_mtkit(2, "prepare", shared), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr[-2000:]
     jobs = plan_jobs(load_config(shared))
@@ -118,7 +110,7 @@ def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_ch
     stamps = [job.output.stat().st_mtime_ns for job in first]
     unrelated = synthetic_recipe(root, reverse_run.run_path, **{"train": {"max_steps": 99}})
     assert [job.folder for job in plan_jobs(load_config(unrelated))] == [job.folder for job in first]
-    assert "is cached" in run_cli("prepare", unrelated)
+    assert "is cached" in cli_said("prepare", unrelated)
     assert [job.output.stat().st_mtime_ns for job in first] == stamps
     other_beam = plan_jobs(load_config(synthetic_recipe(root, reverse_run.run_path, **{"distilled.decode": {"beam": 3}})))
     assert other_beam[0].folder != first[0].folder and other_beam[1].folder == first[1].folder
@@ -131,7 +123,7 @@ def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_ch
 
 def test_killing_generation_then_preparing_again_keeps_the_finished_chunks(reverse_run, tmp_path):
     recipe = synthetic_recipe(tmp_path, reverse_run.run_path, pairs=5 * CHUNK_LINES)
-    run_cli("tokenizer", "train", recipe)
+    cli_said("tokenizer", "train", recipe)
     command = [sys.executable, "-m", "mtkit", "prepare", str(recipe)]
     job = plan_jobs(load_config(recipe))[0]
     first = subprocess.Popen(
