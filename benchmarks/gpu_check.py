@@ -121,7 +121,8 @@ def speed_of(args: argparse.Namespace, model: str, peak: float) -> dict:
         best = max(results[name]["windows"], key=lambda w: w["target_tokens_per_s"])
         results[name] |= {key: best[key] for key in ("target_tokens_per_s", "mfu", "peak_gpu_mb", "padding_fraction")}
     del timed
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return results
 
 
@@ -151,7 +152,9 @@ def run_check(args: argparse.Namespace) -> dict:
     dtype = torch.bfloat16 if device.type == "cuda" else None
     report = {**common.smoke_label(args), "machine": {**common.machine_facts(), **gpu_facts()}, "parts": parts}
     commands = common.MtkitCommands(in_process=args.smoke)
-    for model in {*args.models.split(","), "d256"} if not args.smoke else ["d256"]:
+    used = [*(args.models.split(",") if "speed" in parts else []), *(["d512"] if "profile" in parts else [])]
+    used += ["d256"] if "parity" in parts else []
+    for model in dict.fromkeys(used) if not args.smoke else ["d256"]:  # in smoke mode every model is the tiny one
         common.ensure_prepared(commands, Path(MODELS[model][0]), MODELS[model][1])
     peak = common.matmul_flops_per_s(device, dtype, smoke=args.smoke)
     report["matmul_tflop_per_s"] = round(peak / 1e12, 1)
