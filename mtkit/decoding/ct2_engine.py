@@ -4,10 +4,11 @@
     Translator.load("exports/multi30k_int8").translate(["Ein Hund läuft."])
 
 The `Translator` pipeline normalises, splits, batches and caps the inputs exactly as for the PyTorch
-engine. CTranslate2's `max_decoding_length` holds for a whole call, so each call holds the sources
-of a batch that share one output cap, which keeps the cap exact per sentence (with `max_len_a: 0`,
-one call holds the whole batch). Prefixes, n-gram blocking, sampling and alignments are
-CTranslate2's own; scoring is its `score_batch`.
+engine. CTranslate2's `max_decoding_length` holds for a whole call, so a batch goes in one call at
+its largest cap and each hypothesis is cut to its own sentence's cap (exact for greedy search and
+sampling); beam search runs a sentence again at its own cap when a hypothesis went past it (see
+`CT2Engine.search`). Prefixes, n-gram blocking, sampling and alignments are CTranslate2's own;
+scoring is its `score_batch`.
 
 Scores are always mtkit's: the model's log-probability of every output token and the EOS. Where
 CTranslate2 scores otherwise (a hypothesis cut at the cap, forced prefix tokens, which it counts as
@@ -102,26 +103,47 @@ class CT2Engine(Engine):
         self._target_ids = {piece: index for index, piece in enumerate(self._target_pieces)}
 
     def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
-        """One CTranslate2 call per output cap among the batch's sources."""
+        """One CTranslate2 call for the whole batch at its largest output cap, each hypothesis cut to its own.
+
+        Cutting is exact for greedy search and sampling: a path does not depend on the cap before it
+        reaches it. Beam search keeps a source's result when all its hypotheses ended before the
+        source's cap (the search never reached it, so a call at that cap finds the same); the few
+        others go again, one call per cap. Calls per cap for every batch would cut CTranslate2's
+        batches into pieces of a few sentences (with `max_len_a` > 0 each source length has its cap).
+        """
+        if not batch.sources:
+            return []
         model = self.model if options.sampling is None else self._seeded(options.sampling.seed)
-        found: list[list[Hypothesis]] = [[] for _ in batch.sources]
-        by_cap: dict[int, list[int]] = {}
-        for index, cap in enumerate(batch.max_len):
-            by_cap.setdefault(cap, []).append(index)
-        for cap, indices in sorted(by_cap.items(), reverse=True):
-            sources = [[self._source_pieces[i] for i in batch.sources[index]] for index in indices]
-            prefixes = None
-            if batch.prefixes is not None:
-                prefixes = [[self._target_pieces[i] for i in batch.prefixes[index]] for index in indices]
-            results = self._translate(sources, prefixes, cap, options, model)
-            suppressed = self._emits_never(results, options)  # rare: then again, with those suppressed
-            if suppressed:
-                results = self._translate(sources, prefixes, cap, options, model, suppress=True)
-            for index, hypotheses in zip(
-                indices, self._finish(sources, prefixes, results, cap, options, suppressed), strict=True
-            ):
-                found[index] = hypotheses
+        found, reached = self._call(batch, list(range(len(batch.sources))), options, model)
+        if options.beam > 1 and options.sampling is None:
+            by_cap: dict[int, list[int]] = {}
+            for index in reached:
+                by_cap.setdefault(batch.max_len[index], []).append(index)
+            for indices in by_cap.values():
+                for index, hypotheses in zip(indices, self._call(batch, indices, options, model)[0], strict=True):
+                    found[index] = hypotheses
         return found
+
+    def _call(
+        self, batch: SourceBatch, indices: list[int], options: SearchOptions, model: Any
+    ) -> tuple[list[list[Hypothesis]], list[int]]:
+        """The hypotheses of the sources `indices` from one CTranslate2 call at their largest cap, and the
+        sources of a smaller cap that a hypothesis went past."""
+        caps = [batch.max_len[index] for index in indices]
+        sources = [[self._source_pieces[i] for i in batch.sources[index]] for index in indices]
+        prefixes = None
+        if batch.prefixes is not None:
+            prefixes = [[self._target_pieces[i] for i in batch.prefixes[index]] for index in indices]
+        results = self._translate(sources, prefixes, max(caps), options, model)
+        suppressed = self._emits_never(results, options)  # rare: then again, with those suppressed
+        if suppressed:
+            results = self._translate(sources, prefixes, max(caps), options, model, suppress=True)
+        reached = [
+            index
+            for index, cap, result in zip(indices, caps, results, strict=True)
+            if cap < max(caps) and any(len(pieces) > cap for pieces in result.hypotheses)
+        ]
+        return self._finish(sources, prefixes, results, caps, options, suppressed), reached
 
     def _emits_never(self, results: list[Any], options: SearchOptions) -> bool:
         """Whether a hypothesis holds a piece mtkit never emits: PAD, BOS or a target-language tag."""
@@ -206,7 +228,7 @@ class CT2Engine(Engine):
         sources: list[list[str]],
         prefixes: list[list[str]] | None,
         results: list[Any],
-        max_len: int,
+        caps: list[int],
         options: SearchOptions,
         suppressed: bool = False,
     ) -> list[list[Hypothesis]]:
@@ -217,7 +239,7 @@ class CT2Engine(Engine):
         again with that EOS, as are all hypotheses of a prefixed source or of n-gram blocking.
         """
         found = []
-        for row, (source, result) in enumerate(zip(sources, results, strict=True)):
+        for row, (source, result, max_len) in enumerate(zip(sources, results, caps, strict=True)):
             # CTranslate2 counts forced prefix tokens as 0 and renormalises over the tokens n-gram blocking leaves.
             its_own = bool(prefixes and prefixes[row]) or options.no_repeat_ngram > 0 or suppressed
             attention: list[Any] = [None] * len(result.hypotheses)
@@ -250,7 +272,7 @@ class CT2Engine(Engine):
     ) -> _Candidate:
         """A result hypothesis, cut to `max_len`; its log-probability unless it must be scored again
         (capped, or `alpha` None: CTranslate2's score is not the model's log-probability)."""
-        ended = bool(pieces) and pieces[-1] == self._target_pieces[EOS_ID]
+        ended = bool(pieces) and pieces[-1] == self._target_pieces[EOS_ID] and len(pieces) <= max_len + 1
         kept = pieces[:-1] if ended else pieces[:max_len]
         log_prob = score * length_penalty(len(kept) + 1, alpha) if ended and alpha is not None else None
         links = None if attention is None else _links(attention, len(kept))

@@ -3,6 +3,7 @@ sampling and word alignments, through the API and the CLI, each checked against 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -14,6 +15,7 @@ from mtkit.cli import app
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.ct2_engine import MANIFEST, load_export
+from mtkit.decoding.engine import output_cap
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
@@ -64,6 +66,28 @@ def test_prefixed_outputs_start_with_the_prefix_and_match_pytorch(reverse_pytorc
     # A prefix longer than the line's cap raises the cap to its length, and no further.
     assert [t.tokens for t in found[6]] == [reverse_ct2.target_prefix(LONG_PREFIX)]
     assert found[1][0].text.startswith("l l")
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_batch_of_many_output_caps_gives_what_each_line_gives_alone(
+    reverse_pytorch, reverse_ct2, valid_lines, monkeypatch, beam
+):
+    """One CTranslate2 call holds sources of different caps (here half a source's length, so most outputs
+    are cut): each line gives what it gives alone, at its own cap; greedy also what the PyTorch engine gives."""
+    for translator in (reverse_ct2, reverse_pytorch):
+        monkeypatch.setattr(translator, "decode", dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=1))
+    lines = [*valid_lines, "a b c d e f g h i j k l", "a", "b c"]
+    decoding = Decoding(beam=beam, nbest=min(beam, 2))
+    together = reverse_ct2.translate_nbest(lines, decoding)
+    alone = [reverse_ct2.translate_nbest([line], decoding)[0] for line in lines]
+    assert [[t.tokens for t in best] for best in together] == [[t.tokens for t in best] for best in alone]
+    for mine, theirs in zip(together, alone, strict=True):
+        assert [t.score for t in mine] == pytest.approx([t.score for t in theirs], abs=1e-4)
+    caps = [output_cap(len(reverse_ct2.tokenizers.src.encode(line)) + 1, reverse_ct2.decode, 1024) for line in lines]
+    assert sum(len(best[0].tokens) == cap for best, cap in zip(together, caps, strict=True)) >= len(lines) // 2
+    if beam == 1:
+        expected = reverse_pytorch.translate_nbest(lines, decoding)
+        assert [best[0].tokens for best in together] == [best[0].tokens for best in expected]
 
 
 def test_an_empty_line_with_a_prefix_gives_the_prefix_alone(reverse_pytorch, reverse_ct2):
