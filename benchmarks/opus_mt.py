@@ -8,7 +8,9 @@ saves it in the Hugging Face layout, imports it with `mtkit import marian` and e
 CTranslate2 int8. The same Multi30k test2016 English sentences then go through mtkit's PyTorch
 engine, its CTranslate2 int8 export and `transformers`' `generate`, at beam 5 and greedy, each
 output capped at the same fixed length (a random model rarely ends a sentence, so every system
-decodes the same number of steps), the systems alternating A B C A B C. Then one fine-tuning update
+decodes the same number of steps), the systems alternating A B C A B C; then where the CTranslate2
+engine's beam-5 time goes (its search, its scoring of the hypotheses cut at the cap, mtkit around
+them), for the int8 and the float32 export. Then one fine-tuning update
 (forward, backward, Adam) of mtkit's model and of transformers' on the same batch, alternating.
 Every timed run is a process of its own (built, warmed up once, timed once), so what one system sets
 for the process (mtkit keeps freed heap memory, for one) never reaches another.
@@ -32,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 import torch
@@ -169,13 +172,49 @@ def update_system(name: str, scratch: Path, sources: list[str], targets: list[st
     return mtkit_update
 
 
-def child(task: dict) -> float:
+class _TimedCalls:
+    """A ctranslate2.Translator whose translate_batch and score_batch add their seconds to `seconds`."""
+
+    def __init__(self, model: Any, seconds: dict[str, float]) -> None:
+        self._model, self.seconds = model, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._model, name)
+        if name not in self.seconds:
+            return method
+
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+
+        return timed_call
+
+
+def ct2_split(export: Path, task: dict) -> dict[str, float]:
+    """Where a CTranslate2 export's beam-5 time goes (one run after a warm-up): CTranslate2's search
+    (translate_batch), its scoring of the hypotheses cut at the cap (score_batch), and mtkit around them."""
+    translator = Translator.over(load_export(export))
+    translator.decode = dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=task["cap"])
+    seconds = {"translate_batch": 0.0, "score_batch": 0.0}
+    translator.engine.model = _TimedCalls(translator.engine.model, seconds)
+    translator.translate_nbest(task["sources"][:8], Decoding(beam=5))
+    seconds.update(translate_batch=0.0, score_batch=0.0)
+    total = timed(lambda: translator.translate_nbest(task["sources"], Decoding(beam=5)))
+    return {"total": total, **seconds, "mtkit": total - sum(seconds.values())}
+
+
+def child(task: dict) -> float | dict[str, float]:
     """One timed run, meant for a process of its own (so no system's allocator or thread settings reach another).
 
     The system is built, warmed up (one update, or eight sentences) and timed once: its seconds.
     """
     set_threads(task["threads"])
     scratch = Path(task["scratch"])
+    if task["kind"] == "ct2_split":
+        return ct2_split(scratch / task["export"], task)
     if task["kind"] == "update":
         update = update_system(task["system"], scratch, task["sources"], task["targets"])
         update()
@@ -185,7 +224,7 @@ def child(task: dict) -> float:
     return timed(lambda: translate(task["sources"]))
 
 
-def child_process(task: dict) -> float:
+def child_process(task: dict) -> float | dict[str, float]:
     """`child(task)` in a fresh process (`python -m benchmarks.opus_mt --child TASK`); its seconds."""
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.opus_mt", "--child", json.dumps(task)],
@@ -246,6 +285,12 @@ def run_benchmark(args: argparse.Namespace) -> dict:
             times = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats, args.run_child)
             result[f"beam{beam}_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
             report(f"beam {beam}, {len(sources)} sentences x {args.cap} tokens", result[f"beam{beam}_seconds"], DECODERS[-1])
+        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2_float32", None)
+        result["ct2_beam5_split_seconds"] = {
+            export: {k: round(v, 3) for k, v in args.run_child({**task, "kind": "ct2_split", "export": export}).items()}
+            for export in ("ct2", "ct2_float32")
+        }
+        report_split(result["ct2_beam5_split_seconds"])
         pairs = {"sources": sources[: args.batch_pairs], "targets": targets[: args.batch_pairs]}
         times = alternate({**task, **pairs, "kind": "update"}, ["mtkit", "transformers"], args.repeats, args.run_child)
         result["update_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
@@ -260,6 +305,16 @@ def main() -> None:
         return
     result = common.measure_and_write(args, tiny_arguments, run_benchmark, args.out)
     print(f"matmul peak {result['matmul_gflops']} GFLOP/s, {result['threads']} threads; written to {args.out}")
+
+
+def report_split(split: dict[str, dict[str, float]]) -> None:
+    print("CTranslate2 beam 5, where the time goes (s): search, scoring of cut hypotheses, mtkit")
+    for export, parts in split.items():
+        name = "int8" if export == "ct2" else "float32"
+        print(
+            f"  {name:<8} total {parts['total']:7.2f}  translate_batch {parts['translate_batch']:7.2f}  "
+            f"score_batch {parts['score_batch']:7.2f}  mtkit {parts['mtkit']:6.2f}"
+        )
 
 
 def report(title: str, seconds: dict[str, float], baseline: str) -> None:
