@@ -20,7 +20,7 @@ endif
 # The demo recipe trains the same model for a fixed 15-minute budget: the whole job stays under 20 minutes.
 DEMO_RECIPE ?= recipes/multi30k/demo.yaml
 
-.PHONY: install browser demo test test-fast recipe lint bench clean
+.PHONY: install browser demo test test-fast recipe student lint bench clean
 
 # Set-up prints one line a step; pip's own output goes to $(INSTALL_LOG).
 INSTALL_LOG ?= /tmp/mtkit-install.log
@@ -53,6 +53,18 @@ recipe: install
 	$(MTKIT) prepare $(RECIPE) $(LOCAL_DATA)
 	$(MTKIT) train $(RECIPE) $(LOCAL_DATA)
 	$(MTKIT) evaluate -m $(RUN) --split test
+
+# Distillation (docs/making-data.md): the teacher (transformer_30m.yaml, 30 minutes) unless its run is there, then
+# the student of recipes/multi30k/student.yaml (the teacher translates the training sources once, in prepare) and
+# the student's CTranslate2 int8 export in runs/multi30k_student_int8.
+TEACHER_RUN := runs/multi30k_transformer_30m
+student: install
+	@test -f $(TEACHER_RUN)/best.pt || $(MAKE) recipe RECIPE=recipes/multi30k/transformer_30m.yaml
+	$(MTKIT) tokenizer train recipes/multi30k/student.yaml
+	$(MTKIT) prepare recipes/multi30k/student.yaml
+	$(MTKIT) train recipes/multi30k/student.yaml
+	$(MTKIT) evaluate -m runs/multi30k_student --split test
+	$(MTKIT) export -m runs/multi30k_student --format ctranslate2 --quantization int8 -o runs/multi30k_student_int8 --force
 
 # The browser test (tests/test_page.py) drives Debian's headless chromium through chromedriver.
 # As root with apt-get, install them when missing; a failed install never fails `make test`
