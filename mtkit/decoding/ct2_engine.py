@@ -108,8 +108,9 @@ class CT2Engine(Engine):
         Cutting is exact for greedy search and sampling: a path does not depend on the cap before it
         reaches it. Beam search keeps a source's result when all its hypotheses ended before the
         source's cap (the search never reached it, so a call at that cap finds the same); the few
-        others go again, one call per cap. Calls per cap for every batch would cut CTranslate2's
-        batches into pieces of a few sentences (with `max_len_a` > 0 each source length has its cap).
+        others go again, one call per cap (with length penalty 0, all sources of a smaller cap).
+        Calls per cap for every batch would cut CTranslate2's batches into pieces of a few
+        sentences (with `max_len_a` > 0 each source length has its cap).
         """
         if not batch.sources:
             return []
@@ -134,14 +135,18 @@ class CT2Engine(Engine):
         prefixes = None
         if batch.prefixes is not None:
             prefixes = [[self._target_pieces[i] for i in batch.prefixes[index]] for index in indices]
-        results = self._translate(sources, prefixes, max(caps), options, model)
+        top = max(caps)
+        results = self._translate(sources, prefixes, top, options, model)
         suppressed = self._emits_never(results, options)  # rare: then again, with those suppressed
         if suppressed:
-            results = self._translate(sources, prefixes, max(caps), options, model, suppress=True)
+            results = self._translate(sources, prefixes, top, options, model, suppress=True)
+        # With length penalty 0, CTranslate2's beam search goes on until its best beam ends, which may be past a
+        # sentence's cap even when every hypothesis it returns is shorter: then every smaller cap goes again.
+        every = _search_alpha(options) == 0.0
         reached = [
             index
             for index, cap, result in zip(indices, caps, results, strict=True)
-            if cap < max(caps) and any(len(pieces) > cap for pieces in result.hypotheses)
+            if cap < top and (every or any(len(pieces) > cap for pieces in result.hypotheses))
         ]
         return self._finish(sources, prefixes, results, caps, options, suppressed), reached
 

@@ -68,16 +68,16 @@ def test_prefixed_outputs_start_with_the_prefix_and_match_pytorch(reverse_pytorc
     assert found[1][0].text.startswith("l l")
 
 
-@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize(("beam", "alpha"), [(1, 1.0), (4, 1.0), (4, 0.0)])
 def test_a_batch_of_many_output_caps_gives_what_each_line_gives_alone(
-    reverse_pytorch, reverse_ct2, valid_lines, monkeypatch, beam
+    reverse_pytorch, reverse_ct2, valid_lines, monkeypatch, beam, alpha
 ):
     """One CTranslate2 call holds sources of different caps (here half a source's length, so most outputs
     are cut): each line gives what it gives alone, at its own cap; greedy also what the PyTorch engine gives."""
     for translator in (reverse_ct2, reverse_pytorch):
         monkeypatch.setattr(translator, "decode", dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=1))
     lines = [*valid_lines, "a b c d e f g h i j k l", "a", "b c"]
-    decoding = Decoding(beam=beam, nbest=min(beam, 2))
+    decoding = Decoding(beam=beam, nbest=min(beam, 2), length_penalty=alpha)
     together = reverse_ct2.translate_nbest(lines, decoding)
     alone = [reverse_ct2.translate_nbest([line], decoding)[0] for line in lines]
     assert [[t.tokens for t in best] for best in together] == [[t.tokens for t in best] for best in alone]
