@@ -53,7 +53,7 @@ def systems(teacher: Path, students: dict[str, Path], workdir: Path) -> list[Sys
     return found
 
 
-def test_pairs(translator: Translator) -> tuple[list[str], list[str]]:
+def split_pairs(translator: Translator) -> tuple[list[str], list[str]]:
     """The sources and references of the test split of the model's recipe."""
     config = translator.config
     if config is None or not config.data.test:
@@ -109,7 +109,7 @@ def measure(args: argparse.Namespace) -> dict:
     students = dict(parse_student(item) for item in args.student)
     with tempfile.TemporaryDirectory() as workdir:
         found = systems(args.teacher, students, Path(workdir))
-        sources, references = test_pairs(found[0].translator)
+        sources, references = split_pairs(found[0].translator)
         take_turns(found, sources, args.rounds)
     table = rows(found, sources, references)
     print_table(table, peak)
