@@ -214,7 +214,8 @@ def _one_side(source: TrainSource, given: str, written: str) -> str | None:
 def _unique_names(data: DataConfig) -> str | None:
     idle = [index for index, source in enumerate(data.train) if source.decode is not None and source.generated_side is None]
     if idle:
-        return f"data.train[{idle[0]}].decode says how a model writes a corpus: give it translate_with or back_translate_with"
+        key = recipe_key(data, "train", idle[0])
+        return f"{key}.decode says how a model writes a corpus: give it translate_with or back_translate_with"
     names = [source.name for source in data.train if source.name is not None]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -222,7 +223,7 @@ def _unique_names(data: DataConfig) -> str | None:
     weighted = [index for index, source in enumerate(data.train) if source.weight != 1.0]
     if data.temperature is not None and weighted:
         return (
-            f"data.temperature sets every corpus's weight from its size, but data.train[{weighted[0]}].weight is "
+            f"data.temperature sets every corpus's weight from its size, but {recipe_key(data, 'train', weighted[0])}.weight is "
             f"{data.train[weighted[0]].weight:g}; give either data.temperature or weights, not both"
         )
     return None
@@ -444,6 +445,12 @@ def direction(config: Config, split: SplitConfig) -> str:
 def target_languages(config: Config) -> list[str]:
     """The languages the model is trained to write (the training corpora's targets), in order of first use."""
     return list(dict.fromkeys(split_languages(config, source)[1] for source in config.data.train))
+
+
+def recipe_key(data: DataConfig, split: str, index: int) -> str:
+    """How the recipe names corpus `index` of `split` (train, valid or test) in messages and job keys:
+    data.train when the split is one corpus, data.train[i] in a list of several."""
+    return f"data.{split}" if len(getattr(data, split)) == 1 else f"data.{split}[{index}]"
 
 
 def corpus_tags(config: Config) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mtkit.config import Config, SplitConfig, corpus_tags, split_languages, tag_languages
+from mtkit.config import Config, SplitConfig, corpus_tags, recipe_key, split_languages, tag_languages
 from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_side, iter_split
 from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import (
@@ -63,7 +63,7 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
     def sentences(sides: tuple[int, ...]) -> Iterator[str]:
         """The training text of `sides` (0: source, 1: target), pair by pair; a synthetic corpus gives its real side."""
         for index, source in enumerate(config.data.train):
-            key = _train_key(config, index)
+            key = recipe_key(config.data, "train", index)
             if source.generated_side is None:
                 yield from (pair[side] for pair in _pairs(config, key, source) for side in sides)
             elif (given := 1 if source.generated_side == "src" else 0) in sides:
@@ -110,7 +110,7 @@ def prepare_corpus(config: Config) -> dict:
         for name, splits in tests.items():
             writer = output.split(name, TRAIN_FEATURES if len(splits) > 1 else FEATURES)
             for index, split in enumerate(splits):
-                key = _split_key(f"data.{name}", splits, index)
+                key = recipe_key(config.data, name, index)
                 tag = source_tag(config, tokenizers, split, key)
                 for chunk in _chunks(_pairs(config, key, split), name):
                     pipeline.put(writer, chunk, corpus=index, tag=tag)
@@ -149,13 +149,13 @@ def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> 
     names = corpus_names(config.data.train)
     reports = [CleanReport() for _ in names]
     for index, source in enumerate(config.data.train):
-        tag = source_tag(config, pipeline.tokenizers, source, _train_key(config, index))
-        for chunk in _chunks(_pairs(config, _train_key(config, index), source), f"train {names[index]}"):
+        key = recipe_key(config.data, "train", index)
+        tag = source_tag(config, pipeline.tokenizers, source, key)
+        for chunk in _chunks(_pairs(config, key, source), f"train {names[index]}"):
             kept = cleaner.clean(chunk, reports[index])
             if kept:
                 pipeline.put(writer, kept, corpus=index, tag=tag)
         if not reports[index].total:
-            key = _train_key(config, index)
             raise MtkitError(f"{key}: the corpus has no sentence pairs; check {key} in the recipe")
     counts = pipeline.finish(writer)
     total = CleanReport.total_of(reports)
@@ -220,13 +220,3 @@ def _pairs(config: Config, key: str, split: SplitConfig) -> Iterator[Pair]:
     normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
     src_lang, tgt_lang = split_languages(config, split)
     return iter_split(split, src_lang, tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
-
-
-def _train_key(config: Config, index: int) -> str:
-    """How the recipe names one training corpus: data.train, or data.train[i] in a list of several."""
-    return _split_key("data.train", config.data.train, index)
-
-
-def _split_key(key: str, splits: list, index: int) -> str:
-    """How the recipe names one split of a list: `key`, or key[i] in a list of several."""
-    return key if len(splits) == 1 else f"{key}[{index}]"

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 
-from mtkit.config import Config
+from mtkit.config import Config, recipe_key
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.distributed import Distributed, barrier, translation_job
@@ -47,7 +47,7 @@ def resolved(config: Config, jobs: list[Job]) -> Config:
     train = list(config.data.train)
     by_key = {job.key: job for job in jobs}
     for index, source in enumerate(train):
-        job = by_key.get("data.train" if len(train) == 1 else f"data.train[{index}]")
+        job = by_key.get(recipe_key(config.data, "train", index))
         if job is not None:
             sides = (
                 {"src": str(job.input), "tgt": str(job.output)}

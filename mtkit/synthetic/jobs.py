@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import Config, SyntheticDecode, TrainSource, split_languages
+from mtkit.config import Config, SyntheticDecode, TrainSource, recipe_key, split_languages
 from mtkit.data.corpora import corpus_names
 from mtkit.decoding.ct2_engine import is_ctranslate2_export
 from mtkit.errors import MtkitError
@@ -59,8 +59,7 @@ def plan_jobs(config: Config) -> list[Job]:
     jobs = []
     for index, source in enumerate(config.data.train):
         if source.generated_side is not None:
-            key = "data.train" if len(config.data.train) == 1 else f"data.train[{index}]"
-            jobs.append(_job(config, source, key, names[index]))
+            jobs.append(_job(config, source, recipe_key(config.data, "train", index), names[index]))
     return jobs
 
 
