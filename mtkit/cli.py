@@ -116,25 +116,10 @@ def _config(recipe: Path, overrides: list[str] | None, init_from: Path | None = 
 def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
-    if config.train.init_from:
-        raise MtkitError(
-            f"{recipe}: train.init_from is set, so the model keeps its parent's tokenizers; "
-            "skip `mtkit tokenizer train` (`mtkit prepare` copies them), or remove train.init_from for a new vocabulary"
-        )
-    from mtkit.data.prepare import train_tokenizers
+    from mtkit.training.run_data import train_run_tokenizers
 
-    for index, source in enumerate(config.data.train):
-        if source.generated_side is not None:  # the model writes it at `mtkit prepare`, with these tokenizers' help
-            given = "tgt" if source.generated_side == "src" else "src"
-            typer.echo(
-                f"data.train[{index}]: its {source.generated_side} is written by a model; the tokenizer learns from its {given}"
-            )
-    pair = train_tokenizers(config)
-    sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
-    typer.echo(
-        f"tokenizer ({config.tokenizer.type}, {'joint' if pair.joint else 'separate'}, vocabulary {sizes}) "
-        f"written to {config.data_path}"
-    )
+    for line in train_run_tokenizers(config, str(recipe)).lines():
+        typer.echo(line)
 
 
 @app.command()
@@ -151,23 +136,10 @@ def prepare(
     (translate_with, back_translate_with) is first written by its model, once: it is cached in the data directory.
     Under `torchrun --nproc_per_node N -m mtkit prepare`, N processes share that translation."""
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
-    if extend_vocab and not config.train.init_from:
-        raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
-    from mtkit.data.corpora import clean_table
-    from mtkit.data.prepare import prepare_corpus
-    from mtkit.synthetic.generate import synthesize
-    from mtkit.training.finetune import inherit_tokenizers
+    from mtkit.training.run_data import prepare_run_data
 
-    if config.train.init_from:
-        tokenizers = inherit_tokenizers(config, extend_vocab)
-        typer.echo(f"the tokenizers of {config.train.init_from} ({tokenizers}) written to {config.data_path}")
-    ready = synthesize(config, device)
-    if ready is None:
-        return  # a torchrun rank other than 0: its share of the synthetic corpora is written
-    report = prepare_corpus(ready)
-    typer.echo(clean_table({corpus["name"]: corpus["clean"] for corpus in report["corpora"]}))
-    typer.echo(f"prepared data written to {config.data_path} (report: {config.data_path / 'prepare_report.json'})")
-    typer.echo(json.dumps(report["splits"], indent=1))
+    for line in prepare_run_data(config, extend_vocab=extend_vocab, device=device).lines():
+        typer.echo(line)
 
 
 @app.command()

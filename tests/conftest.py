@@ -240,9 +240,8 @@ def marian_child(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from marian_builder import build_marian
 
     from mtkit.config import load_config
-    from mtkit.data.prepare import prepare_corpus
     from mtkit.importers.marian import import_marian
-    from mtkit.training.finetune import inherit_tokenizers
+    from mtkit.training.run_data import prepare_run_data
     from mtkit.training.trainer import train
 
     root = tmp_path_factory.mktemp("marian_child")
@@ -263,7 +262,6 @@ def marian_child(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     (root / "child.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     config = load_config(root / "child.yaml")
-    inherit_tokenizers(config)
-    prepare_corpus(config)
+    prepare_run_data(config)
     train(config)
     return root / "child" / "last.pt"  # step 1 (best.pt is the parent, validated as step 0)

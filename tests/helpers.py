@@ -209,16 +209,14 @@ def prepared_reverse_task(directory: Path, **train: object) -> Config:
 
     With `init_from` (a parent run) the parent's tokenizers are used, as `mtkit prepare` does.
     """
-    from mtkit.data.prepare import prepare_corpus, train_tokenizers
-    from mtkit.training.finetune import inherit_tokenizers
+    from mtkit.data.prepare import train_tokenizers
+    from mtkit.training.run_data import prepare_run_data
 
     write_reverse_task(directory / "raw")
     config = reverse_task_config(directory, **train)
-    if config.train.init_from:
-        inherit_tokenizers(config)
-    else:
+    if not config.train.init_from:
         train_tokenizers(config)
-    prepare_corpus(config)
+    prepare_run_data(config)
     return config
 
 

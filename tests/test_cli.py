@@ -11,13 +11,16 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from click.testing import Result
 from helpers import CLI_RECIPE_STEPS, assert_one_line_error, invoke, succeeded
 
+from mtkit.config import Config
 from mtkit.models.checkpoint import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,6 +74,33 @@ def test_prepare_writes_every_split_and_a_report(cli_workspace):
     assert 1400 <= report["splits"]["train"]["pairs"] <= 1500
     assert report["splits"]["valid"]["pairs"] == 60
     assert report["splits"]["test"]["pairs"] == 60
+
+
+def test_prepare_and_tokenizer_train_are_each_one_library_call(tmp_path, monkeypatch):
+    """Each command loads the recipe, calls its one function in `mtkit.training.run_data` and prints what it says."""
+    import mtkit.training.run_data as run_data
+
+    calls = []
+
+    def one_call(name: str) -> Callable[..., SimpleNamespace]:
+        def call(config: Config, *args: object, **options: object) -> SimpleNamespace:
+            calls.append((name, config.name, args, options))
+            return SimpleNamespace(lines=lambda: [f"{name}: done", "and said so"])
+
+        return call
+
+    monkeypatch.setattr(run_data, "prepare_run_data", one_call("prepare"))
+    monkeypatch.setattr(run_data, "train_run_tokenizers", one_call("tokenizer"))
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("name: tiny\n", encoding="utf-8")
+    prepared = succeeded(invoke("prepare", recipe, "--extend-vocab", 40, "--device", "cpu"))
+    assert stdout_lines(prepared) == ["prepare: done", "and said so"]
+    assert stdout_lines(succeeded(invoke("tokenizer", "train", recipe))) == ["tokenizer: done", "and said so"]
+    assert calls == [
+        ("prepare", "tiny", (), {"extend_vocab": 40, "device": "cpu"}),
+        ("tokenizer", "tiny", (str(recipe),), {}),
+    ]
+    assert not (tmp_path / "data").exists()  # nothing but the one call did any work
 
 
 def test_train_writes_a_self_describing_run(cli_workspace, run):

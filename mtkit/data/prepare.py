@@ -28,7 +28,7 @@ from mtkit.data.tokenizer import (
 )
 from mtkit.errors import MtkitError
 
-__all__ = ["extend_tokenizers", "learn_tokenizers", "load_prepared", "prepare_corpus", "save_tokenizers", "train_tokenizers"]
+__all__ = ["learn_tokenizers", "load_prepared", "prepare_corpus", "save_tokenizers", "train_tokenizers"]
 CHUNK_PAIRS = 20_000  # pairs read, cleaned, encoded and written together
 
 
@@ -74,15 +74,6 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
         shared = train(sentences((0, 1)))
         return TokenizerPair(shared, shared)
     return TokenizerPair(train(sentences((0,))), train(sentences((1,)), tags=[], corpora=[]))
-
-
-def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
-    """`--extend-vocab`: the parent's tokenizers plus the pieces of `size`-piece models learnt from the new
-    training data that they lack (one id space stays one: both sides get the pieces of both)."""
-    if size < 8:
-        raise MtkitError(f"--extend-vocab {size}: give the size of the vocabulary to learn from the new data, such as 8000")
-    learned = learn_tokenizers(config, size, parent.joint)  # joint: one model of both sides' text
-    return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
 
 
 def save_tokenizers(tokenizers: TokenizerPair, config: Config) -> None:

@@ -1,9 +1,16 @@
-"""Fine-tuning (`train.init_from`): the parent's tokenizers, a vocabulary grown from new data, and the
-parent's weights loaded into the child's model.
+"""Fine-tuning (`train.init_from`): every rule of what a child takes from its parent, but its recipe's.
 
-The recipe side lives with the other recipe rules: `mtkit.config.inherit_from_parent` fills in the
-parent's `model` and `tokenizer` sections when a recipe is loaded, before anything here runs.
-`mtkit prepare` calls `inherit_tokenizers`; `mtkit train` calls `load_parent` (through the trainer).
+Here: the child keeps its parent's tokenizers (`mtkit tokenizer train` is refused, `mtkit prepare`
+copies them), `--extend-vocab` grows them from the new data, and the parent's weights are loaded
+into the child's model (new vocabulary rows start as the mean of their pieces' rows).
+`mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` calls
+`load_parent` (through the trainer).
+
+Not here: which recipe sections a child inherits and which of their keys it may change
+(`mtkit.config.inherit_from_parent`, `INHERITED_SECTIONS`, `FREE_WHEN_INHERITED`). `load_config`
+applies them while it reads a recipe, and config.py sits below every stage: it may not import this
+module (it needs torch, checkpoints and the data stage), so the recipe side of fine-tuning stays
+with the other recipe rules, where every command that loads a recipe gets it.
 """
 
 from __future__ import annotations
@@ -14,18 +21,31 @@ from typing import Any
 import torch
 
 from mtkit.config import Config
-from mtkit.data.prepare import extend_tokenizers, save_tokenizers
+from mtkit.data.prepare import learn_tokenizers, save_tokenizers
 from mtkit.data.tokenizer import UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_tokenizers, read_checkpoint, tokenizer_payload
 
 
-def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str:
+def refuse_tokenizer_training(config: Config, source: str) -> None:
+    """A fine-tuned model keeps its parent's tokenizers: learning new ones for its recipe (`source`) is an error."""
+    if config.train.init_from:
+        raise MtkitError(
+            f"{source}: train.init_from is set, so the model keeps its parent's tokenizers; "
+            "skip `mtkit tokenizer train` (`mtkit prepare` copies them), or remove train.init_from for a new vocabulary"
+        )
+
+
+def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
     """Write the parent's tokenizers (piece tables too) where `mtkit prepare` reads them, with
     `extend_vocab` > 0 extended by the pieces of a vocabulary of that size learnt from the new data;
-    says what was written, e.g. "vocabulary 8000 + 412 new pieces"."""
-    assert config.train.init_from, "only a fine-tuning recipe inherits tokenizers"
+    says what was written, e.g. "vocabulary 8000 + 412 new pieces". None for a recipe without a
+    parent (its tokenizers are `mtkit tokenizer train`'s), where `extend_vocab` is an error."""
+    if extend_vocab and not config.train.init_from:
+        raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
+    if not config.train.init_from:
+        return None
     parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
     tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
     save_tokenizers(tokenizers, config)
@@ -35,6 +55,15 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str:
     ]
     shown = sizes[:1] if tokenizers.joint else sizes
     return " / ".join(f"vocabulary {size}" + (f" + {grown} new pieces" if grown else "") for size, grown in shown)
+
+
+def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
+    """`--extend-vocab`: the parent's tokenizers plus the pieces of `size`-piece models learnt from the new
+    training data that they lack (one id space stays one: both sides get the pieces of both)."""
+    if size < 8:
+        raise MtkitError(f"--extend-vocab {size}: give the size of the vocabulary to learn from the new data, such as 8000")
+    learned = learn_tokenizers(config, size, parent.joint)  # joint: one model of both sides' text
+    return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
 
 
 def load_parent(
