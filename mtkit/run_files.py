@@ -1,4 +1,5 @@
-"""A run directory's files, each named here once: every module that writes or reads one goes through `RunFiles`.
+"""A run directory's files, each named here once: every module that writes or reads one goes through `RunFiles`,
+which also says which checkpoint `-m RUN` means.
 
     RUN/config.yaml     the resolved recipe (training, `mtkit import`); read by every command given -m RUN
     RUN/last.pt         weights + optimiser, schedule, RNG and progress: what `--resume` continues from
@@ -13,18 +14,22 @@
     RUN/train.lock      held by the one training that writes the directory
     RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
 
-Which checkpoint `-m RUN` means is decided in `mtkit.models.checkpoint.resolve_checkpoint`.
+Which checkpoint `-m RUN` means is decided here (`RunFiles.chosen_weights`, `checkpoint_file`); the
+validation BLEU it compares is read from the checkpoints by `mtkit.models.checkpoint.resolve_checkpoint`,
+and a training writes the directory through `mtkit.training.run_writer.RunWriter`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mtkit.errors import MtkitError
 from mtkit.textio import write_file
 
 
@@ -101,6 +106,24 @@ class RunFiles:
         named = [self.last, self.best, self.ema, self.average, self.log, self.curves]
         return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
 
+    def chosen_weights(self, validated_bleu: Callable[[Path], float | None]) -> Path:
+        """Which checkpoint `-m RUN` means: its best-validated final weights. best.pt, or ema.pt (train.ema) or
+        average.pt (train.average_last) where their validation BLEU is at least as high (a tie goes to an
+        average); last.pt when nothing was validated. `validated_bleu(path)` is the BLEU a checkpoint records
+        (None: not validated as it is)."""
+        if not self.best.is_file():
+            if self.last.is_file():
+                return self.last
+            raise MtkitError(
+                f"{self.path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first"
+            )
+        chosen, top = self.best, validated_bleu(self.best)
+        for path in (self.ema, self.average):
+            bleu = validated_bleu(path) if path.is_file() else None
+            if bleu is not None and bleu >= top:
+                chosen, top = path, bleu
+        return chosen
+
     def write_config(self, recipe: dict[str, Any]) -> None:
         """config.yaml: a resolved recipe in its plain-data form (`mtkit.config.config_to_dict`), atomically."""
         write_file(self.config, yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
@@ -115,3 +138,12 @@ class RunFiles:
     def write_scores(self, scores: dict[str, Any]) -> None:
         """scores.json, atomically."""
         write_file(self.scores, json.dumps(scores, indent=1) + "\n")
+
+
+def checkpoint_file(path: Path, validated_bleu: Callable[[Path], float | None]) -> Path:
+    """Which file `-m PATH` means: a run directory's chosen weights (`RunFiles.chosen_weights`); a file as it is."""
+    if path.is_dir():
+        return RunFiles(path).chosen_weights(validated_bleu)
+    if not path.is_file():
+        raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
+    return path

@@ -5,7 +5,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from mtkit.run_files import RunFiles
+import pytest
+
+from mtkit.errors import MtkitError
+from mtkit.run_files import RunFiles, checkpoint_file
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
 NAMES = {"config.yaml", "last.pt", "best.pt", "ema.pt", "average.pt", "log.jsonl", "curves.png", "scores.json", "train.lock"}
@@ -59,3 +62,31 @@ def test_scores_round_trip_and_an_unreadable_file_counts_as_none(tmp_path):
     assert files.read_scores() == {"test": {"BLEU": 37.1}}
     files.scores.write_text("{not json")
     assert files.read_scores() is None
+
+
+def test_a_run_directory_means_its_best_validated_final_weights(tmp_path):
+    files, bleu = RunFiles(tmp_path), {}
+    with pytest.raises(MtkitError, match=r"no best.pt or last.pt in this run directory; train a model"):
+        files.chosen_weights(bleu.get)
+    files.last.write_text("x")
+    assert files.chosen_weights(bleu.get) == files.last  # nothing validated yet
+    files.best.write_text("x")
+    bleu[files.best] = 30.0
+    for path in (files.ema, files.average):
+        path.write_text("x")
+    assert files.chosen_weights(bleu.get) == files.best  # an EMA and an average not validated yet (no BLEU)
+    bleu[files.ema] = 30.0
+    assert files.chosen_weights(bleu.get) == files.ema  # a tie goes to an average
+    bleu[files.average] = 30.0
+    assert files.chosen_weights(bleu.get) == files.average
+    bleu[files.ema] = 31.0
+    assert files.chosen_weights(bleu.get) == files.ema
+
+
+def test_a_checkpoint_file_means_itself(tmp_path):
+    (tmp_path / "run").mkdir()
+    RunFiles(tmp_path / "run").last.write_text("x")
+    assert checkpoint_file(tmp_path / "run", {}.get) == RunFiles(tmp_path / "run").last
+    assert checkpoint_file(RunFiles(tmp_path / "run").last, {}.get) == RunFiles(tmp_path / "run").last
+    with pytest.raises(MtkitError, match="no such run directory or checkpoint"):
+        checkpoint_file(tmp_path / "nowhere", {}.get)

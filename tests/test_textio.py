@@ -15,7 +15,7 @@ from mtkit.evaluation.metrics import score_corpus
 from mtkit.evaluation.report import save_scores
 from mtkit.models.checkpoint import save_checkpoint
 from mtkit.textio import atomic_file, atomic_output, write_file, write_lines
-from mtkit.training.run_dir import RunDir
+from mtkit.training.run_writer import RunWriter
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def mode(path: Path) -> int:
 def test_a_checkpoint_an_output_a_config_and_a_report_are_0644_with_no_temporary_file_left(tmp_path, umask_022):
     save_checkpoint({"weights": torch.zeros(2)}, tmp_path / "run" / "best.pt")
     write_lines(["eine Zeile", "two\nlines"], tmp_path / "out.txt")
-    run_dir = RunDir(tmp_path / "run", overwrite=True)
+    run_dir = RunWriter(tmp_path / "run", overwrite=True)
     run_dir.write_config(Config(name="umask"))
     run_dir.close()
     save_scores(tmp_path / "run", "test", score_corpus(["a b c"], [["a b c"]]))

@@ -1,4 +1,4 @@
-"""Self-describing run directories: atomic checkpoint writes and safe loading.
+"""Self-describing checkpoints: atomic writes and safe loading (which file `-m RUN` means: `mtkit.run_files`).
 
 A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
 position, so `mtkit translate -m RUN_DIR` needs nothing else. `last.pt` also holds the optimiser
@@ -19,7 +19,7 @@ from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
-from mtkit.run_files import RunFiles
+from mtkit.run_files import RunFiles, checkpoint_file
 from mtkit.textio import atomic_file
 
 FORMAT = "mtkit-checkpoint-1"
@@ -61,19 +61,16 @@ def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A run directory means its best-validated final checkpoint: best.pt, or average.pt
-    (`train.average_last`) or ema.pt (`train.ema`) where their validation BLEU is at least as high;
-    last.pt when nothing was validated. A file is taken as it is."""
-    if path.is_dir():
-        chosen = _best_validated(path)
-        if chosen is not None:
-            return chosen
-        if RunFiles(path).last.is_file():
-            return RunFiles(path).last
-        raise MtkitError(f"{path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first")
-    if not path.is_file():
-        raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
-    return path
+    """The checkpoint file `-m path` means: a file as it is; of a run directory, the weights
+    `RunFiles.chosen_weights` chooses (its best-validated final checkpoint), by the BLEU read here."""
+    return checkpoint_file(path, validated_bleu)
+
+
+def validated_bleu(path: Path) -> float | None:
+    """The validation BLEU a run's checkpoint records: best.pt the best of its run; an end-of-training
+    average.pt or ema.pt its own (None until the end of training has validated it)."""
+    payload = read_checkpoint(path)
+    return payload["progress"]["best_bleu"] if path == RunFiles.of(path).best else payload.get("valid_bleu")
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
@@ -91,20 +88,6 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise MtkitError(f"{path}: not an mtkit checkpoint (missing format marker {FORMAT!r})")
     return payload
-
-
-def _best_validated(run_dir: Path) -> Path | None:
-    """best.pt, or the end-of-training average.pt or ema.pt that validated at least as well (a tie goes to an average)."""
-    files = RunFiles(run_dir)
-    chosen = files.best
-    if not chosen.is_file():
-        return None
-    top = read_checkpoint(chosen)["progress"]["best_bleu"]
-    for path in (files.ema, files.average):
-        bleu = read_checkpoint(path).get("valid_bleu") if path.is_file() else None
-        if bleu is not None and bleu >= top:
-            chosen, top = path, bleu
-    return chosen
 
 
 def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:

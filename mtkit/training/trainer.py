@@ -1,7 +1,7 @@
 """The training loop: label-smoothed teacher forcing, Adam with a warmup-and-decay schedule (`mtkit.training.schedule`),
 token-budget batches, early stopping, exact resume, an EMA of the weights and torchrun (DDP).
 
-`train()` puts the pieces together: `setup_process`, the run directory (`mtkit.training.run_dir`), a
+`train()` puts the pieces together: `setup_process`, the run directory (`mtkit.training.run_writer`), a
 `Trainer` (model, optimiser, schedule and loop) and, at each validation, `mtkit.training.validation`.
 """
 
@@ -57,7 +57,7 @@ from mtkit.runtime import (
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
-from mtkit.training.run_dir import Checkpoint, RunDir
+from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.step import BatchAhead, Levers, TeacherForcing
 from mtkit.training.validation import check_valid_sets, validate
@@ -149,7 +149,7 @@ class LossWindow:
         self.loss += loss_sum
         self.tokens += tokens
 
-    def log(self, run_dir: RunDir | None, progress: Progress, lr: float, bar: tqdm) -> None:
+    def log(self, run_dir: RunWriter | None, progress: Progress, lr: float, bar: tqdm) -> None:
         """Write the window's record to log.jsonl and the progress bar (with a run directory), then start a new one."""
         if run_dir is not None:
             record = self.record(progress, lr)
@@ -177,7 +177,7 @@ class Trainer:
     """
 
     def __init__(
-        self, config: Config, device: torch.device, dist: Distributed | None = None, run_dir: RunDir | None = None
+        self, config: Config, device: torch.device, dist: Distributed | None = None, run_dir: RunWriter | None = None
     ) -> None:
         self.config, self.train_config = config, config.train
         self.device, self.dist, self.run_dir = device, dist or Distributed(), run_dir
@@ -274,7 +274,7 @@ class Trainer:
             self._add_elapsed()
             self._take_due_snapshots()  # a validation after the last update may have run the time out
             bar.close()
-            never_saved = self.run_dir is not None and not self.run_dir.last.is_file()
+            never_saved = self.run_dir is not None and not self.run_dir.files.last.is_file()
             if progress.step > last_validated or broadcast_from_main([never_saved], self.dist)[0]:
                 self.validate_and_save()
         return progress
@@ -388,7 +388,7 @@ class Trainer:
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
             self.run_dir.snapshot(self.checkpoint(), label)
-            _say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.snapshot_path(label)}")
+            _say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.files.snapshot(label)}")
 
     def validate_final_weights(self) -> None:
         """At the end of training: average.pt (`train.average_last`, the mean of the last kept checkpoints)
@@ -417,7 +417,7 @@ class Trainer:
         _say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
 
 
-def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
+def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> None:
     """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model."""
     if run_dir is None:
         return
@@ -453,12 +453,12 @@ class PlainProgress:
         self.last = time.monotonic()
 
 
-def pending_snapshots(snapshots: str, run_dir: RunDir | None) -> list[tuple[float, str]]:
+def pending_snapshots(snapshots: str, run_dir: RunWriter | None) -> list[tuple[float, str]]:
     """(seconds, label) of each `train.snapshots` time not yet written, soonest first; none without a run dir."""
     labels = [label.strip() for label in snapshots.split(",") if label.strip()]
     if run_dir is None:
         return []
-    due = [(parse_duration(label) or 0.0, label) for label in labels if not run_dir.snapshot_path(label).is_file()]
+    due = [(parse_duration(label) or 0.0, label) for label in labels if not run_dir.files.snapshot(label).is_file()]
     return sorted(due)
 
 
@@ -488,7 +488,7 @@ def _call_on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
     """Train the recipe's model into its run directory (`resume`: continue from last.pt; `overwrite`: start again)."""
     dist, device = setup_process(config.train)
-    run_dir = RunDir(config.run_path, resume, overwrite, config.train.tensorboard) if dist.is_main else None  # rank 0 owns it
+    run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if dist.is_main else None  # rank 0 owns it
     barrier(dist)
     trainer = Trainer(config, device, dist, run_dir)
     if resume:

@@ -77,7 +77,7 @@ def test_training_draws_curves_and_writes_tensorboard_events(tmp_path):
 def test_tensorboard_without_its_package_is_one_clear_error_before_anything_is_written(tmp_path, monkeypatch):
     import builtins
 
-    from mtkit.training.run_dir import RunDir
+    from mtkit.training.run_writer import RunWriter
 
     real_import = builtins.__import__
 
@@ -88,7 +88,7 @@ def test_tensorboard_without_its_package_is_one_clear_error_before_anything_is_w
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     with pytest.raises(MtkitError, match=r"pip install 'mtkit\[tensorboard\]'"):
-        RunDir(tmp_path / "run", tensorboard=True)
+        RunWriter(tmp_path / "run", tensorboard=True)
     assert not (tmp_path / "run").exists()
 
 

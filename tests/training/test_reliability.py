@@ -16,13 +16,13 @@ import torch
 import yaml
 from helpers import prepared_reverse_task
 
-import mtkit.training.run_dir
+import mtkit.training.run_writer
 import mtkit.training.step
 import mtkit.training.trainer
 from mtkit.config import config_to_dict
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint
-from mtkit.training.run_dir import RunDir, lock_run_dir
+from mtkit.training.run_writer import RunWriter, lock_run_dir
 from mtkit.training.trainer import Trainer, setup_process, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_sca
     config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
     config.train.max_nonfinite = 40
     dist, device = setup_process(config.train)
-    trainer = Trainer(config, device, dist, RunDir(config.run_path))
+    trainer = Trainer(config, device, dist, RunWriter(config.run_path))
     assert trainer.scaler.is_enabled()
     progress = trainer.run()
 
@@ -202,7 +202,7 @@ def test_a_full_disk_during_training_is_reported_and_keeps_the_last_checkpoint(t
     def disk_full(payload, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mtkit.training.run_dir, "save_checkpoint", disk_full)
+    monkeypatch.setattr(mtkit.training.run_writer, "save_checkpoint", disk_full)
     config.train.max_steps = 20
     with pytest.raises(MtkitError, match="No space left on device.*previous checkpoints are intact"):
         train(config, resume=True)

@@ -19,7 +19,7 @@ from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
 from mtkit.training.loss import fused_sequence_loss, sequence_loss
-from mtkit.training.run_dir import RunDir
+from mtkit.training.run_writer import RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.step import Levers
 from mtkit.training.trainer import PlainProgress, Trainer, build_optimizer, setup_process, train
@@ -274,7 +274,7 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
         config.train.compile = "true" if compiled else "false"
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
         dist, device = setup_process(config.train)
-        trainer = Trainer(config, device, dist, RunDir(config.run_path))
+        trainer = Trainer(config, device, dist, RunWriter(config.run_path))
         epoch = trainer.epoch()
         batch = epoch.ids.collate(epoch.batches[0])
         loss = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)  # eager: sequence_loss

@@ -1,4 +1,4 @@
-"""The run directory: its lock, the refuse / overwrite / resume rules, checkpoint writing and rotation, the log."""
+"""RunWriter, a training's hold on its run directory: the lock, refuse / overwrite / resume, checkpoints, the log."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
-import mtkit.training.run_dir
+import mtkit.training.run_writer
 from mtkit.config import config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint
-from mtkit.training.run_dir import Checkpoint, RunDir, lock_run_dir
+from mtkit.training.run_writer import Checkpoint, RunWriter, lock_run_dir
 
 RUN_FILES = ["average.pt", "best.pt", "ema.pt", "last.pt", "log.jsonl", "step_00000010.pt"]
 
@@ -39,7 +39,7 @@ def test_a_second_training_cannot_write_the_same_run_directory(tmp_path):
         with pytest.raises(MtkitError, match="another training"):
             lock_run_dir(tmp_path)
         with pytest.raises(MtkitError, match="another training"):
-            RunDir(tmp_path)
+            RunWriter(tmp_path)
     finally:
         held.close()
     lock_run_dir(tmp_path).close()  # free again once the first one is gone
@@ -48,24 +48,24 @@ def test_a_second_training_cannot_write_the_same_run_directory(tmp_path):
 def test_an_existing_run_is_refused_without_resume_or_overwrite_and_the_lock_is_released(tmp_path):
     (tmp_path / "last.pt").write_bytes(b"")
     with pytest.raises(MtkitError, match="--resume to continue it, --overwrite to start again"):
-        RunDir(tmp_path)
-    RunDir(tmp_path, resume=True).close()  # the refused attempt holds no lock
+        RunWriter(tmp_path)
+    RunWriter(tmp_path, resume=True).close()  # the refused attempt holds no lock
 
 
 def test_resume_without_last_pt_is_a_clear_error(tmp_path):
     with pytest.raises(MtkitError, match="nothing to resume"):
-        RunDir(tmp_path / "new", resume=True)
+        RunWriter(tmp_path / "new", resume=True)
 
 
 def test_overwrite_deletes_the_previous_run_and_nothing_else(tmp_path):
     for name in [*RUN_FILES, "notes.txt", "config.yaml"]:
         (tmp_path / name).write_text("old")
-    RunDir(tmp_path, overwrite=True).close()
+    RunWriter(tmp_path, overwrite=True).close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "notes.txt", "train.lock"]
 
 
 def test_save_writes_best_step_ema_and_last_and_keeps_the_newest_steps(tmp_path):
-    run_dir = RunDir(tmp_path)
+    run_dir = RunWriter(tmp_path)
     for step in (10, 20, 30):
         run_dir.save(checkpoint(step, ema=True), best=step == 20, keep=2)
     written = sorted(p.name for p in tmp_path.glob("*.pt"))
@@ -79,7 +79,7 @@ def test_save_writes_best_step_ema_and_last_and_keeps_the_newest_steps(tmp_path)
 
 
 def test_save_without_keep_or_ema_writes_only_last(tmp_path):
-    RunDir(tmp_path).save(checkpoint(5), best=False, keep=0)
+    RunWriter(tmp_path).save(checkpoint(5), best=False, keep=0)
     assert [p.name for p in tmp_path.glob("*.pt")] == ["last.pt"]
 
 
@@ -87,14 +87,14 @@ def test_a_failed_write_is_one_line_that_says_the_previous_checkpoints_are_intac
     def disk_full(payload, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mtkit.training.run_dir, "save_checkpoint", disk_full)
+    monkeypatch.setattr(mtkit.training.run_writer, "save_checkpoint", disk_full)
     with pytest.raises(MtkitError, match="No space left on device.*previous checkpoints are intact") as error:
-        RunDir(tmp_path).save(checkpoint(5), best=True, keep=0)
+        RunWriter(tmp_path).save(checkpoint(5), best=True, keep=0)
     assert "\n" not in str(error.value) and error.value.__cause__ is None
 
 
 def test_config_and_log_records_are_written(tmp_path):
-    run_dir = RunDir(tmp_path)
+    run_dir = RunWriter(tmp_path)
     config = config_from_dict({"train": {"max_steps": 7}})
     run_dir.write_config(config)
     run_dir.append_log({"step": 1, "train_loss": 2.5})

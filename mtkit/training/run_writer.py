@@ -1,7 +1,9 @@
-"""The run directory of one training: its lock, the refuse / overwrite / resume rules, config.yaml,
-atomic checkpoint writes (best, last, ema and rotated step_*.pt) and the log.jsonl records.
+"""A training's hold on its run directory: the lock, the refuse / overwrite / resume rules, and every
+write a training makes there (config.yaml, atomic checkpoint writes of best, last, ema and rotated
+step_*.pt, snapshots, the log.jsonl records, the curves).
 
-Only one process writes it: the single training process, or rank 0 under torchrun.
+Only one process writes it: the single training process, or rank 0 under torchrun. The files' names
+and which checkpoint `-m RUN` means belong to `mtkit.run_files.RunFiles`.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ class Checkpoint:
     ema_weights: dict[str, torch.Tensor] | None = None
 
 
-class RunDir:
-    """A locked run directory, checked against `resume` and `overwrite` when opened."""
+class RunWriter:
+    """A training's hold on a run directory: locked, and checked against `resume` and `overwrite`, when opened."""
 
     def __init__(self, path: Path, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
         """Create and lock `path`; refuse a run that is there without `resume` or `overwrite`, or resume nothing.
@@ -57,9 +59,9 @@ class RunDir:
         self._events = writer(str(self.files.tensorboard)) if writer is not None else None
 
     def _check(self, resume: bool, overwrite: bool) -> None:
-        if resume and not self.last.is_file():
+        if resume and not self.files.last.is_file():
             raise MtkitError(f"{self.path}: nothing to resume (no last.pt); drop --resume to start a new run")
-        if not resume and self.last.is_file():
+        if not resume and self.files.last.is_file():
             if not overwrite:
                 raise MtkitError(
                     f"{self.path} already holds a run; use --resume to continue it, "
@@ -74,11 +76,6 @@ class RunDir:
         if self._events is not None:
             self._events.close()
         self._lock.close()
-
-    @property
-    def last(self) -> Path:
-        """last.pt: the checkpoint `--resume` continues from."""
-        return self.files.last
 
     def write_config(self, config: Config) -> None:
         """config.yaml: the resolved recipe of this run."""
@@ -124,20 +121,16 @@ class RunDir:
                 old.unlink()
         if checkpoint.ema_weights is not None:
             save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.files.ema)
-        save_checkpoint({**weights, **checkpoint.training_state}, self.last)
-
-    def snapshot_path(self, label: str) -> Path:
-        """RUN/at_<label>.pt: the weights once training had run `label` (a duration such as 15m)."""
-        return self.files.snapshot(label)
+        save_checkpoint({**weights, **checkpoint.training_state}, self.files.last)
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
         payload = checkpoint_payload(config, tokenizers, checkpoint.weights, progress=checkpoint.progress, step=step)
         try:
-            save_checkpoint(payload, self.snapshot_path(label))
+            save_checkpoint(payload, self.files.snapshot(label))
         except OSError as err:
-            raise MtkitError(f"{self.snapshot_path(label)}: could not write the snapshot ({err.strerror or err})") from None
+            raise MtkitError(f"{self.files.snapshot(label)}: could not write the snapshot ({err.strerror or err})") from None
 
 
 def lock_run_dir(run_dir: Path) -> IO[str]:
