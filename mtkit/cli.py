@@ -161,7 +161,7 @@ def prepare(
     if config.train.init_from:
         tokenizers = inherit_tokenizers(config, extend_vocab)
         typer.echo(f"the tokenizers of {config.train.init_from} ({tokenizers}) written to {config.data_path}")
-    ready = synthesize(config, device)
+    ready = synthesize(config, device, fast_paths=True)
     if ready is None:
         return  # a torchrun rank other than 0: its share of the synthetic corpora is written
     report = prepare_corpus(ready)
@@ -233,7 +233,7 @@ def translate(
         plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
     )  # fmt: skip
     with translation_job(resolve_device(device)) as (job, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device)), options, job)
+        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, job)
 
 
 @app.command()
@@ -254,7 +254,7 @@ def score(
     from mtkit.decoding.translator import Translator
     from mtkit.runtime import resolve_device
 
-    translator = Translator.load(model, engine, str(resolve_device(device)))
+    translator = Translator.load(model, engine, str(resolve_device(device)), fast_paths=True)
     truncated = score_files(translator, src, tgt, output, as_json, tgt_lang)
     if truncated:
         typer.echo(
@@ -366,7 +366,7 @@ def evaluate(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
         output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
-        tgt_lang=tgt_lang, off_target=off_target,
+        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True,
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
