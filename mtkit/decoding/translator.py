@@ -51,6 +51,7 @@ from mtkit.textio import model_text
 
 LineConstraints = Sequence[str | Sequence[str] | Term]  # one line's constraints
 TermLists = Sequence[LineConstraints] | None  # per line: the terms each translation must contain
+ModelPaths = Path | str | Sequence[Path | str]  # one model, or several for an ensemble
 
 
 @dataclass
@@ -97,21 +98,14 @@ class Translator:
 
     @classmethod
     def load(
-        cls,
-        path: Path | str | Sequence[Path | str],
-        engine: EngineName | str = EngineName.AUTO,
-        device: str = "auto",
-        *,
-        fast_paths: bool = False,
+        cls, path: ModelPaths, engine: EngineName | str = EngineName.AUTO, device: str = "auto", *, fast_paths: bool = False
     ) -> Translator:
         """A run directory (its best.pt, else last.pt), a checkpoint file, or an `mtkit export` directory.
 
         Several paths make an ensemble (PyTorch engine): the models' next-token log-probabilities are
         averaged at every step, and the first model's tokenizers, recipe and decoding defaults are used.
-        fast_paths: apply the CPU fast paths to a loaded checkpoint (`mtkit.runtime.fast_paths_enabled`:
-        freed memory kept in the process, a process-wide allocator setting, and the loaded model's large
-        linears packed for oneDNN), unless MTKIT_FAST_PATHS=0. Front ends that own their process ask
-        for them; the default changes nothing outside the loaded model.
+        fast_paths: keep freed memory in the process (glibc, process-wide) and pack the loaded model's large linears
+        (`runtime.fast_paths_enabled`; MTKIT_FAST_PATHS=0 wins); without them nothing outside the loaded model changes.
         """
         paths, engine = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)], EngineName(engine)
         exported = [p for p in paths if is_ctranslate2_export(p)]
