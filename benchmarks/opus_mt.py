@@ -122,7 +122,10 @@ def decoding_system(name: str, scratch: Path, cap: int, beam: int) -> Callable[[
                     hf_model.generate(**batch, num_beams=beam, max_new_tokens=cap + 1, do_sample=False)
 
         return transformers_generate
-    translator = Translator.load(scratch / "run") if name == "mtkit pytorch" else Translator.over(load_export(scratch / "ct2"))
+    if name == "mtkit pytorch":
+        translator = Translator.load(scratch / "run", fast_paths=True)
+    else:
+        translator = Translator.over(load_export(scratch / "ct2"))
     translator.decode = dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=cap)
     return lambda sources: translator.translate_nbest(sources, Decoding(beam=beam))
 
@@ -154,7 +157,7 @@ def update_system(name: str, scratch: Path, sources: list[str], targets: list[st
             hf_optimizer.zero_grad(set_to_none=True)
 
         return transformers_update
-    translator = Translator.load(scratch / "run")
+    translator = Translator.load(scratch / "run", fast_paths=True)
     mt_model = translator.engine.model.train()
     mt_optimizer = torch.optim.Adam(mt_model.parameters(), lr=1e-5)
     src_ids = [translator.tokenizers.src.encode(s) + [3] for s in sources]

@@ -2,7 +2,7 @@
 
     python -m benchmarks.packed --model RUN_DIR [--sentences 500] [--rounds 3] [--lang de] [--cap 0] [--out FILE] [--smoke]
 
-Loads the run twice: as `Translator.load` gives it (large weights laid out once for oneDNN,
+Loads the run twice: as `Translator.load(..., fast_paths=True)` gives it (large weights laid out once for oneDNN,
 `mtkit/models/packed.py`) and with those layers turned back into plain `nn.Linear`. Both translate
 the same Multi30k test2016 sentences (German unless --lang) at beam 5 and greedy, A B A B after one untimed round;
 prints the seconds, the median ratio and how many outputs are identical, with the matmul peak of
@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 def translators(run: Path, cap: int) -> dict[str, Translator]:
     """The run as loaded (packed) and the same run with its packed layers made plain again."""
-    loaded = {"packed": Translator.load(run), "plain": Translator.load(run)}
+    loaded = {"packed": Translator.load(run, fast_paths=True), "plain": Translator.load(run, fast_paths=True)}
     for module in loaded["plain"].engine.model.modules():
         if isinstance(module, PackedLinear):
             module.__class__ = nn.Linear

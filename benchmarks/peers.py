@@ -411,7 +411,7 @@ def mtkit_decoding(config: Config, model: Path, max_len: int) -> dict:
     """speed.py's decoding of the test split, with the recipe's decode settings and the fixed output cap."""
     from mtkit.decoding.translator import Translator
 
-    translator = Translator.load(model, device="cpu")
+    translator = Translator.load(model, device="cpu", fast_paths=True)
     translator.decode = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=max_len)
     return {"model": str(model), **speed.decode_split(config, translator)}
 

@@ -229,7 +229,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "machine": common.machine_facts(),
         "matmul_gflop_per_s": common.matmul_gflop_per_s(smoke=args.smoke),
     }
-    translator = Translator.load(args.model, device="cpu")
+    translator = Translator.load(args.model, device="cpu", fast_paths=True)
     translator.translate(sentences[:WARMUP_SENTENCES])  # warm-up, not timed
     before, reference = offline_rate(translator, sentences)
     levels = serve_levels(args, sentences, reference)

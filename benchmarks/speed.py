@@ -180,7 +180,7 @@ def profile_split(timed: TimedTraining, updates: int) -> dict:
 def load_engine(engine: str, model_dir: Path, device: str, workdir: Path) -> Translator:
     """pytorch, ctranslate2 (float32) or ctranslate2-int8; exports go to `workdir` (not timed)."""
     if engine == "pytorch":
-        return Translator.load(model_dir, device=device)
+        return Translator.load(model_dir, device=device, fast_paths=True)
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None

@@ -170,7 +170,7 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     """The n-gram set, then the glossary set, each A B A, with the matmul peak before and after."""
-    translator = Translator.load(args.model)
+    translator = Translator.load(args.model, fast_paths=True)
     sources = read(args.data / "test_2016_flickr.de.gz")[: args.sentences]
     references = read(args.data / "test_2016_flickr.en.gz")[: args.sentences]
     translator.translate(sources[:16], beam=args.beam)  # warm-up

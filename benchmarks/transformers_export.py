@@ -78,7 +78,7 @@ def beam5(tokenizer, model, sources: list[str]) -> list[str]:  # noqa: ANN001
 def run_benchmark(args: argparse.Namespace) -> dict:
     sources = common.first_lines(args.data / f"test_2016_flickr.{args.lang}.gz", args.sentences)
     references = common.first_lines(args.data / f"test_2016_flickr.{TARGET[args.lang]}.gz", args.sentences)
-    translator = Translator.load([args.model])
+    translator = Translator.load([args.model], fast_paths=True)
     with tempfile.TemporaryDirectory(prefix="mtkit-hf-") as scratch:
         folder = export_transformers(args.model, Path(scratch) / "export")
         form = "remote-code" if (folder / "modeling_mtkit.py").is_file() else "marian"

@@ -138,7 +138,7 @@ def prepare(
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
     from mtkit.training.run_data import prepare_run_data
 
-    for line in prepare_run_data(config, extend_vocab=extend_vocab, device=device).lines():
+    for line in prepare_run_data(config, extend_vocab=extend_vocab, device=device, fast_paths=True).lines():
         typer.echo(line)
 
 
@@ -205,7 +205,7 @@ def translate(
         plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
     )  # fmt: skip
     with translation_job(resolve_device(device)) as (job, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device)), options, job)
+        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, job)
 
 
 @app.command()
@@ -226,7 +226,7 @@ def score(
     from mtkit.decoding.translator import Translator
     from mtkit.runtime import resolve_device
 
-    translator = Translator.load(model, engine, str(resolve_device(device)))
+    translator = Translator.load(model, engine, str(resolve_device(device)), fast_paths=True)
     truncated = score_files(translator, src, tgt, output, as_json, tgt_lang)
     if truncated:
         typer.echo(
@@ -338,7 +338,7 @@ def evaluate(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
         output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
-        tgt_lang=tgt_lang, off_target=off_target,
+        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True,
     )  # fmt: skip
     report = run_evaluation(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

@@ -1,4 +1,10 @@
-"""Where and how tensors are computed: device choice, CPU threads, mixed precision, seeding."""
+"""Where and how tensors are computed: device choice, CPU threads, mixed precision, seeding.
+
+The one place for process-wide settings (threads, the allocator, TF32, cuDNN flags, signal
+handlers): front ends (the CLI commands, the server, the benchmarks) call these functions; the
+library's `train()` calls them for its own run and says so. Loading a model changes none of them
+unless the caller asks for the fast paths (`Translator.load(..., fast_paths=True)`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,10 @@ import contextlib
 import ctypes
 import os
 import random
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,17 +45,26 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads or cpu_cores())
 
 
+def set_threads_per_worker(workers: int) -> None:
+    """Give each of `workers` decoding threads its share of the cores: torch's threads are cores // workers.
+
+    torch's intra-op threads are process-wide; workers that each used all cores would wait for each other.
+    """
+    torch.set_num_threads(max(1, cpu_cores() // max(1, workers)))
+
+
 FAST_PATHS_VARIABLE = "MTKIT_FAST_PATHS"
 
 
 def fast_paths_enabled() -> bool:
-    """Whether mtkit applies its CPU fast paths; `MTKIT_FAST_PATHS=0` turns them all off.
+    """Whether mtkit may apply its CPU fast paths where they are asked for; `MTKIT_FAST_PATHS=0` turns them all off.
 
     They are: `retain_freed_memory` (process-wide, glibc's allocator) when training on CPU or loading
-    a model to translate, and `mtkit.models.packed.pack_linears` (the loaded model's large linears,
-    private oneDNN ops) when loading a model to translate. Both are on by default and measured in
-    docs/performance.md; turn them off to debug, or when mtkit runs inside another program whose
-    allocator settings it should not change.
+    a model with `fast_paths=True`, and `mtkit.models.packed.pack_linears` (the loaded model's large
+    linears, private oneDNN ops) when loading a model with `fast_paths=True`. The front ends ask for
+    them (the CLI, the server, the benchmarks; measured in docs/performance.md); a library call that
+    does not ask leaves the process as it is. The variable wins over the argument: set it to 0 to
+    debug, or when mtkit runs inside another program whose allocator settings it should not change.
     """
     value = os.environ.get(FAST_PATHS_VARIABLE, "1").strip()
     if value not in ("0", "1", ""):
@@ -72,6 +90,18 @@ def retain_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_max = -1, -4  # from glibc's malloc.h
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+@contextlib.contextmanager
+def stop_signals_call(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Within the block, SIGINT (Ctrl-C) and SIGTERM call `handler` instead of their usual action;
+    the handlers installed before are put back on leaving it (a process-wide setting, main thread only)."""
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, former in previous.items():
+            signal.signal(signum, former)
 
 
 def enable_tf32(device: torch.device) -> None:

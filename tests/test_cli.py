@@ -97,7 +97,7 @@ def test_prepare_and_tokenizer_train_are_each_one_library_call(tmp_path, monkeyp
     assert stdout_lines(prepared) == ["prepare: done", "and said so"]
     assert stdout_lines(succeeded(invoke("tokenizer", "train", recipe))) == ["tokenizer: done", "and said so"]
     assert calls == [
-        ("prepare", "tiny", (), {"extend_vocab": 40, "device": "cpu"}),
+        ("prepare", "tiny", (), {"extend_vocab": 40, "device": "cpu", "fast_paths": True}),
         ("tokenizer", "tiny", (str(recipe),), {}),
     ]
     assert not (tmp_path / "data").exists()  # nothing but the one call did any work

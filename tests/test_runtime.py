@@ -99,3 +99,31 @@ def test_mtkit_fast_paths_takes_0_or_1_and_names_a_bad_value(monkeypatch):
     monkeypatch.setenv("MTKIT_FAST_PATHS", "off")
     with pytest.raises(MtkitError, match=r"MTKIT_FAST_PATHS='off': give 0 \(fast paths off\) or 1"):
         fast_paths_enabled()
+
+
+def test_stop_signals_call_the_handler_within_the_block_and_restore_the_former_ones():
+    import os
+    import signal
+
+    from mtkit.runtime import stop_signals_call
+
+    former = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    received = []
+    with stop_signals_call(lambda signum, frame: received.append(signum)):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+    assert received == [signal.SIGTERM, signal.SIGINT]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == former
+
+
+def test_threads_per_worker_share_the_cores(monkeypatch):
+    from mtkit import runtime
+
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(runtime, "cpu_cores", lambda: 8)
+    try:
+        for workers, expected in ((2, 4), (3, 2), (16, 1)):
+            runtime.set_threads_per_worker(workers)
+            assert torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(threads)

@@ -51,6 +51,7 @@ from mtkit.textio import model_text
 
 LineConstraints = Sequence[str | Sequence[str] | Term]  # one line's constraints
 TermLists = Sequence[LineConstraints] | None  # per line: the terms each translation must contain
+ModelPaths = Path | str | Sequence[Path | str]  # one model, or several for an ensemble
 
 
 @dataclass
@@ -97,14 +98,14 @@ class Translator:
 
     @classmethod
     def load(
-        cls, path: Path | str | Sequence[Path | str], engine: EngineName | str = EngineName.AUTO, device: str = "auto"
+        cls, path: ModelPaths, engine: EngineName | str = EngineName.AUTO, device: str = "auto", *, fast_paths: bool = False
     ) -> Translator:
         """A run directory (its best.pt, else last.pt), a checkpoint file, or an `mtkit export` directory.
 
         Several paths make an ensemble (PyTorch engine): the models' next-token log-probabilities are
         averaged at every step, and the first model's tokenizers, recipe and decoding defaults are used.
-        Loading a checkpoint applies the CPU fast paths (`mtkit.runtime.fast_paths_enabled`: freed
-        memory kept in the process, large linears packed for oneDNN) unless MTKIT_FAST_PATHS=0.
+        fast_paths: keep freed memory in the process (glibc, process-wide) and pack the loaded model's large linears
+        (`runtime.fast_paths_enabled`; MTKIT_FAST_PATHS=0 wins); without them nothing outside the loaded model changes.
         """
         paths, engine = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)], EngineName(engine)
         exported = [p for p in paths if is_ctranslate2_export(p)]
@@ -118,7 +119,7 @@ class Translator:
         if exported:
             path = paths[0]
             raise MtkitError(f"{path}: a CTranslate2 export has no PyTorch checkpoint; use --engine ctranslate2 or -m RUN_DIR")
-        return cls.over(_load_checkpoints(paths, device))
+        return cls.over(_load_checkpoints(paths, device, fast_paths))
 
     @classmethod
     def over(cls, loaded: LoadedModel) -> Translator:
@@ -435,15 +436,16 @@ class Plan:
         return lines
 
 
-def _load_checkpoints(paths: list[Path], device: str) -> LoadedModel:
-    """The PyTorch engine over one model, or over an ensemble of several that share vocabularies."""
+def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> LoadedModel:
+    """The PyTorch engine over one model, or over an ensemble of several that share vocabularies
+    (`fast_paths`: see `Translator.load`; packing changes only the models built here)."""
     loaded = [load_model(path) for path in paths]
     model, config, tokenizers, _ = loaded[0]
     if len(loaded) > 1:
         check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
         model = Ensemble([m for m, _, _, _ in loaded])
     engine = PyTorchEngine(model.eval(), resolve_device(device))
-    if fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither
+    if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
         pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN
     return LoadedModel(engine, tokenizers, config.decode, config.data.normalize, config)

@@ -42,6 +42,7 @@ class EvaluateRequest:
     tests: PairedTests = field(default_factory=PairedTests)  # the paired significance tests' seed and samples
     tgt_lang: str | None = None  # with models: the language to translate into (a model of several)
     off_target: bool = False  # report the share of outputs not in the target language (py3langid)
+    fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
 
 
 @dataclass
@@ -208,7 +209,8 @@ def _translated(request: EvaluateRequest) -> _Systems:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
     names, hypotheses, sources, references, recipe, directions = [], [], None, None, None, []
     for group in groups:
-        translator = Translator.load(group, device=request.device)  # a CTranslate2 export carries its recipe too
+        # a CTranslate2 export carries its recipe too
+        translator = Translator.load(group, device=request.device, fast_paths=request.fast_paths)
         if sources is None:
             sources, references, directions = _sources_and_references(translator, group[0], request)
             recipe = translator.config

@@ -62,7 +62,9 @@ def row_bucket(rows: int) -> int:
 def pack_linears(model: nn.Module) -> int:
     """Make every large float32 CPU `nn.Linear` of `model` a `PackedLinear`; returns how many were packed.
 
-    Nothing changes when this torch has no oneDNN (the model then runs as before).
+    It changes the class of those module objects (never `nn.Linear` itself), so it is for a model
+    its caller built and owns: `Translator.load` calls it, with `fast_paths=True`, on the models it
+    loaded. Nothing changes when this torch has no oneDNN (the model then runs as before).
     """
     if not torch.backends.mkldnn.is_available():
         return 0

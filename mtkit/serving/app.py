@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import difflib
 import hmac
-import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from importlib import resources
@@ -37,7 +36,7 @@ from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
 from mtkit.run_files import RunFiles
-from mtkit.runtime import cpu_cores, resolve_device
+from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
 from mtkit.serving.limits import ServeLimits, body_limit
@@ -315,14 +314,15 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
 
 
 def run_server(models: list[Path], engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
-    """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered)."""
+    """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered).
 
-    translator = Translator.load(models, engine, str(resolve_device(device)))
+    The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.
+    """
+
+    translator = Translator.load(models, engine, str(resolve_device(device)), fast_paths=True)
     limits = batching_for(translator, limits)
     if limits.workers > 1:
-        import torch
-
-        torch.set_num_threads(max(1, cpu_cores() // limits.workers))  # each worker decodes on its share
+        set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
     app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)))
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
@@ -336,9 +336,5 @@ class _GracefulServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with stop_signals_call(self.handle_exit):
             yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)

@@ -27,9 +27,9 @@ from mtkit.textio import atomic_file, count_lines, file_lines, write_file
 CHUNK_LINES = 1_000  # input lines translated and written together: what a killed job can lose
 
 
-def synthesize(config: Config, device: str = "auto") -> Config | None:
+def synthesize(config: Config, device: str = "auto", *, fast_paths: bool = False) -> Config | None:
     """Generate every synthetic side not cached yet; the recipe with those corpora reading their files
-    (None on a torchrun rank other than 0, which has nothing more to do)."""
+    (None on a torchrun rank other than 0, which has nothing more to do). fast_paths: see `Translator.load`."""
     jobs = plan_jobs(config)  # every input and model checked before any work
     if not jobs:
         return config
@@ -38,7 +38,7 @@ def synthesize(config: Config, device: str = "auto") -> Config | None:
             if job.done:
                 _say(context, f"{job.key}: {job.output} is cached (same models, input and decoding)")
             else:
-                run_job(job, context, str(rank_device))
+                run_job(job, context, str(rank_device), fast_paths=fast_paths)
     return resolved(config, jobs) if context.is_main else None
 
 
@@ -58,9 +58,9 @@ def resolved(config: Config, jobs: list[Job]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: Job, context: Distributed, device: str) -> None:
+def run_job(job: Job, context: Distributed, device: str, *, fast_paths: bool = False) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
-    translator = Translator.load(job.models, device=device)
+    translator = Translator.load(job.models, device=device, fast_paths=fast_paths)
     check_direction(job, translator)
     total = min(count_lines(job.input), job.limit or sys.maxsize)
     job.chunks.mkdir(parents=True, exist_ok=True)

@@ -70,13 +70,16 @@ def train_run_tokenizers(config: Config, source: str) -> RunTokenizers:
     return RunTokenizers(config=config, tokenizers=train_tokenizers(config))
 
 
-def prepare_run_data(config: Config, *, extend_vocab: int = 0, device: str = "auto") -> PreparedData:
+def prepare_run_data(
+    config: Config, *, extend_vocab: int = 0, device: str = "auto", fast_paths: bool = False
+) -> PreparedData:
     """`mtkit prepare`: with `train.init_from`, the parent's tokenizers (grown by an `extend_vocab`-piece
     vocabulary of the new data when > 0); each synthetic corpus written by its model on `device`, once
-    (cached in the data directory); then every split read, cleaned, encoded and stored.
+    (cached in the data directory); then every split read, cleaned, encoded and stored. `fast_paths`: the
+    translating models load with the CPU fast paths (process-wide; see `Translator.load`).
 
     Under torchrun every rank writes its share of the synthetic corpora and rank 0 alone prepares the splits.
     """
     inherited = inherit_tokenizers(config, extend_vocab)  # a bad --extend-vocab is refused before anything is written
-    ready = synthesize(config, device)
+    ready = synthesize(config, device, fast_paths=fast_paths)
     return PreparedData(config=config, inherited=inherited, report=prepare_corpus(ready) if ready is not None else None)

@@ -7,12 +7,10 @@ token-budget batches, early stopping, exact resume, an EMA of the weights and to
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +51,7 @@ from mtkit.runtime import (
     retain_freed_memory,
     seed_everything,
     set_threads,
+    stop_signals_call,
 )
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
@@ -250,7 +249,7 @@ class Trainer:
         bar = _progress_bar(config.max_steps, progress.step, self.dist.is_main)
         window, last_validated = LossWindow(self.device), progress.step
         plain = PlainProgress(self.dist.is_main and self.run_dir is not None and bar.disable)
-        with _call_on_stop_signals(self._request_stop):
+        with stop_signals_call(self._request_stop):
             while not self._should_stop():
                 epoch = self.epoch()
                 if progress.batches_done == 0:
@@ -474,19 +473,14 @@ def _progress_bar(max_steps: int, step: int, is_main: bool) -> tqdm:
     )
 
 
-@contextlib.contextmanager
-def _call_on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """Within the block, SIGINT (Ctrl-C) and SIGTERM call `handler` instead of ending the process."""
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, former in previous.items():
-            signal.signal(signum, former)
-
-
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
-    """Train the recipe's model into its run directory (`resume`: continue from last.pt; `overwrite`: start again)."""
+    """Train the recipe's model into its run directory (`resume`: continue from last.pt; `overwrite`: start again).
+
+    A run owns its process: `setup_process` sets torch's threads (`train.threads`), TF32 and the
+    attention kernels on CUDA, and on CPU keeps freed memory (glibc's allocator, unless
+    MTKIT_FAST_PATHS=0), all process-wide; SIGINT/SIGTERM stop the run while it trains, and the
+    former handlers are restored after.
+    """
     dist, device = setup_process(config.train)
     run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if dist.is_main else None  # rank 0 owns it
     barrier(dist)
