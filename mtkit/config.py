@@ -392,6 +392,9 @@ class TrainConfig:
     length_multiple: int = field(default=1, metadata=_range(1, 1024, example=8))
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
+    # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or
+    # their gradient (mtkit.training.fused_loss); auto: on with CUDA, off on the CPU
+    fused_loss: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
     tensorboard: bool = False
     # fine-tune: start from this run directory's (or checkpoint's) weights, architecture and tokenizers

@@ -5,6 +5,9 @@ Every architecture implements it, so nothing outside `mtkit.models` asks which m
 - `encode(src, src_mask) -> memory`
 - `decode(tgt, memory, src_mask, state) -> (logits, state)`
 - `reorder_state(state, order) -> state`
+- `final_states(tgt, memory, src_mask) -> states` (B, T, D), for models that train: teacher-forced
+  `tgt`'s final decoder states, which the model's `output` layer (an `nn.Linear`, D -> V) turns
+  into `decode`'s logits (the training loss fuses the two: `mtkit.training.fused_loss`)
 - `cross_attention(tgt, memory, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
   position of teacher-forced `tgt` looks in the source, per head, in decoder attention layer `layer`
   of `attention_layers` (for heatmaps, word alignments and tests)
@@ -34,12 +37,17 @@ DecoderState = dict[str, Tensor]
 class EncoderDecoder(nn.Module):
     """Base class for translation models; subclasses implement `encode` and `decode`."""
 
+    output: nn.Linear  # final decoder states (D) -> logits (V)
+
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         raise NotImplementedError
 
     def decode(
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
     ) -> tuple[Tensor, DecoderState | None]:
+        raise NotImplementedError
+
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         raise NotImplementedError
 
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:

@@ -239,6 +239,11 @@ class RNNSeq2Seq(EncoderDecoder):
         readout, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder.dropout(readout)), state
 
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Teacher-forced tgt (B, T) -> the readout after dropout (B, T, E) that `output` projects."""
+        readout, _ = self._run_decoder(tgt, memory, src_mask, None)
+        return self.decoder.dropout(readout)
+
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
         """(B, 1, T, S) attention weights of teacher-forced decoding (one head; `layer` 0 or -1, the only one)."""
         _, weights = self._run_decoder(tgt, memory, src_mask, None)

@@ -146,6 +146,11 @@ class Transformer(EncoderDecoder):
         x, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder_norm(x)), state
 
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Teacher-forced tgt (B, T) -> the normalised decoder output (B, T, D) that `output` projects."""
+        x, _ = self._run_decoder(tgt, memory, src_mask, None)
+        return self.decoder_norm(x)
+
     @property
     def attention_layers(self) -> int:
         return len(self.decoder_layers)

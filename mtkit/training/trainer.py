@@ -56,6 +56,7 @@ from mtkit.runtime import (
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
+from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.step import BatchAhead, Levers, TeacherForcing
@@ -115,15 +116,20 @@ def build_optimizer(
 def training_forward(
     model: EncoderDecoder, config: TrainConfig, dist: Distributed, device: torch.device, levers: Levers
 ) -> torch.nn.Module:
-    """The module the training step calls for a batch's summed loss (`TeacherForcing`), wrapped in
-    DDP under torchrun, and torch.compile'd with the levers' `compile`.
+    """The module the training step calls for a batch's summed loss (`TeacherForcing`, or with
+    `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun, and torch.compile'd
+    with the levers' `compile`.
 
     DDP averages gradients over ranks; `Trainer.update` scales the loss so the result equals one
     process over the combined batch. Only this forward and loss are compiled (with dynamic shapes,
     so token-budget batches do not each compile): validation and decoding stay eager.
     """
     amp_dtype = autocast_dtype(device, config.precision)
-    forward: torch.nn.Module = TeacherForcing(model, config.label_smoothing, amp_dtype, fused=levers.compile)
+    forward: torch.nn.Module = (
+        FusedTeacherForcing(model, config.label_smoothing, amp_dtype)
+        if fused_loss_on(config, device)
+        else TeacherForcing(model, config.label_smoothing, amp_dtype, fused=levers.compile)
+    )
     if dist.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
