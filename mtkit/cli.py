@@ -219,7 +219,7 @@ def translate(
     from mtkit.decoding.files import FileOptions, translate_file
     from mtkit.decoding.sampling import Sampling
     from mtkit.decoding.translator import Decoding, Translator
-    from mtkit.distributed import translation_job
+    from mtkit.distributed import distributed_translation
     from mtkit.runtime import resolve_device
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
@@ -232,8 +232,8 @@ def translate(
         input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention,
         plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
     )  # fmt: skip
-    with translation_job(resolve_device(device)) as (job, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device)), options, job)
+    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
+        translate_file(Translator.load(model, engine, str(rank_device)), options, distributed)
 
 
 @app.command()

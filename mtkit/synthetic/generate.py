@@ -18,7 +18,7 @@ import time
 from mtkit.config import Config
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
-from mtkit.distributed import Distributed, barrier, translation_job
+from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
 from mtkit.runtime import resolve_device
 from mtkit.synthetic.jobs import FORMAT, Job, plan_jobs
@@ -33,13 +33,13 @@ def synthesize(config: Config, device: str = "auto") -> Config | None:
     jobs = plan_jobs(config)  # every input and model checked before any work
     if not jobs:
         return config
-    with translation_job(resolve_device(device)) as (context, rank_device):
+    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
         for job in jobs:
             if job.done:
-                _say(context, f"{job.key}: {job.output} is cached (same models, input and decoding)")
+                _say(distributed, f"{job.key}: {job.output} is cached (same models, input and decoding)")
             else:
-                run_job(job, context, str(rank_device))
-    return resolved(config, jobs) if context.is_main else None
+                run_job(job, distributed, str(rank_device))
+    return resolved(config, jobs) if distributed.is_main else None
 
 
 def resolved(config: Config, jobs: list[Job]) -> Config:
@@ -58,27 +58,27 @@ def resolved(config: Config, jobs: list[Job]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: Job, context: Distributed, device: str) -> None:
+def run_job(job: Job, distributed: Distributed, device: str) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
     translator = Translator.load(job.models, device=device)
     check_direction(job, translator)
     total = min(count_lines(job.input), job.limit or sys.maxsize)
     job.chunks.mkdir(parents=True, exist_ok=True)
-    _say(context, f"{job.key}: {' + '.join(map(str, job.models))} translates {job.input} ({total:,} lines) into {job.output}")
+    _say(distributed, f"{job.key}: {' + '.join(map(str, job.models))} translates {job.input} ({total:,} lines) into {job.output}")
     clock, done, started = time.monotonic(), 0, 0
     for index, window in enumerate(_windows(job, total)):
         path = job.chunks / f"{index:06d}.txt"
-        if index % context.world_size != context.rank or path.is_file():
+        if index % distributed.world_size != distributed.rank or path.is_file():
             started += len(window) if path.is_file() else 0
             continue
         translations = translator.translate_nbest(window, _decoding(job, translator, index))
         write_file(path, "".join(found[0].text + "\n" for found in translations))
         done += len(window)
-        _progress(context, job, done * context.world_size + started, total, done / max(time.monotonic() - clock, 1e-9))
-    barrier(context)
-    if context.is_main:
+        _progress(distributed, job, done * distributed.world_size + started, total, done / max(time.monotonic() - clock, 1e-9))
+    barrier(distributed)
+    if distributed.is_main:
         _join(job, total)
-    barrier(context)
+    barrier(distributed)
 
 
 def check_direction(job: Job, translator: Translator) -> None:
@@ -124,12 +124,10 @@ def _join(job: Job, total: int) -> None:
     shutil.rmtree(job.chunks, ignore_errors=True)
 
 
-def _progress(context: Distributed, job: Job, done: int, total: int, rate: float) -> None:
-    left = (total - min(done, total)) / max(rate * context.world_size, 1e-9)
-    _say(
-        context,
-        f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate * context.world_size:.1f} sentences/s, {_clock(left)} left",
-    )
+def _progress(distributed: Distributed, job: Job, done: int, total: int, rate: float) -> None:
+    rate *= distributed.world_size  # every rank translates at about this rank's rate
+    left = (total - min(done, total)) / max(rate, 1e-9)
+    _say(distributed, f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate:.1f} sentences/s, {_clock(left)} left")
 
 
 def _clock(seconds: float) -> str:
@@ -137,6 +135,6 @@ def _clock(seconds: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
 
 
-def _say(context: Distributed, message: str) -> None:
-    if context.is_main:
+def _say(distributed: Distributed, message: str) -> None:
+    if distributed.is_main:
         print(message, file=sys.stderr, flush=True)

@@ -273,8 +273,8 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
     for compiled in (False, True):
         config.train.compile = "true" if compiled else "false"
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
-        dist, device = setup_process(config.train)
-        trainer = Trainer(config, device, dist, RunDir(config.run_path))
+        distributed, device = setup_process(config.train)
+        trainer = Trainer(config, device, distributed, RunDir(config.run_path))
         epoch = trainer.epoch()
         batch = epoch.ids.collate(epoch.batches[0])
         loss = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)  # eager: sequence_loss
