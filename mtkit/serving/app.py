@@ -220,7 +220,7 @@ def _terms(body: TranslateRequest) -> list[list[Term]] | None:
 
 
 async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[list[Translation]]:
-    """Await the translations, cancelling the job if the client disconnects or `timeout` passes meanwhile.
+    """Await the translations, cancelling the queued requests if the client disconnects or `timeout` passes meanwhile.
 
     The disconnect is awaited, not polled: polling every pending request wakes the event loop
     hundreds of times a second, which takes the interpreter lock from the decoding thread.

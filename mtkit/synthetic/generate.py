@@ -21,7 +21,7 @@ from mtkit.decoding.translator import Decoding, Translator
 from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
 from mtkit.runtime import resolve_device
-from mtkit.synthetic.jobs import FORMAT, Job, plan_jobs
+from mtkit.synthetic.jobs import FORMAT, SyntheticJob, plan_jobs
 from mtkit.textio import atomic_file, count_lines, file_lines, write_file
 
 CHUNK_LINES = 1_000  # input lines translated and written together: what a killed job can lose
@@ -42,7 +42,7 @@ def synthesize(config: Config, device: str = "auto") -> Config | None:
     return resolved(config, jobs) if distributed.is_main else None
 
 
-def resolved(config: Config, jobs: list[Job]) -> Config:
+def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     """The recipe with each synthetic corpus reading its generated side (and keeping its name)."""
     train = list(config.data.train)
     by_key = {job.key: job for job in jobs}
@@ -58,7 +58,7 @@ def resolved(config: Config, jobs: list[Job]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: Job, distributed: Distributed, device: str) -> None:
+def run_job(job: SyntheticJob, distributed: Distributed, device: str) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
     translator = Translator.load(job.models, device=device)
     check_direction(job, translator)
@@ -81,7 +81,7 @@ def run_job(job: Job, distributed: Distributed, device: str) -> None:
     barrier(distributed)
 
 
-def check_direction(job: Job, translator: Translator) -> None:
+def check_direction(job: SyntheticJob, translator: Translator) -> None:
     """A model must translate the corpus's given side into the side it writes, before any work."""
     config, option = translator.config, "translate_with" if job.side == "tgt" else "back_translate_with"
     if config is None:
@@ -95,21 +95,21 @@ def check_direction(job: Job, translator: Translator) -> None:
         )
 
 
-def _decoding(job: Job, translator: Translator, chunk: int) -> Decoding:
+def _decoding(job: SyntheticJob, translator: Translator, chunk: int) -> Decoding:
     decode = job.decode
     drawn = Sampling.parse(decode.sampling, decode.temperature, decode.seed + chunk) if decode.sampling else None
     lang = job.to_lang if translator.tagged else None
     return Decoding(beam=None if drawn else decode.beam, length_penalty=decode.length_penalty, sampling=drawn, tgt_lang=lang)
 
 
-def _windows(job: Job, total: int):  # noqa: ANN202 - an iterator of lists of lines
+def _windows(job: SyntheticJob, total: int):  # noqa: ANN202 - an iterator of lists of lines
     lines = (text for _, text in file_lines(job.input, fix=f" (the input of {job.key})"))
     limited = itertools.islice(lines, total)
     while window := list(itertools.islice(limited, CHUNK_LINES)):
         yield window
 
 
-def _join(job: Job, total: int) -> None:
+def _join(job: SyntheticJob, total: int) -> None:
     """SIDE.txt from the chunks in order (atomically), job.json beside it, the chunks removed."""
     parts = sorted(job.chunks.glob("*.txt"))
     expected = -(-total // CHUNK_LINES)
@@ -124,7 +124,7 @@ def _join(job: Job, total: int) -> None:
     shutil.rmtree(job.chunks, ignore_errors=True)
 
 
-def _progress(distributed: Distributed, job: Job, done: int, total: int, rate: float) -> None:
+def _progress(distributed: Distributed, job: SyntheticJob, done: int, total: int, rate: float) -> None:
     rate *= distributed.world_size  # every rank translates at about this rank's rate
     left = (total - min(done, total)) / max(rate, 1e-9)
     _say(distributed, f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate:.1f} sentences/s, {_clock(left)} left")

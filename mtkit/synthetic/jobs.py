@@ -1,4 +1,4 @@
-"""What a recipe asks models to write, checked before any work: one `Job` per synthetic corpus, and its cache.
+"""What a recipe asks models to write, checked before any work: one `SyntheticJob` per synthetic corpus, and its cache.
 
 A job's output is keyed by the writing model's weights, the input text and the decoding options
 (`fingerprint`): changing any of them writes a new output; nothing else does. The cache lives in
@@ -26,7 +26,7 @@ FORMAT = "mtkit-synthetic-1"
 
 
 @dataclass(frozen=True)
-class Job:
+class SyntheticJob:
     """One synthetic side: `models` translate `input` (the corpus's other side) into `side`."""
 
     key: str  # the recipe's name of the corpus, e.g. data.train[1]
@@ -53,7 +53,7 @@ class Job:
         return self.output.is_file() and (self.folder / "job.json").is_file()
 
 
-def plan_jobs(config: Config) -> list[Job]:
+def plan_jobs(config: Config) -> list[SyntheticJob]:
     """Every synthetic corpus of the recipe as a job, each input and model checked (nothing is translated)."""
     names = corpus_names(config.data.train)
     jobs = []
@@ -64,7 +64,7 @@ def plan_jobs(config: Config) -> list[Job]:
     return jobs
 
 
-def _job(config: Config, source: TrainSource, key: str, name: str) -> Job:
+def _job(config: Config, source: TrainSource, key: str, name: str) -> SyntheticJob:
     src_lang, tgt_lang = split_languages(config, source)
     writes_target = source.generated_side == "tgt"
     option = "translate_with" if writes_target else "back_translate_with"
@@ -82,7 +82,7 @@ def _job(config: Config, source: TrainSource, key: str, name: str) -> Job:
     fingerprint = _fingerprint(models, given, decode, to_lang, source.limit)
     folder = config.data_path / "synthetic" / f"{name}-{fingerprint[:12]}"
     side = "tgt" if writes_target else "src"
-    return Job(key, name, models, given, side, from_lang, to_lang, decode, source.limit, folder)
+    return SyntheticJob(key, name, models, given, side, from_lang, to_lang, decode, source.limit, folder)
 
 
 def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecode, to_lang: str, limit: int | None) -> str:
