@@ -26,7 +26,7 @@ from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.sampling import draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import TermRequest, Terms
+from mtkit.decoding.terminology.constrained import TermRequest, Terms
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.base import EncoderDecoder
 

@@ -10,7 +10,7 @@ A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, it
 forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
 a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
 
-Beam search also takes lexical constraints (`mtkit.decoding.terminology.search.Terms`): terms every hypothesis
+Beam search also takes lexical constraints (`mtkit.decoding.terminology.constrained.Terms`): terms every hypothesis
 must contain, with dynamic beam allocation; a hypothesis that reaches its output cap without them is
 returned with `Hypothesis.unmet` naming them, and ranks after every one that has them all.
 
@@ -30,7 +30,7 @@ from torch import Tensor
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import Terms, TermState, allocate, hold_end
+from mtkit.decoding.terminology.constrained import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 

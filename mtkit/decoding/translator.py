@@ -39,7 +39,7 @@ from mtkit.decoding.engine import (
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
-from mtkit.decoding.terminology.search import Phrases, TermRequest
+from mtkit.decoding.terminology.constrained import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.checkpoint import load_model

@@ -9,7 +9,7 @@ from torch import Tensor
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import TermRequest, Terms
+from mtkit.decoding.terminology.constrained import TermRequest, Terms
 from mtkit.models.base import DecoderState, EncoderDecoder
 
 # ids 0-3 are pad, unk, bos, eos; then "▁a" "▁b" "▁c" "d" "▁e" "." (only "d" continues a word)
