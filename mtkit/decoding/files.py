@@ -129,7 +129,7 @@ def _check(translator: Translator, options: FileOptions, distributed: Distribute
         raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         check_can_plot(translator)
-    translator.source_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
+    translator.language_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
 
 
 def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
@@ -208,7 +208,7 @@ def score_files(
 
     Returns the line numbers (1-based) of pairs scored on their first pieces only.
     """
-    translator.source_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
+    translator.language_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
     for path in (src, tgt):
         if not path.is_file():
             raise MtkitError(f"{path}: no such file; give a text file with one sentence per line")

@@ -181,7 +181,7 @@ class Translator:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
-        tag = self.source_tag(tgt_lang)
+        tag = self.language_tag(tgt_lang)
         return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_beam_tokens, sources, targets, tag)
 
     @property
@@ -194,7 +194,7 @@ class Translator:
         """Whether every source starts with a target-language tag."""
         return self.config is not None and self.config.data.lang_tag == "target"
 
-    def source_tag(self, tgt_lang: str | None) -> int | None:
+    def language_tag(self, tgt_lang: str | None) -> int | None:
         """The tag id a source starts with to be translated into `tgt_lang` (None: an untagged model);
         a language the model does not write, or none for a model of several, is an error listing the valid ones."""
         languages = self.target_languages
@@ -239,7 +239,7 @@ class Translator:
         if prefixes is not None and any(prefixes):
             self.require(Capability.PREFIX, "prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
-        tag = self.source_tag((decoding or Decoding()).tgt_lang)
+        tag = self.language_tag((decoding or Decoding()).tgt_lang)
         segments = [
             self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
             for n, line in enumerate(lines)

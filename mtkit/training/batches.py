@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mtkit.config import Config, direction
 from mtkit.data.corpora import corpus_names
-from mtkit.data.prepare import source_tag
+from mtkit.data.prepare import corpus_tag
 from mtkit.data.store import corpus_column, load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
@@ -232,7 +232,7 @@ class TrainingData:
         self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.temperature)
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
-        prefixes = [source_tag(config, tokenizers, source, f"data.train[{i}]") for i, source in enumerate(corpora)]
+        prefixes = [corpus_tag(config, tokenizers, source, f"data.train[{i}]") for i, source in enumerate(corpora)]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
         self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags) if alpha > 0 else None

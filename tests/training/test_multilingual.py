@@ -94,7 +94,7 @@ def test_training_and_translation_give_byte_identical_source_ids(tagged_run):
     valid = load_prepared(tagged_run.data_path, "valid")
     for row in (0, 1, len(valid) - 1):
         lang = ["cp", "rv"][valid[row]["corpus"]]
-        assert translator.segments(valid[row]["src"], translator.source_tag(lang)) == [valid[row]["src_ids"]]
+        assert translator.segments(valid[row]["src"], translator.language_tag(lang)) == [valid[row]["src_ids"]]
     assert valid[0]["src_ids"][0] == translator.tokenizers.src.tags["cp"]
     train = load_prepared(tagged_run.data_path, "train")
     assert {ids[0] for ids in train["src_ids"]} == {translator.tokenizers.src.tags[lang] for lang in ("cp", "rv")}
@@ -104,7 +104,7 @@ def test_training_and_translation_give_byte_identical_source_ids(tagged_run):
 def test_a_segmented_long_line_is_tagged_in_every_segment(tagged_run):
     translator = Translator.load(tagged_run.run_path)
     translator.decode = dataclasses.replace(translator.decode, max_input_tokens=8)
-    tag = translator.source_tag("rv")
+    tag = translator.language_tag("rv")
     segments = translator.segments(" ".join("abcdefghijkl") * 3, tag)
     assert len(segments) > 2
     assert all(segment[0] == tag and tag not in segment[1:] and len(segment) <= 8 for segment in segments)
