@@ -287,9 +287,10 @@ def serve(
     max_work: Annotated[
         int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
     ] = LIMITS.max_work,
-    max_steps: Annotated[
+    max_output_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
-    ] = LIMITS.max_steps,
+    ] = LIMITS.max_output_steps,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, hidden=True, help="Renamed --max-output-steps.")] = None,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
     ] = LIMITS.chunk_work,
@@ -305,12 +306,23 @@ def serve(
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serving.app import run_server
 
+    max_output_steps = _renamed_flag("--max-steps", max_steps, "--max-output-steps", max_output_steps, LIMITS.max_output_steps)
     limits = ServeLimits(
-        max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_steps=max_steps,
+        max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_output_steps=max_output_steps,
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
         workers=workers, api_key=api_key,
     )  # fmt: skip
     run_server(model, engine, device, host, port, limits)
+
+
+def _renamed_flag(old: str, old_value: int | None, new: str, new_value: int, default: int) -> int:
+    """The value of a flag that was renamed: the old name still works, with a note on stderr."""
+    if old_value is None:
+        return new_value
+    if new_value != default:
+        raise MtkitError(f"{old} and {new} are the same limit ({old} is its old name): give only {new}")
+    typer.echo(f"mtkit: {old} is deprecated; use {new} (the same limit)", err=True)
+    return old_value
 
 
 Hyps = Annotated[Optional[list[Path]], typer.Option("--hyp", help="Hypothesis file to score (repeat: compare systems).")]

@@ -167,11 +167,11 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
-    if steps > limits.max_steps:
+    if steps > limits.max_output_steps:
         raise HTTPException(
             413,
             f"a sentence of this request may take {steps} decoding steps (its output cap, or its prefix); the limit is "
-            f"{limits.max_steps}: send shorter sentences or prefixes",
+            f"{limits.max_output_steps}: send shorter sentences or prefixes",
         )
     if work > limits.max_work:
         raise HTTPException(
