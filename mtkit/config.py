@@ -30,7 +30,10 @@ from mtkit.run_files import RunFiles
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
 # Keys that were renamed: the old name is still read (with a one-line note on stderr, except in saved configs).
-RENAMED_KEYS = {"decode.batch_tokens": "batch_beam_tokens"}  # it counts source tokens x beam, not padded tokens
+RENAMED_KEYS = {
+    "decode.batch_tokens": "batch_beam_tokens",  # it counts source tokens x beam, not padded tokens
+    "data.temperature": "corpus_temperature",  # not the sampling temperature of decoding
+}
 _ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
 DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
@@ -220,10 +223,10 @@ def _unique_names(data: DataConfig) -> str | None:
     if repeated:
         return f"give each corpus its own name ({repeated[0]!r} is used twice)"
     weighted = [index for index, source in enumerate(data.train) if source.weight != 1.0]
-    if data.temperature is not None and weighted:
+    if data.corpus_temperature is not None and weighted:
         return (
-            f"data.temperature sets every corpus's weight from its size, but data.train[{weighted[0]}].weight is "
-            f"{data.train[weighted[0]].weight:g}; give either data.temperature or weights, not both"
+            f"data.corpus_temperature sets every corpus's weight from its size, but data.train[{weighted[0]}].weight is "
+            f"{data.train[weighted[0]].weight:g}; give either data.corpus_temperature or weights, not both"
         )
     return None
 
@@ -251,7 +254,7 @@ class DataConfig:
         default="", metadata=_pattern(rf"\s*|\s*{LANGUAGE}\s*(,\s*{LANGUAGE}\s*)*", "language codes separated by commas", "de,fr")
     )
     # corpus weights from their sizes: pairs drawn per epoch p ~ n^(1/T) (1: as they are; larger: flatter)
-    temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))
+    corpus_temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
     bad_bytes: str = field(default="error", metadata=_choice(*(choice.value for choice in BadBytes)))  # bytes that are not UTF-8
     # drop training pairs with more whitespace tokens than this on a side

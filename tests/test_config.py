@@ -639,6 +639,17 @@ def test_the_renamed_decode_batch_tokens_is_read_with_a_note(capsys):
         config_from_dict({"decode": {"batch_tokens": 1, "batch_beam_tokens": 2}})
 
 
+def test_the_renamed_data_temperature_is_read_with_a_note(capsys):
+    config = config_from_dict({"data": {"temperature": 5}}, source="old.yaml")
+    assert config.data.corpus_temperature == 5
+    note = capsys.readouterr().err.strip()
+    assert note == "mtkit: note: old.yaml: 'data.temperature' is now called 'data.corpus_temperature'; rename it"
+    assert config_from_dict({"data": {"temperature": 2}}, saved=True).data.corpus_temperature == 2
+    assert capsys.readouterr().err == ""
+    with pytest.raises(MtkitError, match="'data.temperature' and 'data.corpus_temperature' are one key"):
+        config_from_dict({"data": {"temperature": 5, "corpus_temperature": 2}})
+
+
 def test_a_synthetic_corpus_is_checked_at_load():
     def load(entry: dict) -> Config:
         return config_from_dict({"data": {"train": [{"src": "a.de", "tgt": "a.en"}, entry]}})

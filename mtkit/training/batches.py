@@ -190,7 +190,7 @@ class CorpusMix:
 
 
 def temperature_weights(sizes: Sequence[int], temperature: float) -> list[float]:
-    """`data.temperature`: corpus weights that draw pairs in proportion to size^(1/T), as many pairs an epoch in all.
+    """`data.corpus_temperature`: corpus weights that draw pairs in proportion to size^(1/T), as many pairs an epoch in all.
 
     Corpus c gives N x n_c^(1/T) / sum(n^(1/T)) pairs (N = all pairs): T = 1 keeps the sizes, a larger
     T flattens them (T = 5 gives a corpus 5x larger only 5^(1/5) = 1.38x the pairs).
@@ -229,7 +229,7 @@ class TrainingData:
         self.ids = ParallelIds(split)
         names = corpus_names(corpora)
         weights = [source.weight for source in corpora]
-        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.temperature)
+        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.corpus_temperature)
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
         prefixes = [corpus_tag(config, tokenizers, source, f"data.train[{i}]") for i, source in enumerate(corpora)]
