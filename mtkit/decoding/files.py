@@ -29,7 +29,7 @@ from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes
-from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text
+from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text, say
 
 BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 WINDOW_PAIRS = 10_000  # pairs scored together by score_files
@@ -91,16 +91,14 @@ def translate_file(translator: Translator, options: FileOptions, distributed: Di
             raise MtkitError(f"{path} has more lines than the input ({done}); give one line per input line")
     split_lines = sum(gather_in_order([split_lines], distributed))
     if options.plot_attention is not None:
-        _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
+        say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
     if lacking:
-        _say(
+        say(
             f"mtkit: warning: {lacking} translations lack a constraint: the output cap (decode.max_len_a, max_len_b) "
             "came first; check those terms fit the sentence"
         )
     if split_lines:
-        _say(
-            f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments"
-        )
+        say(f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments")
     return done
 
 
@@ -194,10 +192,6 @@ def _plot(
     assert options.plot_attention is not None
     directory, heads, tgt_lang = options.plot_attention, options.plot_heads, options.decoding.tgt_lang
     return len(plot_attention(translator, lines, best, directory, count, heads, offset, tgt_lang))
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 def score_files(

@@ -22,7 +22,7 @@ from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
 from mtkit.runtime import resolve_device
 from mtkit.synthetic.jobs import FORMAT, SyntheticJob, plan_jobs
-from mtkit.textio import atomic_file, count_lines, file_lines, write_file
+from mtkit.textio import atomic_file, count_lines, file_lines, say, write_file
 
 CHUNK_LINES = 1_000  # input lines translated and written together: what a killed job can lose
 
@@ -36,7 +36,7 @@ def synthesize(config: Config, device: str = "auto") -> Config | None:
     with distributed_translation(resolve_device(device)) as (distributed, rank_device):
         for job in jobs:
             if job.done:
-                _say(distributed, f"{job.key}: {job.output} is cached (same models, input and decoding)")
+                say(f"{job.key}: {job.output} is cached (same models, input and decoding)", distributed=distributed)
             else:
                 run_job(job, distributed, str(rank_device))
     return resolved(config, jobs) if distributed.is_main else None
@@ -64,7 +64,8 @@ def run_job(job: SyntheticJob, distributed: Distributed, device: str) -> None:
     check_direction(job, translator)
     total = min(count_lines(job.input), job.limit or sys.maxsize)
     job.chunks.mkdir(parents=True, exist_ok=True)
-    _say(distributed, f"{job.key}: {' + '.join(map(str, job.models))} translates {job.input} ({total:,} lines) into {job.output}")
+    models = " + ".join(map(str, job.models))
+    say(f"{job.key}: {models} translates {job.input} ({total:,} lines) into {job.output}", distributed=distributed)
     clock, done, started = time.monotonic(), 0, 0
     for index, window in enumerate(_windows(job, total)):
         path = job.chunks / f"{index:06d}.txt"
@@ -127,14 +128,10 @@ def _join(job: SyntheticJob, total: int) -> None:
 def _progress(distributed: Distributed, job: SyntheticJob, done: int, total: int, rate: float) -> None:
     rate *= distributed.world_size  # every rank translates at about this rank's rate
     left = (total - min(done, total)) / max(rate, 1e-9)
-    _say(distributed, f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate:.1f} sentences/s, {_clock(left)} left")
+    message = f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate:.1f} sentences/s, {_clock(left)} left"
+    say(message, distributed=distributed)
 
 
 def _clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
-
-
-def _say(distributed: Distributed, message: str) -> None:
-    if distributed.is_main:
-        print(message, file=sys.stderr, flush=True)

@@ -54,6 +54,7 @@ from mtkit.runtime import (
     seed_everything,
     set_threads,
 )
+from mtkit.textio import say
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
@@ -219,8 +220,8 @@ class Trainer:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
         said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
-        if said is not None and self.distributed.is_main:
-            _say(said)
+        if said is not None:
+            say(said, distributed=self.distributed)
         if self.ema is not None:
             self.ema = WeightEMA(self.model, self.train_config.ema)
 
@@ -328,7 +329,7 @@ class Trainer:
             self.scaler.update()  # unscale_ recorded the overflow: the scale is lowered
             if loss_finite and self.distributed.is_main:
                 scale, update = self.scaler.get_scale(), self.progress.step + 1
-                _say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
+                say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
                 if self.run_dir is not None:
                     self.run_dir.append_log({"step": self.progress.step, "overflow": True, "loss_scale": scale})
         return torch.zeros((), device=self.device), 0
@@ -373,7 +374,7 @@ class Trainer:
                 {"step": progress.step, "epoch": progress.epoch + 1, **result.record(), "best_bleu": best, "elapsed_s": elapsed}
             )
             per_direction = f" (mean of {result.describe()})" if result.directions else ""
-            _say(
+            say(
                 f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f}{per_direction} "
                 f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
             )
@@ -388,7 +389,7 @@ class Trainer:
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
             self.run_dir.snapshot(self.checkpoint(), label)
-            _say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.snapshot_path(label)}")
+            say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.snapshot_path(label)}")
 
     def validate_final_weights(self) -> None:
         """At the end of training: average.pt (`train.average_last`, the mean of the last kept checkpoints)
@@ -414,7 +415,7 @@ class Trainer:
         scores = {f"{stem}_valid_bleu": result.bleu, "best_valid_bleu": best}
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
-        _say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+        say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
 
 
 def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
@@ -427,10 +428,10 @@ def log_epoch(run_dir: RunDir | None, progress: Progress, epoch: Epoch) -> None:
         if progress.epoch == 0:
             total = sum(epoch.direction_pairs.values())
             table = ", ".join(f"{way} {count:,} ({count / total:.1%})" for way, count in epoch.direction_pairs.items())
-            _say(f"pairs drawn per epoch by direction: {table}")
+            say(f"pairs drawn per epoch by direction: {table}")
     run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
     if epoch.skipped:
-        _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
+        say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
 
 
 class PlainProgress:
@@ -446,7 +447,7 @@ class PlainProgress:
     def say(self, record: dict[str, Any], elapsed: float, max_time: float | None) -> None:
         """`step N (epoch E): loss L, T tokens/s, 3.2 min elapsed[, 11.8 min left]`, and the clock restarts."""
         left = f", {max(max_time - elapsed, 0) / 60:.1f} min left" if max_time else ""
-        _say(
+        say(
             f"step {record['step']} (epoch {record['epoch']}): loss {record['train_loss']:.3f}, "
             f"{record['tokens_per_s']:.0f} tokens/s, {elapsed / 60:.1f} min elapsed{left}"
         )
@@ -524,12 +525,12 @@ def _start_message(trainer: Trainer) -> None:
     parent, total = trainer.train_config.init_from, trainer.model.num_parameters()
     if parent and not trainer.progress.step:
         start = f"fine-tuning {parent} (its weights; a new optimiser, schedule and progress)"
-    _say(
+    say(
         f"training {trainer.config.model.arch}: {total / 1e6:.1f}M parameters on "
         f"{trainer.device.type} ({precision}{processes}), {start}; run directory {trainer.config.run_path}"
     )
     if trainer.trained_parameters < total:
-        _say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
+        say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
 
 
 def _final_message(trainer: Trainer) -> None:
@@ -543,14 +544,9 @@ def _final_message(trainer: Trainer) -> None:
     if not trainer.distributed.is_main:
         return
     reason = "stopped on request" if trainer.stop_requested else "finished"
-    _say(
+    say(
         f"training {reason} at step {progress.step} (epoch {progress.epoch + 1}, {progress.elapsed / 60:.1f} min); "
         f"best valid BLEU {progress.best_bleu:.2f} at step {progress.best_step}; run directory {run_path}"
     )
     if trainer.stop_requested:
-        _say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")
-
-
-def _say(message: str) -> None:
-    """A status line on stderr that does not break the progress bar."""
-    tqdm.write(message, file=sys.stderr)
+        say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")
