@@ -165,8 +165,12 @@ SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  
 
 
 @dataclass
-class SyntheticDecode:
-    """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling."""
+class SyntheticDecodeConfig:
+    """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling.
+
+    A recipe section, like `DecodeConfig`; `mtkit.synthetic.generate` turns it into each chunk's `Decoding`
+    (the per-call options of `Translator`), whose None leaves the writing model's own `DecodeConfig` value.
+    """
 
     beam: int | None = field(default=None, metadata=_at_least(1))  # None: the model's own beam
     length_penalty: float | None = field(default=None, metadata=_range(0.0, 10.0))
@@ -193,7 +197,7 @@ class TrainSource(SplitConfig):
     # a model of the reverse direction that writes the source of `tgt`
     back_translate_with: list[str] | None = field(default=None, metadata=_relation(lambda s: _one_side(s, "tgt", "src")))
     tag: str | None = field(default=None, metadata=_pattern(TAG_NAME, "a letter, then letters, digits or _", "bt"))
-    decode: SyntheticDecode | None = None  # with a model: how it translates
+    decode: SyntheticDecodeConfig | None = None  # with a model: how it translates
 
     @property
     def generated_side(self) -> str | None:
@@ -409,7 +413,9 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
-    """Search settings used by translate, evaluate and validation."""
+    """Search settings used by translate, evaluate and validation: the recipe's `decode` section, saved with
+    the model. A `Translator` holds it as its defaults; `Translator.search_options` fills what a call's
+    `Decoding` leaves open (None) from it when it builds the search's `SearchOptions`."""
 
     beam: int = field(default=5, metadata=_at_least(1))
     # score / length**length_penalty; above 10, long hypotheses' divisors overflow float32

@@ -65,7 +65,13 @@ class Translation:
 
 @dataclass(frozen=True, kw_only=True)
 class Decoding:
-    """How to decode (None: the recipe's value). Sampling draws `nbest` samples instead of searching."""
+    """How one call decodes: the per-call options of `Translator` (None: the recipe's `DecodeConfig` value).
+    Sampling draws `nbest` samples instead of searching.
+
+    Built from the `mtkit translate` and `evaluate` flags, an HTTP request's body, or a synthetic
+    corpus's `SyntheticDecodeConfig` (`mtkit.synthetic.generate`); `Translator.search_options` turns it,
+    with `DecodeConfig`, into the search's own `SearchOptions`.
+    """
 
     beam: int | None = None
     nbest: int = 1
@@ -298,14 +304,14 @@ class Translator:
         if decoding.alignments:
             self.require(Capability.ALIGNMENTS, "alignments")
             self.engine.check_alignment_layer(decoding.alignment_layer)
-        alpha = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
+        penalty = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
         never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
-            beam=beam, nbest=nbest, alpha=alpha, sampling=decoding.sampling, no_repeat_ngram=ngram, attention_layer=layer,
-            constraints_in_order=in_order, never=never,
+            beam=beam, nbest=nbest, length_penalty=penalty, sampling=decoding.sampling, no_repeat_ngram=ngram,
+            alignment_layer=layer, constraints_in_order=in_order, never=never,
         )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
@@ -425,7 +431,7 @@ class Plan:
 
     def results(self) -> list[list[Translation]]:
         lines = regroup(self.segments_of_line, self.found, self.options.nbest)
-        if self.options.attention_layer is not None:
+        if self.options.alignment_layer is not None:
             tokenizers = self._translator.tokenizers
             for segments, translations in zip(self.segments_of_line, lines, strict=True):
                 source_pieces = tokenizers.src.id_to_piece([i for segment in segments for i in segment])

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import Config, SyntheticDecode, TrainSource, split_languages
+from mtkit.config import Config, SyntheticDecodeConfig, TrainSource, split_languages
 from mtkit.data.corpora import corpus_names
 from mtkit.decoding.ct2_engine import is_ctranslate2_export
 from mtkit.errors import MtkitError
@@ -36,7 +36,7 @@ class SyntheticJob:
     side: str  # "tgt" (translate_with) or "src" (back_translate_with)
     from_lang: str
     to_lang: str
-    decode: SyntheticDecode
+    decode: SyntheticDecodeConfig
     limit: int | None
     folder: Path  # DATA_DIR/synthetic/NAME-KEY
 
@@ -78,14 +78,14 @@ def _job(config: Config, source: TrainSource, key: str, name: str) -> SyntheticJ
         if not (model.exists() and (is_ctranslate2_export(model) or model.is_file() or model.is_dir())):
             raise MtkitError(f"{key}.{option}: {model} does not exist; give a run directory, a checkpoint or an export")
     from_lang, to_lang = (src_lang, tgt_lang) if writes_target else (tgt_lang, src_lang)
-    decode = source.decode or SyntheticDecode()
+    decode = source.decode or SyntheticDecodeConfig()
     fingerprint = _fingerprint(models, given, decode, to_lang, source.limit)
     folder = config.data_path / "synthetic" / f"{name}-{fingerprint[:12]}"
     side = "tgt" if writes_target else "src"
     return SyntheticJob(key, name, models, given, side, from_lang, to_lang, decode, source.limit, folder)
 
 
-def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecode, to_lang: str, limit: int | None) -> str:
+def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecodeConfig, to_lang: str, limit: int | None) -> str:
     """A hash of what decides the output: the models' weights, the input's bytes, the decoding options."""
     digest = hashlib.sha256(FORMAT.encode())
     for model in models:
