@@ -113,7 +113,7 @@ def _config(recipe: Path, overrides: list[str] | None, init_from: Path | None = 
 
 
 @tokenizer_app.command("train")
-def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
+def tokenizer_train_command(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
     if config.train.init_from:
@@ -137,8 +137,8 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
     )
 
 
-@app.command()
-def prepare(
+@app.command("prepare")
+def prepare_command(
     recipe: Recipe,
     overrides: Overrides = None,
     init_from: InitFrom = None,
@@ -170,8 +170,8 @@ def prepare(
     typer.echo(json.dumps(report["splits"], indent=1))
 
 
-@app.command()
-def train(
+@app.command("train")
+def train_command(
     recipe: Recipe,
     overrides: Overrides = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in run_dir from last.pt.")] = False,
@@ -180,13 +180,13 @@ def train(
 ) -> None:
     """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
-    from mtkit.training.trainer import train as run_training
+    from mtkit.training.trainer import train
 
-    run_training(config, resume=resume, overwrite=overwrite)
+    train(config, resume=resume, overwrite=overwrite)
 
 
-@app.command()
-def translate(
+@app.command("translate")
+def translate_command(
     model: TranslateModels,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
@@ -236,8 +236,8 @@ def translate(
         translate_file(Translator.load(model, engine, str(rank_device)), options, distributed)
 
 
-@app.command()
-def score(
+@app.command("score")
+def score_command(
     model: TranslateModels,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
     tgt: Annotated[Path, typer.Option(help="Their translations to score, one per line.")],
@@ -267,8 +267,8 @@ def score(
 LIMITS = ServeLimits()  # the server's defaults, stated once
 
 
-@app.command()
-def serve(
+@app.command("serve")
+def serve_command(
     model: TranslateModels,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
@@ -339,8 +339,8 @@ FlagRule = Annotated[
 PAIRED_TESTS = PairedTests()  # the paired significance tests' defaults, stated once
 
 
-@app.command()
-def evaluate(
+@app.command("evaluate")
+def evaluate_command(
     hyp: Hyps = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
     model: EvalModels = None,
@@ -357,8 +357,12 @@ def evaluate(
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
-    save_scores: Annotated[
-        bool, typer.Option(help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).")
+    record_scores: Annotated[
+        bool,
+        typer.Option(
+            "--save-scores/--no-save-scores",
+            help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).",
+        ),
     ] = True,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
@@ -370,9 +374,7 @@ def evaluate(
     sentences, and compare several systems with the first by paired significance tests. A split of several
     directions (a multilingual recipe) is also scored direction by direction, with their mean."""
     from mtkit.evaluation.problems import parse_rules
-    from mtkit.evaluation.report import EvaluateRequest, scores_directory
-    from mtkit.evaluation.report import evaluate as run_evaluation
-    from mtkit.evaluation.report import save_scores as record_scores
+    from mtkit.evaluation.report import EvaluateRequest, evaluate, save_scores, scores_directory
 
     request = EvaluateRequest(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
@@ -380,15 +382,15 @@ def evaluate(
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
         tgt_lang=tgt_lang, off_target=off_target,
     )  # fmt: skip
-    report = run_evaluation(request)
+    report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
     directory = scores_directory(request)
-    if save_scores and directory is not None and request.split is not None:
-        record_scores(directory, request.split, report.systems[0].result)
+    if record_scores and directory is not None and request.split is not None:
+        save_scores(directory, request.split, report.systems[0].result)
 
 
-@app.command()
-def export(
+@app.command("export")
+def export_command(
     model: Annotated[
         list[Path], typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")
     ],
@@ -419,8 +421,8 @@ def _use_export(export_format: ExportFormat, written: Path) -> str:
     return f"translate with: mtkit translate -m {written}"
 
 
-@app.command()
-def plot(
+@app.command("plot")
+def plot_command(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (their log.jsonl), drawn together.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The PNG to write.")] = Path("curves.png"),
 ) -> None:
@@ -431,8 +433,8 @@ def plot(
     typer.echo(f"drew {', '.join(labels)} into {output}")
 
 
-@app.command()
-def average(
+@app.command("average")
+def average_command(
     model: Annotated[Path, typer.Option("--model", "-m", help="Run directory holding step_*.pt checkpoints (train.keep).")],
     last: Annotated[int, typer.Option(help="Average the weights of the N newest step_*.pt checkpoints.")] = 5,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: RUN/average.pt).")] = None,
@@ -447,16 +449,16 @@ def average(
 
 
 @import_app.command("marian")
-def import_marian(
+def import_marian_command(
     source: Annotated[
         str, typer.Argument(help="A Hugging Face Marian folder (OPUS-MT), or a hub id such as Helsinki-NLP/opus-mt-de-en.")
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
 ) -> None:
     """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
-    from mtkit.importers.marian import import_marian as run_import
+    from mtkit.importers.marian import import_marian
 
-    config, model = run_import(source, output)
+    config, model = import_marian(source, output)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(
