@@ -47,7 +47,7 @@ def calls_between(command: str, frames: list[inspect.FrameInfo], target: str | N
     wrapper) are not counted.
     """
     ours = [frame for frame in frames if Path(frame.filename).resolve().is_relative_to(PACKAGE)]  # innermost first
-    outer = next(i for i, frame in enumerate(ours) if frame.function == command and frame.filename.endswith("cli.py"))
+    outer = next(i for i, frame in enumerate(ours) if frame.function == f"{command}_command" and frame.filename.endswith("cli.py"))
     if target is None:
         return outer + 1
     return outer - next(i for i, frame in enumerate(ours) if frame.function == target)
