@@ -312,7 +312,7 @@ def serve_command(
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
         workers=workers, api_key=api_key,
     )  # fmt: skip
-    run_server(model, engine, device, host, port, limits)
+    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits)
 
 
 def _renamed_flag(old: str, old_value: int | None, new: str, new_value: int, default: int) -> int:

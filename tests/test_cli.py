@@ -452,7 +452,7 @@ def test_serve_takes_the_old_max_steps_flag_with_a_note(monkeypatch, tmp_path):
     import mtkit.serving.app
 
     started = []
-    monkeypatch.setattr(mtkit.serving.app, "run_server", lambda *args, **kwargs: started.append(args[-1]))
+    monkeypatch.setattr(mtkit.serving.app, "run_server", lambda models, **options: started.append(options["limits"]))
     result = succeeded(invoke("serve", "-m", tmp_path, "--max-steps", 7))
     assert started[0].max_output_steps == 7
     assert result.stderr == "mtkit: --max-steps is deprecated; use --max-output-steps (the same limit)\n"

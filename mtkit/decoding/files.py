@@ -191,7 +191,11 @@ def _plot(
     best = [found[0] for found in results]
     assert options.plot_attention is not None
     directory, heads, tgt_lang = options.plot_attention, options.plot_heads, options.decoding.tgt_lang
-    return len(plot_attention(translator, lines, best, directory, count, heads, offset, tgt_lang))
+    drawn = plot_attention(
+        translator, lines=lines, translations=best, directory=directory, count=count, per_head=heads, offset=offset,
+        tgt_lang=tgt_lang,
+    )  # fmt: skip
+    return len(drawn)
 
 
 def score_files(

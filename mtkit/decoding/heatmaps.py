@@ -55,6 +55,7 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
 
 def plot_attention(
     translator: Translator,
+    *,
     lines: Sequence[str],
     translations: Sequence[Translation],
     directory: Path,

@@ -188,7 +188,10 @@ class Translator:
     def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
         tag = self.language_tag(tgt_lang)
-        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_beam_tokens, sources, targets, tag)
+        return score_pairs(
+            self.engine, tokenizers=self.tokenizers, normalize=self.normalize, batch_tokens=self.decode.batch_beam_tokens,
+            sources=sources, targets=targets, tag=tag,
+        )  # fmt: skip
 
     @property
     def target_languages(self) -> list[str]:
@@ -407,7 +410,9 @@ class Plan:
             terms = None
             if self.terms is not None:
                 continuations, in_order = self._translator.word_continuations(), self.options.constraints_in_order
-                terms = TermRequest([self.term_ids[i] for i in indices], continuations, in_order)
+                terms = TermRequest(
+                    constraints=[self.term_ids[i] for i in indices], continues_word=continuations, in_order=in_order
+                )
             yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes, terms)
 
     def _cap(self, index: int) -> int:

@@ -76,7 +76,10 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     """The application: the routes over one translator and its batcher."""
     limits = batching_for(translator, limits)
     wait_s = limits.max_wait_ms / 1000
-    batcher = Batcher(translator, wait_s, limits.max_queue, limits.batch_lines, limits.workers, limits.chunk_work)
+    batcher = Batcher(
+        translator, max_wait=wait_s, max_queue=limits.max_queue, batch_lines=limits.batch_lines, workers=limits.workers,
+        chunk_work=limits.chunk_work,
+    )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -314,7 +317,7 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
     }
 
 
-def run_server(models: list[Path], engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
+def run_server(models: list[Path], *, engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
     """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered)."""
 
     translator = Translator.load(models, engine, str(resolve_device(device)))

@@ -37,7 +37,7 @@ class QueueFull(Exception):
     """The queue holds `max_queue` requests already; the client should retry later."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class QueuedRequest:
     """What waits in the queue: a client's request whole, or one chunk of its consecutive lines."""
 
@@ -105,6 +105,7 @@ class Batcher:
     def __init__(
         self,
         translator: Translator,
+        *,
         max_wait: float,
         max_queue: int,
         batch_lines: int,
@@ -144,13 +145,13 @@ class Batcher:
         queued = [len(spans)]
         requests = [
             QueuedRequest(
-                [lines[i] for i in span],
-                decoding,
-                [prefixes[i] for i in span] if prefixes is not None else None,
-                loop.create_future(),
-                [constraints[i] for i in span] if constraints is not None else None,
-                sum(line_work[i] for i in span),
-                queued,
+                lines=[lines[i] for i in span],
+                decoding=decoding,
+                prefixes=[prefixes[i] for i in span] if prefixes is not None else None,
+                future=loop.create_future(),
+                constraints=[constraints[i] for i in span] if constraints is not None else None,
+                work=sum(line_work[i] for i in span),
+                queued=queued,
             )
             for span in spans
         ]

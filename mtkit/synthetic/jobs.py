@@ -25,7 +25,7 @@ from mtkit.textio import count_lines
 FORMAT = "mtkit-synthetic-1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SyntheticJob:
     """One synthetic side: `models` translate `input` (the corpus's other side) into `side`."""
 
@@ -82,7 +82,10 @@ def _job(config: Config, source: TrainSource, key: str, name: str) -> SyntheticJ
     fingerprint = _fingerprint(models, given, decode, to_lang, source.limit)
     folder = config.data_path / "synthetic" / f"{name}-{fingerprint[:12]}"
     side = "tgt" if writes_target else "src"
-    return SyntheticJob(key, name, models, given, side, from_lang, to_lang, decode, source.limit, folder)
+    return SyntheticJob(
+        key=key, name=name, models=models, input=given, side=side, from_lang=from_lang, to_lang=to_lang, decode=decode,
+        limit=source.limit, folder=folder,
+    )  # fmt: skip
 
 
 def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecodeConfig, to_lang: str, limit: int | None) -> str:

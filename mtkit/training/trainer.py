@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,9 @@ class Trainer:
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
+        self.validation = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
+            validate, valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
+        )
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
@@ -237,7 +241,10 @@ class Trainer:
             training_state["ema"] = self.ema.state_dict()
         ema_weights = self.ema.weights() if self.ema is not None else None
         weights, progress = self.model.state_dict(), dataclasses.asdict(self.progress)
-        return Checkpoint(self.config, self.tokenizers, weights, progress, training_state, ema_weights)
+        return Checkpoint(
+            config=self.config, tokenizers=self.tokenizers, weights=weights, progress=progress,
+            training_state=training_state, ema_weights=ema_weights,
+        )  # fmt: skip
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
@@ -367,7 +374,7 @@ class Trainer:
         self._add_elapsed()
         progress = self.progress
         if self.run_dir is not None:
-            result = validate(self.model, self.valid, self.tokenizers, self.config, self.device, self.amp_dtype)
+            result = self.validation(self.model)
             improved = progress.record_validation(result.bleu)
             best, elapsed = round(progress.best_bleu, 2), round(progress.elapsed, 1)
             self.run_dir.append_log(
@@ -408,7 +415,7 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU in RUN/<stem>.pt, log it next to best.pt's and say which -m RUN uses."""
         assert self.run_dir is not None
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
-        result = validate(self.model, self.valid, self.tokenizers, self.config, self.device, self.amp_dtype)
+        result = self.validation(self.model)
         payload["valid_bleu"] = result.bleu
         save_checkpoint(payload, self.run_dir.files.weights(stem))
         best = self.progress.best_bleu

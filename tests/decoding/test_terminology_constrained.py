@@ -72,7 +72,7 @@ def search(
     src = torch.tensor([[4 + n, EOS_ID] for n in range(len(given))])
     terms = None
     if any(given):
-        terms = Terms.build(TermRequest(given, CONTINUES, in_order), torch.device("cpu"))
+        terms = Terms.build(TermRequest(constraints=given, continues_word=CONTINUES, in_order=in_order), torch.device("cpu"))
     caps = torch.full((len(given),), cap)
     return beam_search(model, src, src.ne(PAD_ID), caps, SearchOptions(beam=beam, nbest=nbest), step_rules=steer, terms=terms)
 
