@@ -33,7 +33,7 @@ BYTE_ORDER_MARK = "\ufeff"
 def say(message: str, *, distributed: Distributed | None = None) -> None:
     """A status line on stderr, flushed at once, that does not break a tqdm progress bar on stderr (the
     bar is lifted, the line written, the bar drawn again). Under torchrun (`distributed`) only rank 0
-    speaks, so a job prints each line once."""
+    speaks, so a torchrun job prints each line once."""
     if distributed is not None and not distributed.is_main:
         return
     tqdm.write(message, file=sys.stderr)  # sys.stderr at call time: a test or a redirect may have replaced it

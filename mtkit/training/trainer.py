@@ -188,7 +188,7 @@ class Trainer:
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
-        self.validation = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
+        self.validate_model = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
             validate, valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
         )
         self.model: EncoderDecoder = build_model(
@@ -374,7 +374,7 @@ class Trainer:
         self._add_elapsed()
         progress = self.progress
         if self.run_dir is not None:
-            result = self.validation(self.model)
+            result = self.validate_model(self.model)
             improved = progress.record_validation(result.bleu)
             best, elapsed = round(progress.best_bleu, 2), round(progress.elapsed, 1)
             self.run_dir.append_log(
@@ -415,7 +415,7 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU in RUN/<stem>.pt, log it next to best.pt's and say which -m RUN uses."""
         assert self.run_dir is not None
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
-        result = self.validation(self.model)
+        result = self.validate_model(self.model)
         payload["valid_bleu"] = result.bleu
         save_checkpoint(payload, self.run_dir.files.weights(stem))
         best = self.progress.best_bleu
