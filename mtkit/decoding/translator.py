@@ -187,11 +187,8 @@ class Translator:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
-        tag = self.language_tag(tgt_lang)
-        return score_pairs(
-            self.engine, tokenizers=self.tokenizers, normalize=self.normalize, batch_tokens=self.decode.batch_beam_tokens,
-            sources=sources, targets=targets, tag=tag,
-        )  # fmt: skip
+        return score_pairs(self.engine, tokenizers=self.tokenizers, normalize=self.normalize, tag=self.language_tag(tgt_lang),
+                           batch_tokens=self.decode.batch_beam_tokens, sources=sources, targets=targets)  # fmt: skip
 
     @property
     def target_languages(self) -> list[str]:

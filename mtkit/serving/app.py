@@ -75,11 +75,8 @@ class TranslateRequest(BaseModel):
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
     """The application: the routes over one translator and its batcher."""
     limits = batching_for(translator, limits)
-    wait_s = limits.max_wait_ms / 1000
-    batcher = Batcher(
-        translator, max_wait=wait_s, max_queue=limits.max_queue, batch_lines=limits.batch_lines, workers=limits.workers,
-        chunk_work=limits.chunk_work,
-    )  # fmt: skip
+    batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
+                      batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

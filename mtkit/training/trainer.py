@@ -239,12 +239,9 @@ class Trainer:
         }
         if self.ema is not None:
             training_state["ema"] = self.ema.state_dict()
-        ema_weights = self.ema.weights() if self.ema is not None else None
-        weights, progress = self.model.state_dict(), dataclasses.asdict(self.progress)
-        return Checkpoint(
-            config=self.config, tokenizers=self.tokenizers, weights=weights, progress=progress,
-            training_state=training_state, ema_weights=ema_weights,
-        )  # fmt: skip
+        ema = self.ema.weights() if self.ema is not None else None
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=self.model.state_dict(), ema_weights=ema,
+                          progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
