@@ -97,7 +97,7 @@ def temperature_study(commands: MtkitCommands, args: argparse.Namespace) -> dict
     for temperature in (5, 1):
         run = args.runs / f"multi30k_tatoeba_t{temperature}"
         if not args.skip_training:
-            overrides = set_args([f"data.temperature={temperature}", f"run_dir={run}"])
+            overrides = set_args([f"data.corpus_temperature={temperature}", f"run_dir={run}"])
             overrides += set_args(smoke_overrides(args, "multi30k_tatoeba", args.supervised))
             for command in (["tokenizer", "train"], ["prepare"]) if temperature == 5 else ():
                 commands.run([*command, TATOEBA, *overrides])

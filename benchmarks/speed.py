@@ -69,8 +69,8 @@ class TimedTraining:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        dist, self.device = setup_process(config.train)
-        self.trainer = Trainer(config, self.device, dist)
+        distributed, self.device = setup_process(config.train)
+        self.trainer = Trainer(config, self.device, distributed)
         epoch = self.trainer.epoch()
         self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers)
         self.src_lengths, self.tgt_lengths = epoch.ids.src.lengths + 1, epoch.ids.tgt.lengths + 1  # + EOS

@@ -113,7 +113,7 @@ def _config(recipe: Path, overrides: list[str] | None, init_from: Path | None = 
 
 
 @tokenizer_app.command("train")
-def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
+def tokenizer_train_command(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train SentencePiece (BPE or unigram) on the training text, joint or one model per side."""
     config = _config(recipe, overrides)  # the whole recipe is checked before torch is even imported
     from mtkit.training.run_data import train_run_tokenizers
@@ -122,8 +122,8 @@ def tokenizer_train(recipe: Recipe, overrides: Overrides = None) -> None:
         typer.echo(line)
 
 
-@app.command()
-def prepare(
+@app.command("prepare")
+def prepare_command(
     recipe: Recipe,
     overrides: Overrides = None,
     init_from: InitFrom = None,
@@ -142,8 +142,8 @@ def prepare(
         typer.echo(line)
 
 
-@app.command()
-def train(
+@app.command("train")
+def train_command(
     recipe: Recipe,
     overrides: Overrides = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in run_dir from last.pt.")] = False,
@@ -152,13 +152,13 @@ def train(
 ) -> None:
     """Train the recipe's model; checkpoints, config and log.jsonl go to run_dir."""
     config = _config(recipe, overrides, init_from)  # the whole recipe is checked before torch is even imported
-    from mtkit.training.trainer import train as run_training
+    from mtkit.training.trainer import train
 
-    run_training(config, resume=resume, overwrite=overwrite)
+    train(config, resume=resume, overwrite=overwrite)
 
 
-@app.command()
-def translate(
+@app.command("translate")
+def translate_command(
     model: TranslateModels,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
@@ -191,7 +191,7 @@ def translate(
     from mtkit.decoding.files import FileOptions, translate_file
     from mtkit.decoding.sampling import Sampling
     from mtkit.decoding.translator import Decoding, Translator
-    from mtkit.distributed import translation_job
+    from mtkit.distributed import distributed_translation
     from mtkit.runtime import resolve_device
 
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
@@ -204,12 +204,12 @@ def translate(
         input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention,
         plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
     )  # fmt: skip
-    with translation_job(resolve_device(device)) as (job, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, job)
+    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
+        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, distributed)
 
 
-@app.command()
-def score(
+@app.command("score")
+def score_command(
     model: TranslateModels,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
     tgt: Annotated[Path, typer.Option(help="Their translations to score, one per line.")],
@@ -239,8 +239,8 @@ def score(
 LIMITS = ServeLimits()  # the server's defaults, stated once
 
 
-@app.command()
-def serve(
+@app.command("serve")
+def serve_command(
     model: TranslateModels,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
@@ -259,9 +259,10 @@ def serve(
     max_work: Annotated[
         int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
     ] = LIMITS.max_work,
-    max_steps: Annotated[
+    max_output_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
-    ] = LIMITS.max_steps,
+    ] = LIMITS.max_output_steps,
+    max_steps: Annotated[Optional[int], typer.Option(min=1, hidden=True, help="Renamed --max-output-steps.")] = None,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
     ] = LIMITS.chunk_work,
@@ -277,12 +278,23 @@ def serve(
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serving.app import run_server
 
+    max_output_steps = _renamed_flag("--max-steps", max_steps, "--max-output-steps", max_output_steps, LIMITS.max_output_steps)
     limits = ServeLimits(
-        max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_steps=max_steps,
+        max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_output_steps=max_output_steps,
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
         workers=workers, api_key=api_key,
     )  # fmt: skip
-    run_server(model, engine, device, host, port, limits)
+    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits)
+
+
+def _renamed_flag(old: str, old_value: int | None, new: str, new_value: int, default: int) -> int:
+    """The value of a flag that was renamed: the old name still works, with a note on stderr."""
+    if old_value is None:
+        return new_value
+    if new_value != default:
+        raise MtkitError(f"{old} and {new} are the same limit ({old} is its old name): give only {new}")
+    typer.echo(f"mtkit: {old} is deprecated; use {new} (the same limit)", err=True)
+    return old_value
 
 
 Hyps = Annotated[Optional[list[Path]], typer.Option("--hyp", help="Hypothesis file to score (repeat: compare systems).")]
@@ -299,8 +311,8 @@ FlagRule = Annotated[
 PAIRED_TESTS = PairedTests()  # the paired significance tests' defaults, stated once
 
 
-@app.command()
-def evaluate(
+@app.command("evaluate")
+def evaluate_command(
     hyp: Hyps = None,
     ref: Annotated[Optional[list[Path]], typer.Option(help="Reference file (repeat for several references).")] = None,
     model: EvalModels = None,
@@ -317,8 +329,12 @@ def evaluate(
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
-    save_scores: Annotated[
-        bool, typer.Option(help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).")
+    record_scores: Annotated[
+        bool,
+        typer.Option(
+            "--save-scores/--no-save-scores",
+            help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).",
+        ),
     ] = True,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
@@ -330,9 +346,7 @@ def evaluate(
     sentences, and compare several systems with the first by paired significance tests. A split of several
     directions (a multilingual recipe) is also scored direction by direction, with their mean."""
     from mtkit.evaluation.problems import parse_rules
-    from mtkit.evaluation.report import EvaluateRequest, scores_directory
-    from mtkit.evaluation.report import evaluate as run_evaluation
-    from mtkit.evaluation.report import save_scores as record_scores
+    from mtkit.evaluation.report import EvaluateRequest, evaluate, save_scores, scores_directory
 
     request = EvaluateRequest(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
@@ -340,15 +354,15 @@ def evaluate(
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
         tgt_lang=tgt_lang, off_target=off_target, fast_paths=True,
     )  # fmt: skip
-    report = run_evaluation(request)
+    report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
     directory = scores_directory(request)
-    if save_scores and directory is not None and request.split is not None:
-        record_scores(directory, request.split, report.systems[0].result)
+    if record_scores and directory is not None and request.split is not None:
+        save_scores(directory, request.split, report.systems[0].result)
 
 
-@app.command()
-def export(
+@app.command("export")
+def export_command(
     model: Annotated[
         list[Path], typer.Option("--model", "-m", help="Run directory (uses best.pt, else last.pt) or checkpoint file.")
     ],
@@ -379,8 +393,8 @@ def _use_export(export_format: ExportFormat, written: Path) -> str:
     return f"translate with: mtkit translate -m {written}"
 
 
-@app.command()
-def plot(
+@app.command("plot")
+def plot_command(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (their log.jsonl), drawn together.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The PNG to write.")] = Path("curves.png"),
 ) -> None:
@@ -391,8 +405,8 @@ def plot(
     typer.echo(f"drew {', '.join(labels)} into {output}")
 
 
-@app.command()
-def average(
+@app.command("average")
+def average_command(
     model: Annotated[Path, typer.Option("--model", "-m", help="Run directory holding step_*.pt checkpoints (train.keep).")],
     last: Annotated[int, typer.Option(help="Average the weights of the N newest step_*.pt checkpoints.")] = 5,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write (default: RUN/average.pt).")] = None,
@@ -407,16 +421,16 @@ def average(
 
 
 @import_app.command("marian")
-def import_marian(
+def import_marian_command(
     source: Annotated[
         str, typer.Argument(help="A Hugging Face Marian folder (OPUS-MT), or a hub id such as Helsinki-NLP/opus-mt-de-en.")
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
 ) -> None:
     """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
-    from mtkit.importers.marian import import_marian as run_import
+    from mtkit.importers.marian import import_marian
 
-    config, model = run_import(source, output)
+    config, model = import_marian(source, output)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(

@@ -30,7 +30,10 @@ from mtkit.run_files import RunFiles
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
 # Keys that were renamed: the old name is still read (with a one-line note on stderr, except in saved configs).
-RENAMED_KEYS = {"decode.batch_tokens": "batch_beam_tokens"}  # it counts source tokens x beam, not padded tokens
+RENAMED_KEYS = {
+    "decode.batch_tokens": "batch_beam_tokens",  # it counts source tokens x beam, not padded tokens
+    "data.temperature": "corpus_temperature",  # not the sampling temperature of decoding
+}
 _ARCH_NAMES = {"transformer": "a Transformer", "rnn": "an RNN"}  # as in "is a Transformer key"
 DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
@@ -162,8 +165,12 @@ SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  
 
 
 @dataclass
-class SyntheticDecode:
-    """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling."""
+class SyntheticDecodeConfig:
+    """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling.
+
+    A recipe section, like `DecodeConfig`; `mtkit.synthetic.generate` turns it into each chunk's `Decoding`
+    (the per-call options of `Translator`), whose None leaves the writing model's own `DecodeConfig` value.
+    """
 
     beam: int | None = field(default=None, metadata=_at_least(1))  # None: the model's own beam
     length_penalty: float | None = field(default=None, metadata=_range(0.0, 10.0))
@@ -190,7 +197,7 @@ class TrainSource(SplitConfig):
     # a model of the reverse direction that writes the source of `tgt`
     back_translate_with: list[str] | None = field(default=None, metadata=_relation(lambda s: _one_side(s, "tgt", "src")))
     tag: str | None = field(default=None, metadata=_pattern(TAG_NAME, "a letter, then letters, digits or _", "bt"))
-    decode: SyntheticDecode | None = None  # with a model: how it translates
+    decode: SyntheticDecodeConfig | None = None  # with a model: how it translates
 
     @property
     def generated_side(self) -> str | None:
@@ -221,10 +228,10 @@ def _unique_names(data: DataConfig) -> str | None:
     if repeated:
         return f"give each corpus its own name ({repeated[0]!r} is used twice)"
     weighted = [index for index, source in enumerate(data.train) if source.weight != 1.0]
-    if data.temperature is not None and weighted:
+    if data.corpus_temperature is not None and weighted:
         return (
-            f"data.temperature sets every corpus's weight from its size, but {recipe_key(data, 'train', weighted[0])}.weight is "
-            f"{data.train[weighted[0]].weight:g}; give either data.temperature or weights, not both"
+            f"data.corpus_temperature sets every corpus's weight from its size, but {recipe_key(data, 'train', weighted[0])}"
+            f".weight is {data.train[weighted[0]].weight:g}; give either data.corpus_temperature or weights, not both"
         )
     return None
 
@@ -252,7 +259,7 @@ class DataConfig:
         default="", metadata=_pattern(rf"\s*|\s*{LANGUAGE}\s*(,\s*{LANGUAGE}\s*)*", "language codes separated by commas", "de,fr")
     )
     # corpus weights from their sizes: pairs drawn per epoch p ~ n^(1/T) (1: as they are; larger: flatter)
-    temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))
+    corpus_temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))
     normalize: str = field(default="NFC", metadata=_choice("NFC", "NFKC", "none"))
     bad_bytes: str = field(default="error", metadata=_choice(*(choice.value for choice in BadBytes)))  # bytes that are not UTF-8
     # drop training pairs with more whitespace tokens than this on a side
@@ -410,7 +417,9 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
-    """Search settings used by translate, evaluate and validation."""
+    """Search settings used by translate, evaluate and validation: the recipe's `decode` section, saved with
+    the model. A `Translator` holds it as its defaults; `Translator.search_options` fills what a call's
+    `Decoding` leaves open (None) from it when it builds the search's `SearchOptions`."""
 
     beam: int = field(default=5, metadata=_at_least(1))
     # score / length**length_penalty; above 10, long hypotheses' divisors overflow float32

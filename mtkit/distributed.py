@@ -46,72 +46,72 @@ def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
     return Distributed(rank, world_size, local_rank), device
 
 
-def sum_over_ranks(value: torch.Tensor, context: Distributed) -> torch.Tensor:
+def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tensor:
     """The sum of `value` over all ranks (the value itself in a single process)."""
-    if context.enabled:
+    if distributed.enabled:
         value = value.clone()
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value
 
 
-def count_over_ranks(count: int, context: Distributed, device: torch.device) -> int:
+def count_over_ranks(count: int, distributed: Distributed, device: torch.device) -> int:
     """The sum of an integer count over all ranks; no tensor and no sync in a single process."""
-    if not context.enabled:
+    if not distributed.enabled:
         return count
-    return int(sum_over_ranks(torch.tensor(float(count), device=device), context).item())
+    return int(sum_over_ranks(torch.tensor(float(count), device=device), distributed).item())
 
 
-def max_over_ranks(values: list[float], context: Distributed, device: torch.device) -> list[float]:
+def max_over_ranks(values: list[float], distributed: Distributed, device: torch.device) -> list[float]:
     """Each value's largest over all ranks, in one collective (the values themselves in a single process)."""
-    if not context.enabled:
+    if not distributed.enabled:
         return values
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor.tolist()
 
 
-def broadcast_from_main(values: list, context: Distributed) -> list:
+def broadcast_from_main(values: list, distributed: Distributed) -> list:
     """Rank 0's `values` (a list of plain objects) on every rank."""
-    if context.enabled:
+    if distributed.enabled:
         dist.broadcast_object_list(values, src=0)
     return values
 
 
-def barrier(context: Distributed) -> None:
-    if context.enabled:
+def barrier(distributed: Distributed) -> None:
+    if distributed.enabled:
         dist.barrier()
 
 
-def shutdown(context: Distributed) -> None:
+def shutdown(distributed: Distributed) -> None:
     """Leave the job together: no rank tears down its connections while a peer still uses them."""
-    if context.enabled and dist.is_initialized():
+    if distributed.enabled and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
 
 
 @contextlib.contextmanager
-def translation_job(device: torch.device) -> Iterator[tuple[Distributed, torch.device]]:
+def distributed_translation(device: torch.device) -> Iterator[tuple[Distributed, torch.device]]:
     """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device; leave it at the end.
 
     After an error the rank leaves at once without waiting for its peers: torchrun then ends the job.
     """
-    context, device = init_distributed(device)
-    yield context, device
-    shutdown(context)
+    distributed, device = init_distributed(device)
+    yield distributed, device
+    shutdown(distributed)
 
 
-def gather_in_order(items: list, context: Distributed) -> list:
+def gather_in_order(items: list, distributed: Distributed) -> list:
     """On rank 0, every rank's items back in input order, when rank r holds items r, r + N, r + 2N, ...
 
     Other ranks get an empty list; a single process gets `items` unchanged.
     """
-    if not context.enabled:
+    if not distributed.enabled:
         return items
-    shares: list | None = [None] * context.world_size if context.is_main else None
+    shares: list | None = [None] * distributed.world_size if distributed.is_main else None
     dist.gather_object(items, shares, dst=0)
     if shares is None:
         return []
     merged: list = [None] * sum(len(share) for share in shares)
     for rank, share in enumerate(shares):
-        merged[rank :: context.world_size] = share
+        merged[rank :: distributed.world_size] = share
     return merged

@@ -18,13 +18,26 @@ import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from tqdm import tqdm
 
 from mtkit.errors import MtkitError
 
+if TYPE_CHECKING:  # only its type: mtkit.distributed imports torch, which text files do not need
+    from mtkit.distributed import Distributed
+
 BYTE_ORDER_MARK = "\ufeff"
+
+
+def say(message: str, *, distributed: Distributed | None = None) -> None:
+    """A status line on stderr, flushed at once, that does not break a tqdm progress bar on stderr (the
+    bar is lifted, the line written, the bar drawn again). Under torchrun (`distributed`) only rank 0
+    speaks, so a torchrun job prints each line once."""
+    if distributed is not None and not distributed.is_main:
+        return
+    tqdm.write(message, file=sys.stderr)  # sys.stderr at call time: a test or a redirect may have replaced it
+    sys.stderr.flush()
 
 
 def model_text(line: str, normalize: str) -> str:
@@ -59,7 +72,7 @@ def text_lines(raw_lines: Iterable[bytes], name: str, bad_bytes: str = "error", 
         text = text.removesuffix("\n").removesuffix("\r")
         yield number, text.removeprefix(BYTE_ORDER_MARK) if number == 1 else text
     if replaced:
-        print(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {replaced} lines", file=sys.stderr)
+        say(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {replaced} lines")
 
 
 def decode_lines(data: bytes, name: str, bad_bytes: str = "error", fix: str = "") -> list[str]:

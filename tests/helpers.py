@@ -310,7 +310,7 @@ def learned_margin(run_path: Path, sources: list[str], targets: list[str], tgt_l
     translator = Translator.load(run_path, device="cpu")
     tokenizers, engine = translator.tokenizers, translator.engine
     source_ids = tagged([tokenizers.src.encode(model_text(s, translator.normalize)) for s in sources],
-                        translator.source_tag(tgt_lang))  # fmt: skip
+                        translator.language_tag(tgt_lang))  # fmt: skip
     target_ids = [tokenizers.tgt.encode(model_text(t, translator.normalize)) for t in targets]
     src, src_mask = engine._source(source_ids)
     tgt = torch.full((len(targets), max(map(len, target_ids)) + 1), PAD_ID, dtype=torch.long)  # (B, T)

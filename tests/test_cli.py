@@ -476,3 +476,15 @@ def test_evaluate_without_arguments():
 
 def test_evaluate_model_without_split(run):
     assert_one_line_error(invoke("evaluate", "-m", run), "--split")
+
+
+def test_serve_takes_the_old_max_steps_flag_with_a_note(monkeypatch, tmp_path):
+    import mtkit.serving.app
+
+    started = []
+    monkeypatch.setattr(mtkit.serving.app, "run_server", lambda models, **options: started.append(options["limits"]))
+    result = succeeded(invoke("serve", "-m", tmp_path, "--max-steps", 7))
+    assert started[0].max_output_steps == 7
+    assert result.stderr == "mtkit: --max-steps is deprecated; use --max-output-steps (the same limit)\n"
+    assert "--max-steps" not in succeeded(invoke("serve", "--help")).stdout
+    assert_one_line_error(invoke("serve", "-m", tmp_path, "--max-steps", 7, "--max-output-steps", 9), "--max-output-steps")

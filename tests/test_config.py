@@ -503,7 +503,7 @@ def sections_of(cls: type) -> list[type]:
 
 def test_every_number_declares_its_range_and_every_model_key_its_architecture():
     sections = sections_of(Config)
-    assert len(sections) == 9  # SyntheticDecode: a synthetic corpus's decoding
+    assert len(sections) == 9  # SyntheticDecodeConfig: a synthetic corpus's decoding
     for section in sections:
         for name, hint in typing.get_type_hints(section).items():
             if {int, float} & set(typing.get_args(hint) or (hint,)):
@@ -647,6 +647,17 @@ def test_the_renamed_decode_batch_tokens_is_read_with_a_note(capsys):
     assert capsys.readouterr().err == ""  # a config saved by an older mtkit says nothing
     with pytest.raises(MtkitError, match="'decode.batch_tokens' and 'decode.batch_beam_tokens' are one key"):
         config_from_dict({"decode": {"batch_tokens": 1, "batch_beam_tokens": 2}})
+
+
+def test_the_renamed_data_temperature_is_read_with_a_note(capsys):
+    config = config_from_dict({"data": {"temperature": 5}}, source="old.yaml")
+    assert config.data.corpus_temperature == 5
+    note = capsys.readouterr().err.strip()
+    assert note == "mtkit: note: old.yaml: 'data.temperature' is now called 'data.corpus_temperature'; rename it"
+    assert config_from_dict({"data": {"temperature": 2}}, saved=True).data.corpus_temperature == 2
+    assert capsys.readouterr().err == ""
+    with pytest.raises(MtkitError, match="'data.temperature' and 'data.corpus_temperature' are one key"):
+        config_from_dict({"data": {"temperature": 5, "corpus_temperature": 2}})
 
 
 def test_a_synthetic_corpus_is_checked_at_load():

@@ -119,13 +119,13 @@ from mtkit.distributed import shutdown
 from mtkit.training.trainer import Trainer, setup_process
 
 config = load_config(sys.argv[1])
-dist, device = setup_process(config.train)
-Trainer.elapsed = lambda self: float(self.progress.step) + 0.37 * self.dist.rank
-trainer = Trainer(config, device, dist)
+distributed, device = setup_process(config.train)
+Trainer.elapsed = lambda self: float(self.progress.step) + 0.37 * self.distributed.rank
+trainer = Trainer(config, device, distributed)
 trainer.run()
 state = {"model": trainer.model.state_dict(), "lr": trainer.scheduler.get_last_lr()[0], "step": trainer.progress.step}
-torch.save(state, f"{sys.argv[2]}/rank{dist.rank}.pt")
-shutdown(dist)
+torch.save(state, f"{sys.argv[2]}/rank{distributed.rank}.pt")
+shutdown(distributed)
 """
 
 

@@ -47,7 +47,8 @@ def calls_between(command: str, frames: list[inspect.FrameInfo], target: str | N
     wrapper) are not counted.
     """
     ours = [frame for frame in frames if Path(frame.filename).resolve().is_relative_to(PACKAGE)]  # innermost first
-    outer = next(i for i, frame in enumerate(ours) if frame.function == command and frame.filename.endswith("cli.py"))
+    function = f"{command}_command"  # cli.py's function for the command
+    outer = next(i for i, frame in enumerate(ours) if frame.function == function and frame.filename.endswith("cli.py"))
     if target is None:
         return outer + 1
     return outer - next(i for i, frame in enumerate(ours) if frame.function == target)

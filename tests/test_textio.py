@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from mtkit.config import Config
+from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.evaluation.report import save_scores
 from mtkit.models.checkpoint import save_checkpoint
-from mtkit.textio import atomic_file, atomic_output, write_file, write_lines
+from mtkit.textio import atomic_file, atomic_output, say, write_file, write_lines
 from mtkit.training.run_writer import RunWriter
 
 
@@ -80,3 +81,11 @@ def test_standard_output_is_used_when_no_path_is_given(capsys):
     with atomic_output(None) as out:
         out.write("to stdout\n")
     assert capsys.readouterr().out == "to stdout\n"
+
+
+def test_say_writes_a_status_line_on_stderr_from_the_main_rank_only(capsys):
+    say("one")
+    say("two", distributed=Distributed(rank=0, world_size=2))
+    say("three", distributed=Distributed(rank=1, world_size=2))
+    captured = capsys.readouterr()
+    assert captured.err == "one\ntwo\n" and captured.out == ""

@@ -102,7 +102,7 @@ def prepare_corpus(config: Config) -> dict:
             writer = output.split(name, TRAIN_FEATURES if len(splits) > 1 else FEATURES)
             for index, split in enumerate(splits):
                 key = recipe_key(config.data, name, index)
-                tag = source_tag(config, tokenizers, split, key)
+                tag = corpus_tag(config, tokenizers, split, key)
                 for chunk in _chunks(_pairs(config, key, split), name):
                     pipeline.put(writer, chunk, corpus=index, tag=tag)
             report["splits"][name] = pipeline.finish(writer)
@@ -141,7 +141,7 @@ def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> 
     reports = [CleanReport() for _ in names]
     for index, source in enumerate(config.data.train):
         key = recipe_key(config.data, "train", index)
-        tag = source_tag(config, pipeline.tokenizers, source, key)
+        tag = corpus_tag(config, pipeline.tokenizers, source, key)
         for chunk in _chunks(_pairs(config, key, source), f"train {names[index]}"):
             kept = cleaner.clean(chunk, reports[index])
             if kept:
@@ -177,9 +177,9 @@ def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
             yield chunk
 
 
-def source_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
-    """What every source of `split` starts with: its target-language tag (a tagged recipe), then its
-    corpus tag (`tag`); None when neither."""
+def corpus_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
+    """The tag a corpus's sources start with: its target-language tag (a tagged recipe), then the
+    corpus's own tag (`split.tag`); None when neither."""
     language = _language_tag(config, tokenizers, split, key)
     name = getattr(split, "tag", None)
     if name is None:

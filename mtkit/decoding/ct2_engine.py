@@ -223,7 +223,7 @@ class CT2Engine(Engine):
             suppress_sequences=[[self._target_pieces[index]] for index in options.never] if suppress else None,
             return_scores=True,
             return_end_token=True,  # the length penalty counts the EOS, as in mtkit
-            return_attention=options.attention_layer is not None,
+            return_attention=options.alignment_layer is not None,
             max_batch_size=max(1, self.batch_tokens // options.width),
             batch_type="tokens",
         )
@@ -248,7 +248,7 @@ class CT2Engine(Engine):
             # CTranslate2 counts forced prefix tokens as 0 and renormalises over the tokens n-gram blocking leaves.
             its_own = bool(prefixes and prefixes[row]) or options.no_repeat_ngram > 0 or suppressed
             attention: list[Any] = [None] * len(result.hypotheses)
-            if options.attention_layer is not None:
+            if options.alignment_layer is not None:
                 attention = result.attention or [[] for _ in result.hypotheses]  # none for an empty source
             candidates = [
                 self._candidate(source, pieces, score, weights, max_len, None if its_own else _search_alpha(options))
@@ -316,12 +316,12 @@ def _draws(options: SearchOptions) -> int:
 
 def _search_alpha(options: SearchOptions) -> float:
     """The length penalty of CTranslate2's own scores: beam search's (greedy search and sampling sum)."""
-    return options.alpha if options.sampling is None and options.beam > 1 else 0.0
+    return options.length_penalty if options.sampling is None and options.beam > 1 else 0.0
 
 
 def _rank_alpha(options: SearchOptions) -> float:
     """The length penalty of mtkit's scores: none in greedy search, as in the PyTorch engine."""
-    return 0.0 if options.sampling is None and options.beam == 1 else options.alpha
+    return 0.0 if options.sampling is None and options.beam == 1 else options.length_penalty
 
 
 def _links(attention: list[list[float]], length: int) -> list[int]:

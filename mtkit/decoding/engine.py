@@ -26,7 +26,7 @@ from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.sampling import draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import TermRequest, Terms
+from mtkit.decoding.terminology.constrained import TermRequest, Terms
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.base import EncoderDecoder
 
@@ -115,13 +115,14 @@ class PyTorchEngine(Engine):
         else:
             step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
             if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
-                greedy = greedy_search(self.model, src, src_mask, caps, replace(options, alpha=0.0), step_rules=step_rules)
+                summed = replace(options, length_penalty=0.0)
+                greedy = greedy_search(self.model, src, src_mask, caps, summed, step_rules=step_rules)
                 found = [[h] for h in greedy]
             else:
                 terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
                 found = beam_search(self.model, src, src_mask, caps, options, step_rules=step_rules, terms=terms)
-        if options.attention_layer is not None:
-            link_hypotheses(self.model, src, src_mask, found, options.attention_layer)
+        if options.alignment_layer is not None:
+            link_hypotheses(self.model, src, src_mask, found, options.alignment_layer)
         return found
 
     @torch.inference_mode()

@@ -29,7 +29,7 @@ from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes
-from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text
+from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text, say
 
 BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 WINDOW_PAIRS = 10_000  # pairs scored together by score_files
@@ -52,30 +52,31 @@ class FileOptions:
     glossary: Path | None = None  # source term TAB target term(s)
 
 
-def translate_file(translator: Translator, options: FileOptions, job: Distributed | None = None) -> int:
+def translate_file(translator: Translator, options: FileOptions, distributed: Distributed | None = None) -> int:
     """Translate `options.input` into `options.output`, one output line per input line, in order.
 
-    Under torchrun (`job`), every rank reads the input file and translates every N-th line of each
+    Under torchrun (`distributed`), every rank reads the input file and translates every N-th line of each
     window; rank 0 gathers the translations and writes them in input order. Returns the number of
     lines translated.
     """
-    job = job or Distributed()
-    _check(translator, options, job)
+    distributed = distributed or Distributed()
+    _check(translator, options, distributed)
     glossary = _checked_terms(translator, options)
     windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
     prefixes = _side_lines(options.prefix, "--prefix", options.input, "target prefix")
     constraint_lines = _side_lines(options.constraints, "--constraints", options.input, "list of constraints")
     done = plotted = split_lines = lacking = 0
-    bar = tqdm(unit=" lines", disable=None if options.output is not None and job.is_main else True, file=sys.stderr)
-    with atomic_output(options.output, discard=not job.is_main) as out:
+    bar = tqdm(unit=" lines", disable=None if options.output is not None and distributed.is_main else True, file=sys.stderr)
+    mine = slice(distributed.rank, None, distributed.world_size)  # this rank's lines of a window
+    with atomic_output(options.output, discard=not distributed.is_main) as out:
         for window in windows:
             window_prefixes = _take(prefixes, len(window), options.prefix, "--prefix")
-            shares = [text for _, text in window_prefixes[job.rank :: job.world_size]] if window_prefixes is not None else None
+            shares = [text for _, text in window_prefixes[mine]] if window_prefixes is not None else None
             given = _take(constraint_lines, len(window), options.constraints, "--constraints")
             terms = _window_terms(window, given, options.constraints, glossary, translator.normalize)
-            terms_share = terms[job.rank :: job.world_size] if terms is not None else None
-            plan = translator.plan(window[job.rank :: job.world_size], options.decoding, shares, terms_share)
-            results = gather_in_order(translator.search(plan), job)
+            terms_share = terms[mine] if terms is not None else None
+            plan = translator.plan(window[mine], options.decoding, shares, terms_share)
+            results = gather_in_order(translator.search(plan), distributed)
             split_lines += plan.split_lines
             lacking += sum(bool(best[0].unmet) for best in results if best)
             out.write("".join(render(best, options.decoding.nbest, options.decoding.alignments) + "\n" for best in results))
@@ -88,18 +89,16 @@ def translate_file(translator: Translator, options: FileOptions, job: Distribute
     for lines, path in ((prefixes, options.prefix), (constraint_lines, options.constraints)):
         if lines is not None and next(lines, None) is not None:
             raise MtkitError(f"{path} has more lines than the input ({done}); give one line per input line")
-    split_lines = sum(gather_in_order([split_lines], job))
+    split_lines = sum(gather_in_order([split_lines], distributed))
     if options.plot_attention is not None:
-        _say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
+        say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
     if lacking:
-        _say(
+        say(
             f"mtkit: warning: {lacking} translations lack a constraint: the output cap (decode.max_len_a, max_len_b) "
             "came first; check those terms fit the sentence"
         )
     if split_lines:
-        _say(
-            f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments"
-        )
+        say(f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments")
     return done
 
 
@@ -116,11 +115,11 @@ def render(translations: list[Translation], nbest: int, alignments: bool = False
     return "\t".join(fields)
 
 
-def _check(translator: Translator, options: FileOptions, job: Distributed) -> None:
+def _check(translator: Translator, options: FileOptions, distributed: Distributed) -> None:
     """Refuse impossible options before reading or translating anything."""
-    if job.enabled and options.input is None:
+    if distributed.enabled and options.input is None:
         raise MtkitError("under torchrun every process reads the input itself: give it as a file with -i FILE")
-    if job.enabled and options.plot_attention is not None:
+    if distributed.enabled and options.plot_attention is not None:
         raise MtkitError("--plot-attention draws in one process: run mtkit translate without torchrun to plot")
     if options.output is not None and not options.output.parent.is_dir():
         raise MtkitError(f"{options.output}: its directory does not exist; create it or choose another --output")
@@ -128,7 +127,7 @@ def _check(translator: Translator, options: FileOptions, job: Distributed) -> No
         raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         check_can_plot(translator)
-    translator.source_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
+    translator.language_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
 
 
 def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
@@ -192,11 +191,11 @@ def _plot(
     best = [found[0] for found in results]
     assert options.plot_attention is not None
     directory, heads, tgt_lang = options.plot_attention, options.plot_heads, options.decoding.tgt_lang
-    return len(plot_attention(translator, lines, best, directory, count, heads, offset, tgt_lang))
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr)
+    drawn = plot_attention(
+        translator, lines=lines, translations=best, directory=directory, count=count, per_head=heads, offset=offset,
+        tgt_lang=tgt_lang,
+    )  # fmt: skip
+    return len(drawn)
 
 
 def score_files(
@@ -207,7 +206,7 @@ def score_files(
 
     Returns the line numbers (1-based) of pairs scored on their first pieces only.
     """
-    translator.source_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
+    translator.language_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
     for path in (src, tgt):
         if not path.is_file():
             raise MtkitError(f"{path}: no such file; give a text file with one sentence per line")

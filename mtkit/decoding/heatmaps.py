@@ -41,7 +41,7 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
     """
     translator.require(Capability.ATTENTION, "plot_attention")
     model, device = translator.engine.model, translator.engine.device
-    source = translator.segments(line, translator.source_tag(tgt_lang))[0] + [EOS_ID]
+    source = translator.segments(line, translator.language_tag(tgt_lang))[0] + [EOS_ID]
     src = torch.tensor([source], device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.tensor([[BOS_ID, *target]], device=device)
@@ -55,6 +55,7 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
 
 def plot_attention(
     translator: Translator,
+    *,
     lines: Sequence[str],
     translations: Sequence[Translation],
     directory: Path,

@@ -41,6 +41,7 @@ class PairScore:
 
 def score_pairs(
     engine: Engine,
+    *,
     tokenizers: TokenizerPair,
     normalize: str,
     batch_tokens: int,

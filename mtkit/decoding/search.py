@@ -10,7 +10,7 @@ A hypothesis never holds more than `max_len` tokens: once it holds `max_len`, it
 forced to be EOS and the EOS log-probability is added, so every `log_prob` is the log-probability of
 a complete sequence ending in EOS, and scores of forced and natural endings are comparable.
 
-Beam search also takes lexical constraints (`mtkit.decoding.terminology.search.Terms`): terms every hypothesis
+Beam search also takes lexical constraints (`mtkit.decoding.terminology.constrained.Terms`): terms every hypothesis
 must contain, with dynamic beam allocation; a hypothesis that reaches its output cap without them is
 returned with `Hypothesis.unmet` naming them, and ranks after every one that has them all.
 
@@ -30,7 +30,7 @@ from torch import Tensor
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import Terms, TermState, allocate, hold_end
+from mtkit.decoding.terminology.constrained import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
 
@@ -40,14 +40,19 @@ Stop = Callable[[], bool]  # asked before every step; True ends the search
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
-    """What an engine's search is asked for, with the recipe's defaults filled in."""
+    """The search layer's own options: what an engine's search is asked for, every value decided.
+
+    Built only by `Translator.search_options`, from the call's `Decoding` with the recipe's
+    `DecodeConfig` filling what the call leaves open (None), and checked against the engine; tests
+    build it directly. Fields shared with `Decoding` keep its names.
+    """
 
     beam: int = 1
     nbest: int = 1
-    alpha: float = 0.0  # the length penalty's exponent
+    length_penalty: float = 0.0  # the exponent: scores are log_prob / length ** length_penalty
     sampling: Sampling | None = None
     no_repeat_ngram: int = 0
-    attention_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer
+    alignment_layer: int | None = None  # give each hypothesis its `links`, from this decoder layer (None: no links)
     stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
     constraints_in_order: bool = False  # lexical constraints in the order given
     never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's tags
@@ -117,11 +122,11 @@ def greedy_search(
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
     src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
-    Of `options`, `alpha` only sets `Hypothesis.score` (as in `beam_search`; the tokens do not depend
+    Of `options`, `length_penalty` only sets `Hypothesis.score` (as in `beam_search`; the tokens do not depend
     on it), `stop` is asked before each step and no output holds a token of `never`.
     `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
     """
-    alpha, stop, constraints = options.alpha, options.stop, step_rules
+    alpha, stop, constraints = options.length_penalty, options.stop, step_rules
     batch_size = src.size(0)
     banned = torch.tensor(list(options.never), device=src.device)
     memory = model.encode(src, src_mask)  # (B, S, D)
@@ -188,7 +193,7 @@ def beam_search(
     `max_len`, or has no beam left with a non-zero probability. With `terms`, hypotheses lacking a
     constraint (cut by the output cap) rank after all others.
     """
-    beam_size, alpha, nbest, stop, constraints = options.beam, options.alpha, options.nbest, options.stop, step_rules
+    beam_size, alpha, nbest, stop, constraints = options.beam, options.length_penalty, options.nbest, options.stop, step_rules
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device

@@ -39,7 +39,7 @@ from mtkit.decoding.engine import (
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
-from mtkit.decoding.terminology.search import Phrases, TermRequest
+from mtkit.decoding.terminology.constrained import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.checkpoint import load_model
@@ -66,7 +66,13 @@ class Translation:
 
 @dataclass(frozen=True, kw_only=True)
 class Decoding:
-    """How to decode (None: the recipe's value). Sampling draws `nbest` samples instead of searching."""
+    """How one call decodes: the per-call options of `Translator` (None: the recipe's `DecodeConfig` value).
+    Sampling draws `nbest` samples instead of searching.
+
+    Built from the `mtkit translate` and `evaluate` flags, an HTTP request's body, or a synthetic
+    corpus's `SyntheticDecodeConfig` (`mtkit.synthetic.generate`); `Translator.search_options` turns it,
+    with `DecodeConfig`, into the search's own `SearchOptions`.
+    """
 
     beam: int | None = None
     nbest: int = 1
@@ -182,8 +188,8 @@ class Translator:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
-        tag = self.source_tag(tgt_lang)
-        return score_pairs(self.engine, self.tokenizers, self.normalize, self.decode.batch_beam_tokens, sources, targets, tag)
+        return score_pairs(self.engine, tokenizers=self.tokenizers, normalize=self.normalize, tag=self.language_tag(tgt_lang),
+                           batch_tokens=self.decode.batch_beam_tokens, sources=sources, targets=targets)  # fmt: skip
 
     @property
     def target_languages(self) -> list[str]:
@@ -195,7 +201,7 @@ class Translator:
         """Whether every source starts with a target-language tag."""
         return self.config is not None and self.config.data.lang_tag == "target"
 
-    def source_tag(self, tgt_lang: str | None) -> int | None:
+    def language_tag(self, tgt_lang: str | None) -> int | None:
         """The tag id a source starts with to be translated into `tgt_lang` (None: an untagged model);
         a language the model does not write, or none for a model of several, is an error listing the valid ones."""
         languages = self.target_languages
@@ -240,7 +246,7 @@ class Translator:
         if prefixes is not None and any(prefixes):
             self.require(Capability.PREFIX, "prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
-        tag = self.source_tag((decoding or Decoding()).tgt_lang)
+        tag = self.language_tag((decoding or Decoding()).tgt_lang)
         segments = [
             self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
             for n, line in enumerate(lines)
@@ -299,14 +305,14 @@ class Translator:
         if decoding.alignments:
             self.require(Capability.ALIGNMENTS, "alignments")
             self.engine.check_alignment_layer(decoding.alignment_layer)
-        alpha = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
+        penalty = self.decode.length_penalty if decoding.length_penalty is None else decoding.length_penalty
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
         never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
-            beam=beam, nbest=nbest, alpha=alpha, sampling=decoding.sampling, no_repeat_ngram=ngram, attention_layer=layer,
-            constraints_in_order=in_order, never=never,
+            beam=beam, nbest=nbest, length_penalty=penalty, sampling=decoding.sampling, no_repeat_ngram=ngram,
+            alignment_layer=layer, constraints_in_order=in_order, never=never,
         )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
@@ -402,7 +408,9 @@ class Plan:
             terms = None
             if self.terms is not None:
                 continuations, in_order = self._translator.word_continuations(), self.options.constraints_in_order
-                terms = TermRequest([self.term_ids[i] for i in indices], continuations, in_order)
+                terms = TermRequest(
+                    constraints=[self.term_ids[i] for i in indices], continues_word=continuations, in_order=in_order
+                )
             yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes, terms)
 
     def _cap(self, index: int) -> int:
@@ -426,7 +434,7 @@ class Plan:
 
     def results(self) -> list[list[Translation]]:
         lines = regroup(self.segments_of_line, self.found, self.options.nbest)
-        if self.options.attention_layer is not None:
+        if self.options.alignment_layer is not None:
             tokenizers = self._translator.tokenizers
             for segments, translations in zip(self.segments_of_line, lines, strict=True):
                 source_pieces = tokenizers.src.id_to_piece([i for segment in segments for i in segment])

@@ -235,7 +235,7 @@ def _sources_and_references(
     if request.src is not None:
         if not refs:
             raise MtkitError("evaluate --src needs at least one --ref FILE to score against")
-        translator.source_tag(request.tgt_lang)  # a missing or unknown --tgt-lang, before translating
+        translator.language_tag(request.tgt_lang)  # a missing or unknown --tgt-lang, before translating
         sources = read_lines(request.src)
         target = request.tgt_lang or (translator.target_languages or [None])[0]
         return sources, refs, [_Direction(f"into {target}", target, 0, len(sources))]

@@ -74,8 +74,8 @@ class TranslateRequest(BaseModel):
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
     """The application: the routes over one translator and its batcher."""
     limits = batching_for(translator, limits)
-    wait_s = limits.max_wait_ms / 1000
-    batcher = Batcher(translator, wait_s, limits.max_queue, limits.batch_lines, limits.workers, limits.chunk_work)
+    batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
+                      batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -166,11 +166,11 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
-    if steps > limits.max_steps:
+    if steps > limits.max_output_steps:
         raise HTTPException(
             413,
             f"a sentence of this request may take {steps} decoding steps (its output cap, or its prefix); the limit is "
-            f"{limits.max_steps}: send shorter sentences or prefixes",
+            f"{limits.max_output_steps}: send shorter sentences or prefixes",
         )
     if work > limits.max_work:
         raise HTTPException(
@@ -219,7 +219,7 @@ def _terms(body: TranslateRequest) -> list[list[Term]] | None:
 
 
 async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[list[Translation]]:
-    """Await the translations, cancelling the job if the client disconnects or `timeout` passes meanwhile.
+    """Await the translations, cancelling the queued requests if the client disconnects or `timeout` passes meanwhile.
 
     The disconnect is awaited, not polled: polling every pending request wakes the event loop
     hundreds of times a second, which takes the interpreter lock from the decoding thread.
@@ -313,7 +313,7 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
     }
 
 
-def run_server(models: list[Path], engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
+def run_server(models: list[Path], *, engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
     """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered).
 
     The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.

@@ -1,20 +1,20 @@
 """Dynamic batching for `mtkit serve`: requests from many clients merged into one engine's batches.
 
-Each request becomes one or more `Job`s in a queue, ordered by their decoding work (`Plan.line_work`;
-the smallest first, then first come first served), so a few large requests do not hold back the
-many small ones: a request of more than `chunk_work` is cut into chunks of consecutive lines of at
-most that work (one line at least), each queued on its own, so a large request holds a worker for
-one chunk at a time and small requests that arrive meanwhile go first. With two workers or more,
-the last one takes only jobs of at most half a chunk, so small requests always find a worker that
-no large request holds. At most `max_queue` requests wait at once.
+Each request becomes one or more `QueuedRequest`s in a queue, ordered by their decoding work
+(`Plan.line_work`; the smallest first, then first come first served), so a few large requests do not
+hold back the many small ones: a request of more than `chunk_work` is cut into chunks of consecutive
+lines of at most that work (one line at least), each queued on its own, so a large request holds a
+worker for one chunk at a time and small requests that arrive meanwhile go first. With two workers or
+more, the last one takes only queued requests of at most half a chunk, so small requests always find a
+worker that no large request holds. At most `max_queue` requests wait at once.
 
-A worker takes the smallest waiting job, waits at most `max_wait` for more (up to `batch_lines`
-lines; a job that would overflow them waits for the next batch), groups the jobs that ask for the
-same decoding, and translates each group with one `Translator.translate_nbest` call, which sorts
-the lines by length into token-budget batches. The model runs on one worker thread, off the event
-loop, and each job gets its own translations back in its own order. A job whose client has gone
-or whose deadline has passed (its future cancelled) is dropped before it is translated, and a
-group whose every job is gone stops between two decoding steps, freeing the worker.
+A worker takes the smallest queued request, waits at most `max_wait` for more (up to `batch_lines`
+lines; one that would overflow them waits for the next batch), groups those that ask for the same
+decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the lines
+by length into token-budget batches. The model runs on one worker thread, off the event loop, and
+each queued request gets its own translations back in its own order. One whose client has gone or
+whose deadline has passed (its future cancelled) is dropped before it is translated, and a group
+whose every client is gone stops between two decoding steps, freeing the worker.
 """
 
 from __future__ import annotations
@@ -37,22 +37,24 @@ class QueueFull(Exception):
     """The queue holds `max_queue` requests already; the client should retry later."""
 
 
-@dataclass
-class Job:
+@dataclass(frozen=True, kw_only=True)
+class QueuedRequest:
+    """What waits in the queue: a client's request whole, or one chunk of its consecutive lines."""
+
     lines: list[str]
     decoding: Decoding
     prefixes: list[str] | None
     future: asyncio.Future = field(repr=False)
     constraints: list[list[Term]] | None = None
-    work: int = 0  # the plan's decoding work: smaller jobs are taken first
+    work: int = 0  # the plan's decoding work: smaller requests are taken first
     queued: list[int] = field(default_factory=lambda: [1], repr=False)  # its request's chunks still queued (shared)
 
 
-Entry = tuple[int, int, Job]  # (work, arrival, job): the queue's order
+Entry = tuple[int, int, QueuedRequest]  # (work, arrival, request): the queue's order
 
 
 class WorkQueue:
-    """Jobs by (work, arrival), the smallest first; a worker may ask only for jobs of at most some work."""
+    """Queued requests by (work, arrival), the smallest first; a worker may ask only for those of at most some work."""
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
@@ -66,13 +68,13 @@ class WorkQueue:
         self._changed.set()
 
     def take(self, limit: int | None = None) -> Entry | None:
-        """The smallest job if its work is at most `limit` (None: any), else None."""
+        """The smallest request if its work is at most `limit` (None: any), else None."""
         if self._heap and (limit is None or self._heap[0][0] <= limit):
             return heapq.heappop(self._heap)
         return None
 
     async def get(self, limit: int | None = None, timeout: float | None = None) -> Entry | None:
-        """`take(limit)` once there is such a job; None if `timeout` seconds pass first."""
+        """`take(limit)` once there is such a request; None if `timeout` seconds pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while (entry := self.take(limit)) is None:
             self._changed.clear()
@@ -103,6 +105,7 @@ class Batcher:
     def __init__(
         self,
         translator: Translator,
+        *,
         max_wait: float,
         max_queue: int,
         batch_lines: int,
@@ -114,7 +117,7 @@ class Batcher:
         self.max_queue, self.chunk_work = max_queue, chunk_work
         self.waiting = 0  # requests with a chunk in the queue
         self.queue = WorkQueue()
-        # With two workers or more, the last takes only jobs of at most half a chunk: small requests always
+        # With two workers or more, the last takes only queued requests of at most half a chunk: small requests always
         # find a worker that no large one holds.
         self.small_work = chunk_work // 2 if chunk_work and workers > 1 else None
         self.arrivals = itertools.count()  # first come, first served among equal work
@@ -140,26 +143,26 @@ class Batcher:
         line_work = list(line_work) or [0] * len(lines)
         spans = chunk_spans(line_work, self.chunk_work)
         queued = [len(spans)]
-        jobs = [
-            Job(
-                [lines[i] for i in span],
-                decoding,
-                [prefixes[i] for i in span] if prefixes is not None else None,
-                loop.create_future(),
-                [constraints[i] for i in span] if constraints is not None else None,
-                sum(line_work[i] for i in span),
-                queued,
+        requests = [
+            QueuedRequest(
+                lines=[lines[i] for i in span],
+                decoding=decoding,
+                prefixes=[prefixes[i] for i in span] if prefixes is not None else None,
+                future=loop.create_future(),
+                constraints=[constraints[i] for i in span] if constraints is not None else None,
+                work=sum(line_work[i] for i in span),
+                queued=queued,
             )
             for span in spans
         ]
         self.waiting += 1
-        for job in jobs:
-            self.queue.put((job.work, next(self.arrivals), job))
+        for request in requests:
+            self.queue.put((request.work, next(self.arrivals), request))
         try:
-            parts = await asyncio.gather(*(job.future for job in jobs))
+            parts = await asyncio.gather(*(request.future for request in requests))
         finally:
-            for job in jobs:  # a client gone or an error: its other chunks are dropped before they are translated
-                job.future.cancel()
+            for request in requests:  # a client gone or an error: its other chunks are dropped before translation
+                request.future.cancel()
         return [translations for part in parts for translations in part]
 
     async def run(self) -> None:
@@ -170,73 +173,73 @@ class Batcher:
     async def _work(self, limit: int | None) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = await self._collect(limit)
-            for decoding, group in _by_decoding(jobs).items():
+            requests = await self._collect(limit)
+            for decoding, group in _by_decoding(requests).items():
                 await self._translate_group(loop, decoding, group)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
 
-    async def _collect(self, limit: int | None = None) -> list[Job]:
-        """The smallest waiting job (of at most `limit` work) and those that arrive within `max_wait`, up to
-        `batch_lines` lines (a job that would overflow them goes back to wait for the next batch)."""
-        jobs = [self._taken(await self.queue.get(limit))]
+    async def _collect(self, limit: int | None = None) -> list[QueuedRequest]:
+        """The smallest queued request (of at most `limit` work) and those that arrive within `max_wait`, up to
+        `batch_lines` lines (one that would overflow them goes back to wait for the next batch)."""
+        requests = [self._taken(await self.queue.get(limit))]
         deadline = time.monotonic() + self.max_wait
-        while (room := self.batch_lines - sum(len(job.lines) for job in jobs)) > 0:
+        while (room := self.batch_lines - sum(len(request.lines) for request in requests)) > 0:
             entry = self.queue.take(limit) or await self.queue.get(limit, deadline - time.monotonic())
             if entry is None:
                 break
             if len(entry[2].lines) > room:
                 self.queue.put(entry)
                 break
-            jobs.append(self._taken(entry))
-        return [job for job in jobs if not job.future.done()]  # a cancelled job's client has gone
+            requests.append(self._taken(entry))
+        return [request for request in requests if not request.future.done()]  # a cancelled request's client has gone
 
-    def _taken(self, entry: Entry | None) -> Job:
-        """The job of a queue entry, counted out of the queue (its request stops waiting with its last chunk)."""
+    def _taken(self, entry: Entry | None) -> QueuedRequest:
+        """The queued request of an entry, counted out of the queue (a client's request stops waiting with its last chunk)."""
         assert entry is not None  # `get` without a timeout waits for one
-        job = entry[2]
-        job.queued[0] -= 1
-        self.waiting -= job.queued[0] == 0
-        return job
+        request = entry[2]
+        request.queued[0] -= 1
+        self.waiting -= request.queued[0] == 0
+        return request
 
-    async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, jobs: list[Job]) -> None:
-        jobs = [job for job in jobs if not job.future.done()]
-        if not jobs:
+    async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, requests: list[QueuedRequest]) -> None:
+        requests = [request for request in requests if not request.future.done()]
+        if not requests:
             return
-        lines = [line for job in jobs for line in job.lines]
+        lines = [line for request in requests for line in request.lines]
         prefixes = None
-        if any(job.prefixes is not None for job in jobs):
-            prefixes = [prefix for job in jobs for prefix in (job.prefixes or [""] * len(job.lines))]
+        if any(request.prefixes is not None for request in requests):
+            prefixes = [prefix for request in requests for prefix in (request.prefixes or [""] * len(request.lines))]
         constraints = None
-        if any(job.constraints is not None for job in jobs):
-            constraints = [terms for job in jobs for terms in (job.constraints or [[]] * len(job.lines))]
-        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, jobs), constraints=constraints)
+        if any(request.constraints is not None for request in requests):
+            constraints = [terms for request in requests for terms in (request.constraints or [[]] * len(request.lines))]
+        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, requests), constraints=constraints)
         try:
             found = await loop.run_in_executor(self.executor, translate, lines, decoding, prefixes)
         except SearchStopped:
             self.stopped += 1
             return
         except Exception as err:  # noqa: BLE001 - every waiting client gets the error, the worker goes on
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(err)
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_exception(err)
             return
         self.batches += 1
         start = 0
-        for job in jobs:
-            if not job.future.done():
-                job.future.set_result(found[start : start + len(job.lines)])
-            start += len(job.lines)
+        for request in requests:
+            if not request.future.done():
+                request.future.set_result(found[start : start + len(request.lines)])
+            start += len(request.lines)
 
 
-def _all_gone(jobs: list[Job]) -> bool:
-    """True once no job of a group has a client waiting (asked from the decoding thread)."""
-    return all(job.future.done() for job in jobs)
+def _all_gone(requests: list[QueuedRequest]) -> bool:
+    """True once no request of a group has a client waiting (asked from the decoding thread)."""
+    return all(request.future.done() for request in requests)
 
 
-def _by_decoding(jobs: list[Job]) -> dict[Decoding, list[Job]]:
-    groups: dict[Decoding, list[Job]] = {}
-    for job in jobs:
-        groups.setdefault(job.decoding, []).append(job)
+def _by_decoding(requests: list[QueuedRequest]) -> dict[Decoding, list[QueuedRequest]]:
+    groups: dict[Decoding, list[QueuedRequest]] = {}
+    for request in requests:
+        groups.setdefault(request.decoding, []).append(request)
     return groups

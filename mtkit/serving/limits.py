@@ -16,7 +16,7 @@ class ServeLimits:
     max_chars: int = 20_000  # characters per request
     max_queue: int = 256  # requests waiting for the worker; more get 503
     max_work: int = 30_000  # decoding steps x beam rows one request may ask for (each sentence's output cap x beam)
-    max_steps: int = 1_000  # decoding steps one sentence may take (its output cap, or its prefix if longer)
+    max_output_steps: int = 1_000  # decoding steps one sentence may take (its output cap, or its prefix if longer)
     # a request of more work is decoded in chunks of consecutive lines of at most this work, each queued on its
     # own (smallest first), so a large request holds a worker for one chunk at a time
     chunk_work: int = 2_000

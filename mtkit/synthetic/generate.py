@@ -18,11 +18,11 @@ import time
 from mtkit.config import Config, recipe_key
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
-from mtkit.distributed import Distributed, barrier, translation_job
+from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
 from mtkit.runtime import resolve_device
-from mtkit.synthetic.jobs import FORMAT, Job, plan_jobs
-from mtkit.textio import atomic_file, count_lines, file_lines, write_file
+from mtkit.synthetic.jobs import FORMAT, SyntheticJob, plan_jobs
+from mtkit.textio import atomic_file, count_lines, file_lines, say, write_file
 
 CHUNK_LINES = 1_000  # input lines translated and written together: what a killed job can lose
 
@@ -33,16 +33,16 @@ def synthesize(config: Config, device: str = "auto", *, fast_paths: bool = False
     jobs = plan_jobs(config)  # every input and model checked before any work
     if not jobs:
         return config
-    with translation_job(resolve_device(device)) as (context, rank_device):
+    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
         for job in jobs:
             if job.done:
-                _say(context, f"{job.key}: {job.output} is cached (same models, input and decoding)")
+                say(f"{job.key}: {job.output} is cached (same models, input and decoding)", distributed=distributed)
             else:
-                run_job(job, context, str(rank_device), fast_paths=fast_paths)
-    return resolved(config, jobs) if context.is_main else None
+                run_job(job, distributed, str(rank_device), fast_paths=fast_paths)
+    return resolved(config, jobs) if distributed.is_main else None
 
 
-def resolved(config: Config, jobs: list[Job]) -> Config:
+def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     """The recipe with each synthetic corpus reading its generated side (and keeping its name)."""
     train = list(config.data.train)
     by_key = {job.key: job for job in jobs}
@@ -58,30 +58,31 @@ def resolved(config: Config, jobs: list[Job]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: Job, context: Distributed, device: str, *, fast_paths: bool = False) -> None:
+def run_job(job: SyntheticJob, distributed: Distributed, device: str, *, fast_paths: bool = False) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
     translator = Translator.load(job.models, device=device, fast_paths=fast_paths)
     check_direction(job, translator)
     total = min(count_lines(job.input), job.limit or sys.maxsize)
     job.chunks.mkdir(parents=True, exist_ok=True)
-    _say(context, f"{job.key}: {' + '.join(map(str, job.models))} translates {job.input} ({total:,} lines) into {job.output}")
+    models = " + ".join(map(str, job.models))
+    say(f"{job.key}: {models} translates {job.input} ({total:,} lines) into {job.output}", distributed=distributed)
     clock, done, started = time.monotonic(), 0, 0
     for index, window in enumerate(_windows(job, total)):
         path = job.chunks / f"{index:06d}.txt"
-        if index % context.world_size != context.rank or path.is_file():
+        if index % distributed.world_size != distributed.rank or path.is_file():
             started += len(window) if path.is_file() else 0
             continue
         translations = translator.translate_nbest(window, _decoding(job, translator, index))
         write_file(path, "".join(found[0].text + "\n" for found in translations))
         done += len(window)
-        _progress(context, job, done * context.world_size + started, total, done / max(time.monotonic() - clock, 1e-9))
-    barrier(context)
-    if context.is_main:
+        _progress(distributed, job, done * distributed.world_size + started, total, done / max(time.monotonic() - clock, 1e-9))
+    barrier(distributed)
+    if distributed.is_main:
         _join(job, total)
-    barrier(context)
+    barrier(distributed)
 
 
-def check_direction(job: Job, translator: Translator) -> None:
+def check_direction(job: SyntheticJob, translator: Translator) -> None:
     """A model must translate the corpus's given side into the side it writes, before any work."""
     config, option = translator.config, "translate_with" if job.side == "tgt" else "back_translate_with"
     if config is None:
@@ -95,21 +96,21 @@ def check_direction(job: Job, translator: Translator) -> None:
         )
 
 
-def _decoding(job: Job, translator: Translator, chunk: int) -> Decoding:
+def _decoding(job: SyntheticJob, translator: Translator, chunk: int) -> Decoding:
     decode = job.decode
     drawn = Sampling.parse(decode.sampling, decode.temperature, decode.seed + chunk) if decode.sampling else None
     lang = job.to_lang if translator.tagged else None
     return Decoding(beam=None if drawn else decode.beam, length_penalty=decode.length_penalty, sampling=drawn, tgt_lang=lang)
 
 
-def _windows(job: Job, total: int):  # noqa: ANN202 - an iterator of lists of lines
+def _windows(job: SyntheticJob, total: int):  # noqa: ANN202 - an iterator of lists of lines
     lines = (text for _, text in file_lines(job.input, fix=f" (the input of {job.key})"))
     limited = itertools.islice(lines, total)
     while window := list(itertools.islice(limited, CHUNK_LINES)):
         yield window
 
 
-def _join(job: Job, total: int) -> None:
+def _join(job: SyntheticJob, total: int) -> None:
     """SIDE.txt from the chunks in order (atomically), job.json beside it, the chunks removed."""
     parts = sorted(job.chunks.glob("*.txt"))
     expected = -(-total // CHUNK_LINES)
@@ -124,19 +125,13 @@ def _join(job: Job, total: int) -> None:
     shutil.rmtree(job.chunks, ignore_errors=True)
 
 
-def _progress(context: Distributed, job: Job, done: int, total: int, rate: float) -> None:
-    left = (total - min(done, total)) / max(rate * context.world_size, 1e-9)
-    _say(
-        context,
-        f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate * context.world_size:.1f} sentences/s, {_clock(left)} left",
-    )
+def _progress(distributed: Distributed, job: SyntheticJob, done: int, total: int, rate: float) -> None:
+    rate *= distributed.world_size  # every rank translates at about this rank's rate
+    left = (total - min(done, total)) / max(rate, 1e-9)
+    message = f"{job.name}: {min(done, total):,}/{total:,} sentences, {rate:.1f} sentences/s, {_clock(left)} left"
+    say(message, distributed=distributed)
 
 
 def _clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
-
-
-def _say(context: Distributed, message: str) -> None:
-    if context.is_main:
-        print(message, file=sys.stderr, flush=True)

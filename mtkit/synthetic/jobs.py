@@ -1,4 +1,4 @@
-"""What a recipe asks models to write, checked before any work: one `Job` per synthetic corpus, and its cache.
+"""What a recipe asks models to write, checked before any work: one `SyntheticJob` per synthetic corpus, and its cache.
 
 A job's output is keyed by the writing model's weights, the input text and the decoding options
 (`fingerprint`): changing any of them writes a new output; nothing else does. The cache lives in
@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import Config, SyntheticDecode, TrainSource, recipe_key, split_languages
+from mtkit.config import Config, SyntheticDecodeConfig, TrainSource, recipe_key, split_languages
 from mtkit.data.corpora import corpus_names
 from mtkit.decoding.ct2_engine import is_ctranslate2_export
 from mtkit.errors import MtkitError
@@ -25,8 +25,8 @@ from mtkit.textio import count_lines
 FORMAT = "mtkit-synthetic-1"
 
 
-@dataclass(frozen=True)
-class Job:
+@dataclass(frozen=True, kw_only=True)
+class SyntheticJob:
     """One synthetic side: `models` translate `input` (the corpus's other side) into `side`."""
 
     key: str  # the recipe's name of the corpus, e.g. data.train[1]
@@ -36,7 +36,7 @@ class Job:
     side: str  # "tgt" (translate_with) or "src" (back_translate_with)
     from_lang: str
     to_lang: str
-    decode: SyntheticDecode
+    decode: SyntheticDecodeConfig
     limit: int | None
     folder: Path  # DATA_DIR/synthetic/NAME-KEY
 
@@ -53,7 +53,7 @@ class Job:
         return self.output.is_file() and (self.folder / "job.json").is_file()
 
 
-def plan_jobs(config: Config) -> list[Job]:
+def plan_jobs(config: Config) -> list[SyntheticJob]:
     """Every synthetic corpus of the recipe as a job, each input and model checked (nothing is translated)."""
     names = corpus_names(config.data.train)
     jobs = []
@@ -63,7 +63,7 @@ def plan_jobs(config: Config) -> list[Job]:
     return jobs
 
 
-def _job(config: Config, source: TrainSource, key: str, name: str) -> Job:
+def _job(config: Config, source: TrainSource, key: str, name: str) -> SyntheticJob:
     src_lang, tgt_lang = split_languages(config, source)
     writes_target = source.generated_side == "tgt"
     option = "translate_with" if writes_target else "back_translate_with"
@@ -77,14 +77,17 @@ def _job(config: Config, source: TrainSource, key: str, name: str) -> Job:
         if not (model.exists() and (is_ctranslate2_export(model) or model.is_file() or model.is_dir())):
             raise MtkitError(f"{key}.{option}: {model} does not exist; give a run directory, a checkpoint or an export")
     from_lang, to_lang = (src_lang, tgt_lang) if writes_target else (tgt_lang, src_lang)
-    decode = source.decode or SyntheticDecode()
+    decode = source.decode or SyntheticDecodeConfig()
     fingerprint = _fingerprint(models, given, decode, to_lang, source.limit)
     folder = config.data_path / "synthetic" / f"{name}-{fingerprint[:12]}"
     side = "tgt" if writes_target else "src"
-    return Job(key, name, models, given, side, from_lang, to_lang, decode, source.limit, folder)
+    return SyntheticJob(
+        key=key, name=name, models=models, input=given, side=side, from_lang=from_lang, to_lang=to_lang, decode=decode,
+        limit=source.limit, folder=folder,
+    )  # fmt: skip
 
 
-def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecode, to_lang: str, limit: int | None) -> str:
+def _fingerprint(models: list[Path], given: Path, decode: SyntheticDecodeConfig, to_lang: str, limit: int | None) -> str:
     """A hash of what decides the output: the models' weights, the input's bytes, the decoding options."""
     digest = hashlib.sha256(FORMAT.encode())
     for model in models:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mtkit.config import Config, direction, recipe_key
 from mtkit.data.corpora import corpus_names
-from mtkit.data.prepare import source_tag
+from mtkit.data.prepare import corpus_tag
 from mtkit.data.store import corpus_column, load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
@@ -190,7 +190,7 @@ class CorpusMix:
 
 
 def temperature_weights(sizes: Sequence[int], temperature: float) -> list[float]:
-    """`data.temperature`: corpus weights that draw pairs in proportion to size^(1/T), as many pairs an epoch in all.
+    """`data.corpus_temperature`: corpus weights that draw pairs in proportion to size^(1/T), as many pairs an epoch in all.
 
     Corpus c gives N x n_c^(1/T) / sum(n^(1/T)) pairs (N = all pairs): T = 1 keeps the sizes, a larger
     T flattens them (T = 5 gives a corpus 5x larger only 5^(1/5) = 1.38x the pairs).
@@ -229,11 +229,11 @@ class TrainingData:
         self.ids = ParallelIds(split)
         names = corpus_names(corpora)
         weights = [source.weight for source in corpora]
-        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.temperature)
+        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.corpus_temperature)
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
         prefixes = [
-            source_tag(config, tokenizers, source, recipe_key(config.data, "train", i)) for i, source in enumerate(corpora)
+            corpus_tag(config, tokenizers, source, recipe_key(config.data, "train", i)) for i, source in enumerate(corpora)
         ]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed

@@ -25,7 +25,7 @@ from mtkit.run_files import RunFiles
 from mtkit.training.curves import plot_curves, read_curves
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     """The state one validation saves: the weights, their average and everything `--resume` needs."""
 

@@ -27,7 +27,7 @@ from mtkit.training.loss import fused_sequence_loss, sequence_loss
 COMPILE_PAYS_AFTER = 30 * 60
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Levers:
     """The training step's levers as resolved for one device."""
 
@@ -45,7 +45,9 @@ class Levers:
         def on(value: str, auto: bool) -> bool:
             return auto if value == "auto" else value == "true"
 
-        return cls(on(config.compile, compile_auto), config.length_multiple, on(config.prefetch, cuda))
+        return cls(
+            compile=on(config.compile, compile_auto), length_multiple=config.length_multiple, prefetch=on(config.prefetch, cuda)
+        )
 
     def describe(self) -> str:
         """The start line's words for them."""

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from mtkit.runtime import (
     set_threads,
     stop_signals_call,
 )
+from mtkit.textio import say
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
@@ -92,14 +94,14 @@ class Progress:
 
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
     """Join the torchrun job if there is one, then set threads, memory reuse, TF32, attention kernels and seed."""
-    dist, device = init_distributed(resolve_device(config.device))
+    distributed, device = init_distributed(resolve_device(config.device))
     set_threads(config.threads)
     if device.type == "cpu" and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: off
         retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
     avoid_per_shape_attention_plans(device)
     seed_everything(config.seed)
-    return dist, device
+    return distributed, device
 
 
 def build_optimizer(
@@ -114,7 +116,7 @@ def build_optimizer(
 
 
 def training_forward(
-    model: EncoderDecoder, config: TrainConfig, dist: Distributed, device: torch.device, levers: Levers
+    model: EncoderDecoder, config: TrainConfig, distributed: Distributed, device: torch.device, levers: Levers
 ) -> torch.nn.Module:
     """The module the training step calls for a batch's summed loss (`TeacherForcing`, or with
     `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun, and torch.compile'd
@@ -130,7 +132,7 @@ def training_forward(
         if fused_loss_on(config, device)
         else TeacherForcing(model, config.label_smoothing, amp_dtype, fused=levers.compile)
     )
-    if dist.enabled:
+    if distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
     if levers.compile:  # compiled on the first update
@@ -182,21 +184,24 @@ class Trainer:
     """
 
     def __init__(
-        self, config: Config, device: torch.device, dist: Distributed | None = None, run_dir: RunWriter | None = None
+        self, config: Config, device: torch.device, distributed: Distributed | None = None, run_dir: RunWriter | None = None
     ) -> None:
         self.config, self.train_config = config, config.train
-        self.device, self.dist, self.run_dir = device, dist or Distributed(), run_dir
+        self.device, self.distributed, self.run_dir = device, distributed or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
         self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
+        self.validate_model = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
+            validate, valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
+        )
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device)
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = Levers.of(self.train_config, device)
-        self.forward_model = training_forward(self.model, self.train_config, self.dist, device, self.levers)
+        self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
         self.progress = Progress()
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
@@ -224,8 +229,8 @@ class Trainer:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
         said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
-        if said is not None and self.dist.is_main:
-            _say(said)
+        if said is not None:
+            say(said, distributed=self.distributed)
         if self.ema is not None:
             self.ema = WeightEMA(self.model, self.train_config.ema)
 
@@ -239,22 +244,22 @@ class Trainer:
         }
         if self.ema is not None:
             training_state["ema"] = self.ema.state_dict()
-        ema_weights = self.ema.weights() if self.ema is not None else None
-        weights, progress = self.model.state_dict(), dataclasses.asdict(self.progress)
-        return Checkpoint(self.config, self.tokenizers, weights, progress, training_state, ema_weights)
+        ema = self.ema.weights() if self.ema is not None else None
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=self.model.state_dict(), ema_weights=ema,
+                          progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
         max_length = min(self.model.max_positions, 1_000_000)
-        return self.data.epoch(self.progress.epoch, max_length, self.dist.rank, self.dist.world_size)
+        return self.data.epoch(self.progress.epoch, max_length, self.distributed.rank, self.distributed.world_size)
 
     def run(self) -> Progress:
         """Train until a limit, early stopping or SIGINT/SIGTERM, validating and saving on the way; returns the progress."""
         config, progress = self.train_config, self.progress
         self._clock = time.monotonic()
-        bar = _progress_bar(config.max_steps, progress.step, self.dist.is_main)
+        bar = _progress_bar(config.max_steps, progress.step, self.distributed.is_main)
         window, last_validated = LossWindow(self.device), progress.step
-        plain = PlainProgress(self.dist.is_main and self.run_dir is not None and bar.disable)
+        plain = PlainProgress(self.distributed.is_main and self.run_dir is not None and bar.disable)
         with stop_signals_call(self._request_stop):
             while not self._should_stop():
                 epoch = self.epoch()
@@ -280,7 +285,7 @@ class Trainer:
             self._take_due_snapshots()  # a validation after the last update may have run the time out
             bar.close()
             never_saved = self.run_dir is not None and not self.run_dir.files.last.is_file()
-            if progress.step > last_validated or broadcast_from_main([never_saved], self.dist)[0]:
+            if progress.step > last_validated or broadcast_from_main([never_saved], self.distributed)[0]:
                 self.validate_and_save()
         return progress
 
@@ -291,16 +296,16 @@ class Trainer:
         """One optimiser update over `accumulate` batches; the loss is per target token. `while_waiting`
         runs once the update's GPU work is queued, before its one host sync (the next batch's collation)."""
         self.model.train()
-        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.dist, self.device)
+        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.distributed, self.device)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
             with record_function("mtkit.forward"):
                 loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)
             with record_function("mtkit.backward"):
-                self.scaler.scale(loss * self.dist.world_size / total_tokens).backward()
+                self.scaler.scale(loss * self.distributed.world_size / total_tokens).backward()
             loss_sum += loss.detach()
-        loss_sum = sum_over_ranks(loss_sum, self.dist)
+        loss_sum = sum_over_ranks(loss_sum, self.distributed)
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm or float("inf"))
         if while_waiting is not None:
@@ -331,9 +336,9 @@ class Trainer:
         self.diverged = self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
         if self.scaler.is_enabled():
             self.scaler.update()  # unscale_ recorded the overflow: the scale is lowered
-            if loss_finite and self.dist.is_main:
+            if loss_finite and self.distributed.is_main:
                 scale, update = self.scaler.get_scale(), self.progress.step + 1
-                _say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
+                say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
                 if self.run_dir is not None:
                     self.run_dir.append_log({"step": self.progress.step, "overflow": True, "loss_scale": scale})
         return torch.zeros((), device=self.device), 0
@@ -343,7 +348,7 @@ class Trainer:
 
     def schedule_clock(self) -> float:
         """Seconds trained, for a time-based decay; under torchrun the ranks' largest at the last stop check (one lr for all)."""
-        return self._agreed_elapsed if self.dist.enabled else self.elapsed()
+        return self._agreed_elapsed if self.distributed.enabled else self.elapsed()
 
     def _add_elapsed(self) -> None:
         now = time.monotonic()
@@ -351,7 +356,7 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock)."""
-        stop, self._agreed_elapsed = max_over_ranks([float(self._limit_reached()), self.elapsed()], self.dist, self.device)
+        stop, self._agreed_elapsed = max_over_ranks([float(self._limit_reached()), self.elapsed()], self.distributed, self.device)
         return bool(stop)
 
     def _limit_reached(self) -> bool:
@@ -371,21 +376,21 @@ class Trainer:
         self._add_elapsed()
         progress = self.progress
         if self.run_dir is not None:
-            result = validate(self.model, self.valid, self.tokenizers, self.config, self.device, self.amp_dtype)
+            result = self.validate_model(self.model)
             improved = progress.record_validation(result.bleu)
             best, elapsed = round(progress.best_bleu, 2), round(progress.elapsed, 1)
             self.run_dir.append_log(
                 {"step": progress.step, "epoch": progress.epoch + 1, **result.record(), "best_bleu": best, "elapsed_s": elapsed}
             )
             per_direction = f" (mean of {result.describe()})" if result.directions else ""
-            _say(
+            say(
                 f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f}{per_direction} "
                 f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
             )
             self.run_dir.save(self.checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
             self.run_dir.draw_curves()
         shared = [progress.best_bleu, progress.best_step, progress.bad_validations]
-        progress.best_bleu, progress.best_step, progress.bad_validations = broadcast_from_main(shared, self.dist)
+        progress.best_bleu, progress.best_step, progress.bad_validations = broadcast_from_main(shared, self.distributed)
 
     def _take_due_snapshots(self) -> None:
         """Write at_<time>.pt for each snapshot time training has now run (after an update)."""
@@ -393,7 +398,7 @@ class Trainer:
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
             self.run_dir.snapshot(self.checkpoint(), label)
-            _say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.files.snapshot(label)}")
+            say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.files.snapshot(label)}")
 
     def validate_final_weights(self) -> None:
         """At the end of training: average.pt (`train.average_last`, the mean of the last kept checkpoints)
@@ -412,14 +417,14 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU in RUN/<stem>.pt, log it next to best.pt's and say which -m RUN uses."""
         assert self.run_dir is not None
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
-        result = validate(self.model, self.valid, self.tokenizers, self.config, self.device, self.amp_dtype)
+        result = self.validate_model(self.model)
         payload["valid_bleu"] = result.bleu
         save_checkpoint(payload, self.run_dir.files.weights(stem))
         best = self.progress.best_bleu
         scores = {f"{stem}_valid_bleu": result.bleu, "best_valid_bleu": best}
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
-        _say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+        say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
 
 
 def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> None:
@@ -432,10 +437,10 @@ def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> No
         if progress.epoch == 0:
             total = sum(epoch.direction_pairs.values())
             table = ", ".join(f"{way} {count:,} ({count / total:.1%})" for way, count in epoch.direction_pairs.items())
-            _say(f"pairs drawn per epoch by direction: {table}")
+            say(f"pairs drawn per epoch by direction: {table}")
     run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
     if epoch.skipped:
-        _say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
+        say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
 
 
 class PlainProgress:
@@ -451,7 +456,7 @@ class PlainProgress:
     def say(self, record: dict[str, Any], elapsed: float, max_time: float | None) -> None:
         """`step N (epoch E): loss L, T tokens/s, 3.2 min elapsed[, 11.8 min left]`, and the clock restarts."""
         left = f", {max(max_time - elapsed, 0) / 60:.1f} min left" if max_time else ""
-        _say(
+        say(
             f"step {record['step']} (epoch {record['epoch']}): loss {record['train_loss']:.3f}, "
             f"{record['tokens_per_s']:.0f} tokens/s, {elapsed / 60:.1f} min elapsed{left}"
         )
@@ -487,10 +492,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     MTKIT_FAST_PATHS=0), all process-wide; SIGINT/SIGTERM stop the run while it trains, and the
     former handlers are restored after.
     """
-    dist, device = setup_process(config.train)
-    run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if dist.is_main else None  # rank 0 owns it
-    barrier(dist)
-    trainer = Trainer(config, device, dist, run_dir)
+    distributed, device = setup_process(config.train)
+    main = distributed.is_main  # rank 0 owns the run directory
+    run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if main else None
+    barrier(distributed)
+    trainer = Trainer(config, device, distributed, run_dir)
     if resume:
         trainer.restore(read_checkpoint(RunFiles(config.run_path).last))
     elif config.train.init_from:
@@ -505,7 +511,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
         if run_dir is not None and not trainer.diverged:
             trainer.validate_final_weights()
     finally:
-        shutdown(dist)
+        shutdown(distributed)
         if run_dir is not None:
             run_dir.close()
     _final_message(trainer)
@@ -513,22 +519,22 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
 
 
 def _start_message(trainer: Trainer) -> None:
-    if not trainer.dist.is_main:
+    if not trainer.distributed.is_main:
         return
-    dist, amp_dtype = trainer.dist, trainer.amp_dtype
+    distributed, amp_dtype = trainer.distributed, trainer.amp_dtype
     precision = "fp32" if amp_dtype is None else str(amp_dtype).removeprefix("torch.")
-    processes = f", {dist.world_size} processes" if dist.enabled else ""
+    processes = f", {distributed.world_size} processes" if distributed.enabled else ""
     processes += f"; {trainer.levers.describe()}" if trainer.device.type == "cuda" else ""
     start = f"resuming at step {trainer.progress.step}" if trainer.progress.step else "starting"
     parent, total = trainer.train_config.init_from, trainer.model.num_parameters()
     if parent and not trainer.progress.step:
         start = f"fine-tuning {parent} (its weights; a new optimiser, schedule and progress)"
-    _say(
+    say(
         f"training {trainer.config.model.arch}: {total / 1e6:.1f}M parameters on "
         f"{trainer.device.type} ({precision}{processes}), {start}; run directory {trainer.config.run_path}"
     )
     if trainer.trained_parameters < total:
-        _say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
+        say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
 
 
 def _final_message(trainer: Trainer) -> None:
@@ -539,17 +545,12 @@ def _final_message(trainer: Trainer) -> None:
             f"training diverged: {trainer.train_config.max_nonfinite} updates in a row had a non-finite loss or gradient "
             f"(step {progress.step}); best.pt in {run_path} is kept; lower train.lr or raise train.warmup_steps"
         )
-    if not trainer.dist.is_main:
+    if not trainer.distributed.is_main:
         return
     reason = "stopped on request" if trainer.stop_requested else "finished"
-    _say(
+    say(
         f"training {reason} at step {progress.step} (epoch {progress.epoch + 1}, {progress.elapsed / 60:.1f} min); "
         f"best valid BLEU {progress.best_bleu:.2f} at step {progress.best_step}; run directory {run_path}"
     )
     if trainer.stop_requested:
-        _say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")
-
-
-def _say(message: str) -> None:
-    """A status line on stderr that does not break the progress bar."""
-    tqdm.write(message, file=sys.stderr)
+        say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")

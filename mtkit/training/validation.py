@@ -53,6 +53,7 @@ class Validation:
 
 def validate(
     model: EncoderDecoder,
+    *,
     valid: datasets.Dataset,
     tokenizers: TokenizerPair,
     config: Config,

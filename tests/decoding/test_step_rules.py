@@ -77,7 +77,7 @@ def greedy(table: Table, rows: int = 1, constraints: StepRules | None = None, pi
 
 def beam(table: Table, rows: int = 1, constraints: StepRules | None = None) -> list[Hypothesis]:
     """The best of a beam of 3 (ranked by log-probability per token), per row."""
-    found = beam_search(TableModel(table), *batch(rows), SearchOptions(beam=3, alpha=1.0), step_rules=constraints)
+    found = beam_search(TableModel(table), *batch(rows), SearchOptions(beam=3, length_penalty=1.0), step_rules=constraints)
     return [hypotheses[0] for hypotheses in found]
 
 

@@ -206,7 +206,7 @@ def test_a_sentence_or_prefix_that_would_take_too_many_steps_is_413(reverse_pyto
     cap = output_cap(
         len(reverse_pytorch.segments(sources[0])[0]) + 1, reverse_pytorch.decode, reverse_pytorch.engine.max_positions
     )
-    with serving(reverse_pytorch, ServeLimits(max_steps=cap)) as (port, _):
+    with serving(reverse_pytorch, ServeLimits(max_output_steps=cap)) as (port, _):
         assert translate(port, [sources[0]]).status == 200
         reply = translate(port, [sources[0]], prefix=[" ".join(["k"] * (cap + 1))])
         assert reply.status == 413

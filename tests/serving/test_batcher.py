@@ -141,14 +141,14 @@ def test_a_request_counts_as_waiting_until_its_last_chunk_is_taken():
     asyncio.run(scenario())
 
 
-def test_a_worker_with_a_work_limit_takes_only_small_jobs():
+def test_a_worker_with_a_work_limit_takes_only_small_requests():
     from mtkit.serving.batcher import WorkQueue
 
     async def scenario() -> None:
         queue = WorkQueue()
         queue.put((2000, 0, "large"))
         assert queue.take(500) is None and queue.qsize() == 1
-        assert await queue.get(500, timeout=0.05) is None  # no small job comes: None after the timeout
+        assert await queue.get(500, timeout=0.05) is None  # no small request comes: None after the timeout
         waiting = asyncio.ensure_future(queue.get(500))
         await asyncio.sleep(0)
         queue.put((100, 1, "small"))
@@ -158,7 +158,7 @@ def test_a_worker_with_a_work_limit_takes_only_small_jobs():
     asyncio.run(scenario())
 
 
-def test_with_two_workers_the_second_keeps_to_small_jobs():
+def test_with_two_workers_the_second_keeps_to_small_requests():
     batcher = Batcher(UpperCaser(), max_wait=0.0, max_queue=4, batch_lines=8, workers=2, chunk_work=2000)
     assert batcher.small_work == 1000
     assert Batcher(UpperCaser(), max_wait=0.0, max_queue=4, batch_lines=8, workers=1, chunk_work=2000).small_work is None

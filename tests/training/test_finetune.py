@@ -72,7 +72,9 @@ def test_fine_tuning_starts_from_the_parent_validated_as_step_0_with_a_fresh_opt
     train(config)
     parent, _, tokenizers, parent_payload = load_model(reverse_run.run_path)
     assert checkpoint_tokenizers(read_checkpoint(config.run_path / "last.pt")).src.model_proto == tokenizers.src.model_proto
-    expected = validate(parent.eval(), load_prepared(config.data_path, "valid"), tokenizers, config, torch.device("cpu"), None)
+    valid = load_prepared(config.data_path, "valid")
+    cpu = torch.device("cpu")
+    expected = validate(parent.eval(), valid=valid, tokenizers=tokenizers, config=config, device=cpu, amp_dtype=None)
     records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
     first = next(r for r in records if "valid_bleu" in r)
     assert first["step"] == 0 and first["valid_bleu"] == pytest.approx(expected.bleu)

@@ -61,8 +61,8 @@ def test_the_temperature_weights_follow_the_formula_for_a_worked_example():
     [
         ("data.lang_tag=source", "'data.lang_tag' is 'source'; choose one of none, target"),
         ("data.langs=de;fr", "'data.langs' is 'de;fr'; give language codes separated by commas"),
-        ("data.temperature=0.5", "'data.temperature' is 0.5; give a number in [1, 100]"),
-        ("data.temperature=.nan", "'data.temperature' is nan"),
+        ("data.corpus_temperature=0.5", "'data.corpus_temperature' is 0.5; give a number in [1, 100]"),
+        ("data.corpus_temperature=.nan", "'data.corpus_temperature' is nan"),
         ("tgt_lang=English", "'tgt_lang' is 'English'; give a language code"),
         ("data.valid[1].tgt_lang=FR", "'data.valid[1].tgt_lang' is 'FR'; give a language code"),
     ],
@@ -82,8 +82,8 @@ def test_several_targets_need_tags_and_a_temperature_excludes_weights(tmp_path):
     two = [{"src": "a", "tgt": "b", "tgt_lang": "fr"}, {"src": "a", "tgt": "b", "tgt_lang": "de", "weight": 2.0}]
     with pytest.raises(MtkitError, match="translate into fr, de; set data.lang_tag=target"):
         config_from_dict({"data": {"train": two}})
-    with pytest.raises(MtkitError, match="give either data.temperature or weights, not both"):
-        config_from_dict({"data": {"train": two, "lang_tag": "target", "temperature": 5}})
+    with pytest.raises(MtkitError, match="give either data.corpus_temperature or weights, not both"):
+        config_from_dict({"data": {"train": two, "lang_tag": "target", "corpus_temperature": 5}})
     config = config_from_dict({"src_lang": "en", "data": {"train": two[:1], "lang_tag": "target", "langs": "it, es"}})
     assert target_languages(config) == ["fr"]
     assert tag_languages(config) == ["en", "es", "fr", "it", "tgt"]
@@ -94,7 +94,7 @@ def test_training_and_translation_give_byte_identical_source_ids(tagged_run):
     valid = load_prepared(tagged_run.data_path, "valid")
     for row in (0, 1, len(valid) - 1):
         lang = ["cp", "rv"][valid[row]["corpus"]]
-        assert translator.segments(valid[row]["src"], translator.source_tag(lang)) == [valid[row]["src_ids"]]
+        assert translator.segments(valid[row]["src"], translator.language_tag(lang)) == [valid[row]["src_ids"]]
     assert valid[0]["src_ids"][0] == translator.tokenizers.src.tags["cp"]
     train = load_prepared(tagged_run.data_path, "train")
     assert {ids[0] for ids in train["src_ids"]} == {translator.tokenizers.src.tags[lang] for lang in ("cp", "rv")}
@@ -104,7 +104,7 @@ def test_training_and_translation_give_byte_identical_source_ids(tagged_run):
 def test_a_segmented_long_line_is_tagged_in_every_segment(tagged_run):
     translator = Translator.load(tagged_run.run_path)
     translator.decode = dataclasses.replace(translator.decode, max_input_tokens=8)
-    tag = translator.source_tag("rv")
+    tag = translator.language_tag("rv")
     segments = translator.segments(" ".join("abcdefghijkl") * 3, tag)
     assert len(segments) > 2
     assert all(segment[0] == tag and tag not in segment[1:] and len(segment) <= 8 for segment in segments)

@@ -89,8 +89,8 @@ def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_sca
     monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: real_scaler(device, 2.0**30, enabled=enabled))
     config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
     config.train.max_nonfinite = 40
-    dist, device = setup_process(config.train)
-    trainer = Trainer(config, device, dist, RunWriter(config.run_path))
+    distributed, device = setup_process(config.train)
+    trainer = Trainer(config, device, distributed, RunWriter(config.run_path))
     assert trainer.scaler.is_enabled()
     progress = trainer.run()
 

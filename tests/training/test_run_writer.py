@@ -24,12 +24,12 @@ def checkpoint(step: int, ema: bool = False) -> Checkpoint:
     )
     weights = {"weight": torch.full((2,), float(step))}
     return Checkpoint(
-        config_from_dict({}),
-        tokenizers,
-        weights,
-        {"step": step, "best_bleu": 1.0},
-        {"optimizer": {"state": {}}, "rng": torch.get_rng_state()},
-        {"weight": torch.zeros(2)} if ema else None,
+        config=config_from_dict({}),
+        tokenizers=tokenizers,
+        weights=weights,
+        progress={"step": step, "best_bleu": 1.0},
+        training_state={"optimizer": {"state": {}}, "rng": torch.get_rng_state()},
+        ema_weights={"weight": torch.zeros(2)} if ema else None,
     )
 
 

@@ -68,13 +68,17 @@ def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradi
     assert found[0][1][1, 5:].abs().max() == 0  # pads get no gradient
 
 
+OFF = {"compile": "false", "length_multiple": 1, "prefetch": "false"}
+ON_16 = {"compile": "true", "length_multiple": 16, "prefetch": "true"}
+
+
 @pytest.mark.parametrize(
     "device, keys, expected",
     [
         ("cpu", {}, Levers(compile=False, length_multiple=1, prefetch=False)),
         ("cuda", {}, Levers(compile=True, length_multiple=1, prefetch=True)),
-        ("cuda", {"compile": "false", "length_multiple": 1, "prefetch": "false"}, Levers(False, 1, False)),
-        ("cpu", {"compile": "true", "length_multiple": 16, "prefetch": "true"}, Levers(True, 16, True)),
+        ("cuda", OFF, Levers(compile=False, length_multiple=1, prefetch=False)),
+        ("cpu", ON_16, Levers(compile=True, length_multiple=16, prefetch=True)),
         ("cuda", {"max_time": "29m"}, Levers(compile=False, length_multiple=1, prefetch=True)),
         ("cuda", {"max_time": "30m"}, Levers(compile=True, length_multiple=1, prefetch=True)),
         ("cuda", {"max_time": "5m", "compile": "true"}, Levers(compile=True, length_multiple=1, prefetch=True)),
@@ -273,8 +277,8 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
     for compiled in (False, True):
         config.train.compile = "true" if compiled else "false"
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
-        dist, device = setup_process(config.train)
-        trainer = Trainer(config, device, dist, RunWriter(config.run_path))
+        distributed, device = setup_process(config.train)
+        trainer = Trainer(config, device, distributed, RunWriter(config.run_path))
         epoch = trainer.epoch()
         batch = epoch.ids.collate(epoch.batches[0])
         loss = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)  # eager: sequence_loss

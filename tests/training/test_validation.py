@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -37,11 +38,12 @@ def test_validation_runs_in_eval_mode_and_puts_the_model_back_in_train_mode(untr
     hooks = [module.register_forward_pre_hook(lambda module, args: modes.append(module.training)) for module in model.modules()]
     try:
         model.train()
-        first = validate(model, valid, tokenizers, config, CPU, None)
+        run = partial(validate, valid=valid, tokenizers=tokenizers, config=config, device=CPU, amp_dtype=None)
+        first = run(model)
         assert modes and not any(modes)  # dropout was off for the loss and the decoding
         assert all(module.training for module in model.modules())
         model.eval()
-        assert validate(model, valid, tokenizers, config, CPU, None) == first  # deterministic, whatever the mode before
+        assert run(model) == first  # deterministic, whatever the mode before
         assert not any(module.training for module in model.modules())  # an eval model stays in eval mode
     finally:
         for hook in hooks:
@@ -59,7 +61,7 @@ def test_perplexity_and_record():
 def test_validation_gives_the_logged_scores_and_the_bleu_of_evaluate(reverse_run):
     model, config, tokenizers, _ = load_model(reverse_run.run_path / "last.pt")
     valid = load_prepared(reverse_run.data_path, "valid")
-    result = validate(model, valid, tokenizers, config, CPU, None)
+    result = validate(model, valid=valid, tokenizers=tokenizers, config=config, device=CPU, amp_dtype=None)
 
     records = [json.loads(line) for line in (reverse_run.run_path / "log.jsonl").read_text().splitlines()]
     logged = [r for r in records if "valid_bleu" in r][-1]

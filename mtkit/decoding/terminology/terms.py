@@ -1,7 +1,7 @@
 """Terminology as users give it: constraint lists, `--constraints` files and `--glossary` files.
 
 A `Term` is one constraint: a phrase, or alternative phrases any one of which satisfies it, that
-the translation must contain (`mtkit.decoding.terminology.search` does the searching).
+the translation must contain (`mtkit.decoding.terminology.constrained` does the searching).
 
 - `--constraints FILE`: one JSON list per input line, each item a phrase or a list of alternative
   phrases: `["Fahrrad", ["Hund", "Hunde"]]`; `[]` for none.

@@ -34,7 +34,7 @@ from torch import Tensor
 Phrases = list[list[int]]  # the alternatives of one constraint, target ids each
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TermRequest:
     """The constraints of a batch of sources, as an engine receives them."""
 

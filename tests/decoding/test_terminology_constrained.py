@@ -9,7 +9,7 @@ from torch import Tensor
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search
 from mtkit.decoding.step_rules import StepRules
-from mtkit.decoding.terminology.search import TermRequest, Terms
+from mtkit.decoding.terminology.constrained import TermRequest, Terms
 from mtkit.models.base import DecoderState, EncoderDecoder
 
 # ids 0-3 are pad, unk, bos, eos; then "▁a" "▁b" "▁c" "d" "▁e" "." (only "d" continues a word)
@@ -72,7 +72,7 @@ def search(
     src = torch.tensor([[4 + n, EOS_ID] for n in range(len(given))])
     terms = None
     if any(given):
-        terms = Terms.build(TermRequest(given, CONTINUES, in_order), torch.device("cpu"))
+        terms = Terms.build(TermRequest(constraints=given, continues_word=CONTINUES, in_order=in_order), torch.device("cpu"))
     caps = torch.full((len(given),), cap)
     return beam_search(model, src, src.ne(PAD_ID), caps, SearchOptions(beam=beam, nbest=nbest), step_rules=steer, terms=terms)
 
