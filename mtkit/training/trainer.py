@@ -54,12 +54,14 @@ from mtkit.runtime import (
     seed_everything,
     set_threads,
 )
+from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
+from mtkit.training.levers import Levers
+from mtkit.training.loss import TeacherForcing
 from mtkit.training.run_dir import Checkpoint, RunDir
 from mtkit.training.schedule import schedule_factor
-from mtkit.training.step import BatchAhead, Levers, TeacherForcing
 from mtkit.training.validation import check_valid_sets, validate
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3
