@@ -46,6 +46,7 @@ def test_a_model_type_without_a_family_is_one_line_listing_the_known(tmp_path: P
     with pytest.raises(MtkitError, match=r"architectures \['T5Model'\].*marian"):
         family_of({"architectures": ["T5Model"]}, where, FAMILIES)
 
+
 def test_an_unknown_family_is_one_line_listing_the_known(tmp_path: Path) -> None:
     with pytest.raises(MtkitError, match="choose one of marian, auto") as raised:
         import_model("somewhere", tmp_path / "run", family="nllb")
