@@ -31,8 +31,8 @@ from mtkit.config import Config, load_config
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.evaluation.metrics import score_corpus
+from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import round_up
-from mtkit.training.step import BatchAhead
 from mtkit.training.trainer import Trainer, setup_process
 
 

@@ -420,17 +420,33 @@ def average_command(
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
 
 
+ImportOutput = Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")]
+
+
 @import_app.command("marian")
 def import_marian_command(
     source: Annotated[
         str, typer.Argument(help="A Hugging Face Marian folder (OPUS-MT), or a hub id such as Helsinki-NLP/opus-mt-de-en.")
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
+    output: ImportOutput,
 ) -> None:
     """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
-    from mtkit.importers.marian import import_marian
+    _import(source, output, "marian")
 
-    config, model = import_marian(source, output)
+
+@import_app.command("auto")
+def import_auto_command(
+    source: Annotated[str, typer.Argument(help="A Hugging Face model folder, or a hub id; its config.json names the family.")],
+    output: ImportOutput,
+) -> None:
+    """Import a model of any family mtkit reads, the one its config.json's model_type names, as a run directory."""
+    _import(source, output, "auto")
+
+
+def _import(source: str, output: Path, family: str) -> None:
+    from mtkit.importers import import_model
+
+    config, model = import_model(source, output, family)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(

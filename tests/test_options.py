@@ -25,8 +25,8 @@ from mtkit.evaluation.significance import PairedTests
 from mtkit.serving.app import ServeLimits, run_server
 from mtkit.serving.batcher import Batcher, QueuedRequest
 from mtkit.synthetic.jobs import SyntheticJob
+from mtkit.training.levers import Levers
 from mtkit.training.run_writer import Checkpoint
-from mtkit.training.step import Levers
 from mtkit.training.validation import validate
 
 OPTION_CLASSES = [

@@ -81,7 +81,7 @@ def test_translate_reaches_the_engine_search_in_at_most_four_calls(reverse_run, 
 
 
 @pytest.mark.slow
-def test_train_reaches_the_model_forward_in_at_most_five_calls_through_the_steps_module(tmp_path, recorded_stacks):
+def test_train_reaches_the_model_forward_in_at_most_five_calls_through_the_loss_module(tmp_path, recorded_stacks):
     from mtkit.config import config_to_dict
 
     config = prepared_reverse_task(tmp_path, max_steps=1, validate_every=1)

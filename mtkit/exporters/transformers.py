@@ -3,7 +3,7 @@
 Two forms, chosen by what the model is:
 - **Marian**: a post-norm Transformer with Marian's sinusoid layout (every imported OPUS-MT model and
   its fine-tuned children) becomes a plain `MarianMTModel` folder; no remote code. Its layer names
-  come from the importer's table (`mtkit.importers.marian.layer_names`), so the two directions
+  come from the importers' table (`mtkit.importers.names.layer_names`), so the two directions
   cannot drift.
 - **remote code**: any other mtkit Transformer (pre-norm, interleaved sinusoids, learned positions)
   keeps mtkit's own parameter names; `config.json` maps `AutoModelForSeq2SeqLM` to the modeling file
@@ -26,10 +26,10 @@ import torch
 
 from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TAG, Tokenizer, TokenizerPair
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_output_dir, staged
 from mtkit.exporters.model_card import model_card
-from mtkit.importers.marian import ACTIVATIONS, SAFETENSORS_DTYPES, layer_names
+from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
 from mtkit.textio import atomic_file, write_file
@@ -41,8 +41,15 @@ SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
 MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
 
 
-def export_transformers(model_path: Path, output_dir: Path, force: bool = False) -> Path:
-    """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`."""
+def export_transformers(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
+    """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`;
+    float32 weights only (`quantization` None: the exporters' shared signature)."""
+    if quantization is not None:
+        raise OptionError(
+            "quantization",
+            "{quantization} {value}: CTranslate2's weight types; a transformers export keeps float32",
+            value=quantization,
+        )
     check_output_dir(output_dir, force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):

@@ -15,11 +15,7 @@ When the decoder starts from pad, BOS and PAD share that row; the BOS logit then
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
-import struct
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,18 +23,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, config_to_dict
+from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
-from mtkit.errors import MtkitError, one_line
-from mtkit.models import build_model
+from mtkit.errors import MtkitError
+from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights
+from mtkit.importers.names import ACTIVATIONS, layer_names
 from mtkit.models.base import EncoderDecoder
-from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
-from mtkit.run_files import RunFiles
 
-HUB_FILES = ["config.json", "generation_config.json", "tokenizer_config.json", "*.spm", "*vocab.json", "*.safetensors"]
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
-SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Hugging Face name -> model.activation
 
 
 @dataclass
@@ -69,30 +61,9 @@ class MarianModel:
     settings: dict[str, Any]  # config.json
 
 
-def locate_marian(source: str) -> Path:
-    """A local folder in the Hugging Face layout, or a hub id (such as Helsinki-NLP/opus-mt-de-en) downloaded to the cache."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", source):
-        raise MtkitError(
-            f"{source}: not a folder of a Marian model; give a folder with config.json, model.safetensors "
-            "(or pytorch_model.bin), source.spm, target.spm and vocab.json, or a hub id such as Helsinki-NLP/opus-mt-de-en"
-        )
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(source, allow_patterns=HUB_FILES))
-    except Exception as err:  # ImportError, offline, unknown repository: one line, whatever the cause
-        raise MtkitError(
-            f"{source}: could not download it from the Hugging Face Hub ({one_line(err)}); download the model "
-            "elsewhere (config.json, model.safetensors, source.spm, target.spm, vocab.json) and pass its folder"
-        ) from None
-
-
 def read_marian(folder: Path) -> MarianModel:
     """Read and check a Marian folder; anything mtkit cannot represent is one error naming the key or file."""
-    settings = _read_json(folder / "config.json")
+    settings = read_json(folder / "config.json", MARIAN)
     model = marian_model_config(settings, folder / "config.json")
     source, target, tokenizers = _vocabularies(folder, settings)
     weights = read_weights(folder)
@@ -214,76 +185,13 @@ def _piece_id(pieces: list[str], piece: str, where: Path) -> int:
 
 def _read_vocab(path: Path) -> list[str]:
     """vocab.json ({piece: id}) as a list indexed by id; the ids must be 0..n-1, each once."""
-    table = _read_json(path)
+    table = read_json(path, MARIAN)
     pieces: list[str | None] = [None] * len(table)
     for piece, index in table.items():
         if not isinstance(index, int) or not 0 <= index < len(table) or pieces[index] is not None:
             raise MtkitError(f"{path}: id {index!r} of {piece!r} repeats or leaves a gap; the ids must be 0 to {len(table) - 1}")
         pieces[index] = piece
     return [piece for piece in pieces if piece is not None]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MtkitError(
-            f"{path}: missing; a Marian folder holds config.json, the weights, the .spm models and vocab.json"
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise MtkitError(f"{path}: not readable JSON ({one_line(err)})") from None
-    if not isinstance(data, dict):
-        raise MtkitError(f"{path}: expected a JSON object")
-    return data
-
-
-def read_weights(folder: Path) -> dict[str, Tensor]:
-    """The checkpoint's tensors as float32, from model.safetensors or else pytorch_model.bin."""
-    safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
-    if safetensors.is_file():
-        weights = read_safetensors(safetensors)
-    elif pickled.is_file():
-        try:
-            with warnings.catch_warnings():  # transformers pickles with protocol 4, which torch.load reads but warns about
-                warnings.filterwarnings("ignore", message="Detected pickle protocol")
-                weights = torch.load(pickled, map_location="cpu", weights_only=True)
-        except Exception as err:  # unpickling errors of every kind: one line
-            raise MtkitError(f"{pickled}: not a readable weights file ({one_line(err)})") from None
-    else:
-        raise MtkitError(f"{folder}: no model.safetensors or pytorch_model.bin; download the model's weights into it")
-    return {name.removeprefix("model."): tensor.float() for name, tensor in weights.items() if tensor.is_floating_point()}
-
-
-def read_safetensors(path: Path) -> dict[str, Tensor]:
-    """A .safetensors file: an 8-byte little-endian header size, a JSON header, then the raw tensors."""
-    data = path.read_bytes()
-    try:
-        (size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + size])
-        base, tensors = 8 + size, {}
-        for name, entry in header.items():
-            if name == "__metadata__" or entry["dtype"] not in SAFETENSORS_DTYPES:
-                continue
-            start, end = entry["data_offsets"]
-            if not 0 <= start <= end <= len(data) - base:
-                raise ValueError(f"{name}'s data lies outside the file")
-            raw = bytearray(data[base + start : base + end])
-            flat = torch.frombuffer(raw, dtype=SAFETENSORS_DTYPES[entry["dtype"]]) if raw else torch.empty(0)
-            tensors[name] = flat.reshape(entry["shape"])
-    except (struct.error, ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise MtkitError(f"{path}: not a readable safetensors file ({one_line(err)})") from None
-    return tensors
-
-
-def build_imported(marian: MarianModel) -> EncoderDecoder:
-    """An mtkit Transformer holding the Marian weights (checked by `load_state_dict`, strict)."""
-    tokenizers = marian.tokenizers
-    model = build_model(marian.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
-    try:
-        model.load_state_dict(mtkit_weights(marian))
-    except RuntimeError as err:
-        raise MtkitError(f"the weights do not fit config.json ({one_line(err, limit=300)})") from None
-    return model
 
 
 def mtkit_weights(marian: MarianModel) -> dict[str, Tensor]:
@@ -306,44 +214,6 @@ def mtkit_weights(marian: MarianModel) -> dict[str, Tensor]:
     return state
 
 
-# The one table of names between mtkit's Transformer layers and Marian's (transformers' MarianMTModel),
-# read by this importer and by mtkit.exporters.transformers: mtkit's parameter <- Marian's, joined
-# along the first dimension in this order (mtkit fuses q, k, v and the cross-attention's k, v).
-ENCODER_LAYER_NAMES = {
-    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attention.out": ("self_attn.out_proj",),
-    "attention_block.norm": ("self_attn_layer_norm",),
-    "feed_forward.inner": ("fc1",),
-    "feed_forward.outer": ("fc2",),
-    "ffn_block.norm": ("final_layer_norm",),
-}
-DECODER_LAYER_NAMES = {
-    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attention.out": ("self_attn.out_proj",),
-    "self_block.norm": ("self_attn_layer_norm",),
-    "cross_attention.query": ("encoder_attn.q_proj",),
-    "cross_attention.key_value": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
-    "cross_attention.out": ("encoder_attn.out_proj",),
-    "cross_block.norm": ("encoder_attn_layer_norm",),
-    "feed_forward.inner": ("fc1",),
-    "feed_forward.outer": ("fc2",),
-    "ffn_block.norm": ("final_layer_norm",),
-}
-
-
-def layer_names(model: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
-    """Every layer parameter: (mtkit's name, the Marian names it joins), e.g.
-    ("encoder_layers.0.self_attention.qkv.weight", ("encoder.layers.0.self_attn.q_proj.weight", ...))."""
-    found = []
-    for stack, count, table in (
-        ("encoder", model.encoder_layers or model.layers, ENCODER_LAYER_NAMES),
-        ("decoder", model.decoder_layers or model.layers, DECODER_LAYER_NAMES),
-    ):
-        for index, (mine, theirs), part in itertools.product(range(count), table.items(), ("weight", "bias")):
-            found.append((f"{stack}_layers.{index}.{mine}.{part}", tuple(f"{stack}.layers.{index}.{t}.{part}" for t in theirs)))
-    return found
-
-
 def _tensor(weights: dict[str, Tensor], name: str, fallback: Tensor | None = None) -> Tensor:
     found = weights.get(name, fallback)
     if found is None:
@@ -353,8 +223,8 @@ def _tensor(weights: dict[str, Tensor], name: str, fallback: Tensor | None = Non
 
 def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
-    languages = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-    generation = _read_json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
+    languages = read_json(folder / "tokenizer_config.json", MARIAN) if (folder / "tokenizer_config.json").is_file() else {}
+    generation = read_json(folder / "generation_config.json", MARIAN) if (folder / "generation_config.json").is_file() else {}
     beam = generation.get("num_beams", marian.settings.get("num_beams", 5))
     return Config(
         name=name,
@@ -367,18 +237,25 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
     )
 
 
+def read_marian_run(folder: Path, name: str) -> Imported:
+    """The Marian family's reader (`Family.read`): the model with Marian's weights and the run's config."""
+    marian = read_marian(folder)
+    model = build_imported(marian.model, marian.tokenizers, lambda: mtkit_weights(marian))
+    return Imported(config=imported_config(marian, folder, name), tokenizers=marian.tokenizers, model=model)
+
+
+MARIAN = Family(
+    name="marian",
+    title="Marian",
+    model_types=("marian",),
+    architectures=("MarianMTModel",),
+    holds="config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and vocab.json",
+    example="Helsinki-NLP/opus-mt-de-en",
+    hub_files=("config.json", "generation_config.json", "tokenizer_config.json", "*.spm", "*vocab.json", "*.safetensors"),
+    read=read_marian_run,
+)
+
+
 def import_marian(source: str, output: Path) -> tuple[Config, EncoderDecoder]:
     """`mtkit import marian`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise MtkitError(f"{output}: exists and is not an empty directory; choose another -o")
-    folder = locate_marian(source)
-    marian = read_marian(folder)
-    model = build_imported(marian)
-    config = imported_config(marian, folder, name=output.name or "imported")
-    config.run_dir = str(output)
-    progress = {"step": 0, "best_bleu": -1.0}  # nothing validated yet: `mtkit evaluate` measures it
-    payload = checkpoint_payload(config, marian.tokenizers, model.state_dict(), progress=progress, imported_from=source)
-    files = RunFiles(output)
-    save_checkpoint(payload, files.best)
-    files.write_config(config_to_dict(config))
-    return config, model
+    return import_family(source, output, MARIAN)

@@ -55,13 +55,15 @@ from mtkit.runtime import (
     stop_signals_call,
 )
 from mtkit.textio import say
+from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
+from mtkit.training.levers import Levers
+from mtkit.training.loss import TeacherForcing
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
-from mtkit.training.step import BatchAhead, Levers, TeacherForcing
 from mtkit.training.validation import check_valid_sets, validate
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3

@@ -14,7 +14,8 @@ from mtkit.distributed import Distributed
 from mtkit.models.rnn import RNNSeq2Seq
 from mtkit.models.transformer import Transformer
 from mtkit.training.fused_loss import FusedTeacherForcing, chunks_for, fused_loss_on, output_layer_loss
-from mtkit.training.step import Levers, TeacherForcing
+from mtkit.training.levers import Levers
+from mtkit.training.loss import TeacherForcing
 from mtkit.training.trainer import training_forward
 
 ROWS, DIM, VOCAB = 24, 16, 50

@@ -16,8 +16,8 @@ import torch
 import yaml
 from helpers import prepared_reverse_task
 
+import mtkit.training.loss
 import mtkit.training.run_writer
-import mtkit.training.step
 import mtkit.training.trainer
 from mtkit.config import config_to_dict
 from mtkit.errors import MtkitError
@@ -53,14 +53,14 @@ def wait_for(condition, timeout: float = 120.0) -> None:
 @pytest.mark.slow
 def test_non_finite_losses_are_skipped_and_counted(tmp_path, monkeypatch):
     config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
-    real_loss, calls = mtkit.training.step.sequence_loss, {"n": 0}
+    real_loss, calls = mtkit.training.loss.sequence_loss, {"n": 0}
 
     def sometimes_nan(logits, target, smoothing):
         calls["n"] += 1
         loss = real_loss(logits, target, smoothing)
         return loss * float("nan") if calls["n"] in (3, 4) else loss
 
-    monkeypatch.setattr(mtkit.training.step, "sequence_loss", sometimes_nan)
+    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", sometimes_nan)
     progress = train(config)
     assert progress.step == 20
     assert progress.skipped_updates == 2
@@ -73,7 +73,7 @@ def test_repeated_non_finite_losses_stop_training_and_keep_best(tmp_path, monkey
     config = prepared_reverse_task(tmp_path, max_steps=10, validate_every=10)
     train(config)
     best_before = (config.run_path / "best.pt").read_bytes()
-    monkeypatch.setattr(mtkit.training.step, "sequence_loss", lambda logits, target, smoothing: logits.sum() * float("inf"))
+    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", lambda logits, target, smoothing: logits.sum() * float("inf"))
     config.train.max_steps = 100
     with pytest.raises(MtkitError, match="diverged"):
         train(config, resume=True)

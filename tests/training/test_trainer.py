@@ -18,10 +18,10 @@ from mtkit.data.tokenizer import PAD_ID
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
+from mtkit.training.levers import Levers
 from mtkit.training.loss import fused_sequence_loss, sequence_loss
 from mtkit.training.run_writer import RunWriter
 from mtkit.training.schedule import schedule_factor
-from mtkit.training.step import Levers
 from mtkit.training.trainer import PlainProgress, Trainer, build_optimizer, setup_process, train
 
 

@@ -1,0 +1,50 @@
+"""The name tables between mtkit and Hugging Face `transformers`, read by the importers and by
+mtkit.exporters.transformers, so the two directions cannot drift."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from mtkit.config import ModelConfig
+
+SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Hugging Face name -> model.activation
+
+# The one table of names between mtkit's Transformer layers and Marian's (transformers' MarianMTModel),
+# read by the Marian importer and by mtkit.exporters.transformers: mtkit's parameter <- Marian's, joined
+# along the first dimension in this order (mtkit fuses q, k, v and the cross-attention's k, v).
+ENCODER_LAYER_NAMES = {
+    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attention.out": ("self_attn.out_proj",),
+    "attention_block.norm": ("self_attn_layer_norm",),
+    "feed_forward.inner": ("fc1",),
+    "feed_forward.outer": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
+DECODER_LAYER_NAMES = {
+    "self_attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attention.out": ("self_attn.out_proj",),
+    "self_block.norm": ("self_attn_layer_norm",),
+    "cross_attention.query": ("encoder_attn.q_proj",),
+    "cross_attention.key_value": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
+    "cross_attention.out": ("encoder_attn.out_proj",),
+    "cross_block.norm": ("encoder_attn_layer_norm",),
+    "feed_forward.inner": ("fc1",),
+    "feed_forward.outer": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
+
+
+def layer_names(model: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """Every layer parameter: (mtkit's name, the Marian names it joins), e.g.
+    ("encoder_layers.0.self_attention.qkv.weight", ("encoder.layers.0.self_attn.q_proj.weight", ...))."""
+    found = []
+    for stack, count, table in (
+        ("encoder", model.encoder_layers or model.layers, ENCODER_LAYER_NAMES),
+        ("decoder", model.decoder_layers or model.layers, DECODER_LAYER_NAMES),
+    ):
+        for index, (mine, theirs), part in itertools.product(range(count), table.items(), ("weight", "bias")):
+            found.append((f"{stack}_layers.{index}.{mine}.{part}", tuple(f"{stack}.layers.{index}.{t}.{part}" for t in theirs)))
+    return found
