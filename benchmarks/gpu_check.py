@@ -1,25 +1,28 @@
-"""Check a lent GPU in one call: training speed lever by lever, where a step's time goes, and whether
-the fast step learns as the plain fp32 one does. Prints tables and writes one JSON (after each part,
-so a call cut short keeps what it measured).
+"""Check a lent GPU in one call that keeps a time budget: training speed lever by lever, compiling from a cold
+and a warm cache, where a step's time goes, and whether the fast step learns as the plain fp32 one does.
 
-    python -m benchmarks.gpu_check [--parts speed,profile,parity] [--models d256,d512,d1024] [--smoke]
+    python -m benchmarks.gpu_check --prepare-only [--data DIR]     here, where ../shared/data is
+    python -m benchmarks.gpu_check --budget SECONDS [--data DIR] [--parts levers,compile,...]   on the GPU
     make gpu-check [SMOKE=1]
 
-Parts:
-- speed: for each model (d256 3+3 on Multi30k de-en with the joint 8k vocabulary of
-  recipes/multi30k/transformer.yaml at its 3,072-token batches; d512 6+6 and d1024 6+6 on Tatoeba
-  en-fr with a joint 32k vocabulary at 16,384-token batches), target tokens/s, MFU against the bf16
-  matmul peak measured in the same run, and peak GPU memory, for the step as it was ("plain": eager,
-  no look-ahead), the default on CUDA ("default": compiled, look-ahead), and the default with one
-  lever changed (d512: eager; no look-ahead; lengths rounded to multiples of 8). Each variant is
-  built and warmed up once (compilation happens then, and its seconds are reported), then timed
-  windows take turns A B C ... A B C.
-- profile: the profiler's split of one update of d512 (`speed.py --profile`), default variant.
-- parity: d256 trained from the same start for `--parity-updates` updates, once plain in fp32 and
-  once with the default levers in bf16; the validation BLEU of each at the same updates.
+Parts, in their order of priority (each item only where the budget still has room for it: a line on stderr and
+a row under "budget" in the JSON say what was skipped):
+- levers (a): d512 6+6 on Tatoeba en-fr with a joint BPE of about 32k pieces, consecutive pairs joined to about
+  30 pieces a side (WMT-length batches), 16,384-token batches, eager: every lever of benchmarks/gpu/levers.py off
+  ("plain"), all on, and all on but each one; each variant built and warmed up once, then timed windows in turns.
+- compile (b): the fastest of (a) compiled, from an empty compiler cache, then in a fresh process from the cache
+  artifacts the first saved; the warm-up seconds of each are the compile's cost.
+- d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a).
+- profile (d): the profiler's split of an update of the fastest of (a) (`speed.py --profile`).
+- tatoeba (e): d512 on Tatoeba's own short pairs, plain against the fastest of (a).
+- parity (f): d256 on Multi30k de-en (8k BPE) for --parity-updates updates, plain in fp32 and as the default
+  step; the validation BLEU of each at the same updates.
 
-The data is prepared first where its folder (data/gpu_check/) lacks it (the Multi30k and Tatoeba
-files in ../shared/data). On the CPU, `--smoke` runs every part in seconds on a tiny model.
+Every figure comes with MFU against the bf16 matmul peak measured in the same run. The JSON is written after
+every variant and window, so a call killed at its timeout keeps what was measured. The data is prepared here
+(--prepare-only: token ids and tokenizers, no weights, about 31 MB) and carried: the GPU machine downloads
+nothing; the WMT-length set is made from the carried Tatoeba ids where the check runs (under a minute).
+`--smoke` runs every part on the CPU in seconds on a tiny model (a third round of windows forced over the budget).
 """
 
 from __future__ import annotations
@@ -27,55 +30,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from benchmarks import common
-from benchmarks.speed import TimedTraining, print_profile, profile_split
-from mtkit.config import Config, load_config
+from benchmarks.gpu import data
+from benchmarks.gpu.budget import Budget, parse_estimates
+from benchmarks.gpu.levers import COMPILE
+from benchmarks.gpu.parts import LEVER_LABEL, PARTS
+from benchmarks.gpu.runs import Check
+from benchmarks.speed import print_profile
 
-MULTI30K = "../shared/data/multi30k"
-TATOEBA = "../shared/data/tatoeba-en-fr"
-MULTI30K_DATA = [
-    f"data.train={{src: {MULTI30K}/train.de.gz, tgt: {MULTI30K}/train.en.gz}}",
-    f"data.valid={{src: {MULTI30K}/val.de.gz, tgt: {MULTI30K}/val.en.gz}}",
-    f"data.test={{src: {MULTI30K}/test_2016_flickr.de.gz, tgt: {MULTI30K}/test_2016_flickr.en.gz}}",
-    "data_dir=data/gpu_check/multi30k_8k",
-]
-TATOEBA_DATA = ["tokenizer.vocab_size=32000", "data_dir=data/gpu_check/tatoeba_32k", "train.batch_tokens=16384"]
-BIG = ["model.heads=8", "model.ffn_dim=2048", "model.layers=6", "model.dropout=0.1"]
-WIDE = ["model.heads=16", "model.ffn_dim=4096"]
-# name: (recipe, overrides)
-MODELS = {
-    "d256": ("recipes/multi30k/transformer.yaml", MULTI30K_DATA),
-    "d512": ("recipes/tatoeba/general_en_fr.yaml", [*TATOEBA_DATA, "model.d_model=512", *BIG]),
-    "d1024": (
-        "recipes/tatoeba/general_en_fr.yaml",
-        [*TATOEBA_DATA, *BIG, "model.d_model=1024", "model.heads=16", "model.ffn_dim=4096"],
-    ),
+BIG = ["model.heads=8", "model.ffn_dim=2048", "model.layers=6", "model.dropout=0.1", "train.batch_tokens=16384"]
+SHAPES = {
+    "d256": [],  # recipes/multi30k/transformer.yaml's own: 3+3, 3,072-token batches
+    "d512": [*BIG, "model.d_model=512"],
+    "d1024": [*BIG, "model.d_model=1024", "model.heads=16", "model.ffn_dim=4096"],
 }
-PLAIN = ["train.compile=false", "train.length_multiple=1", "train.prefetch=false"]
-# variant: its overrides on top of the model's (none: the defaults, compile and look-ahead on with CUDA)
-VARIANTS = {
-    "plain": PLAIN,
-    "default": [],  # compiled, look-ahead
-    "default, eager": ["train.compile=false"],
-    "default, no look-ahead": ["train.prefetch=false"],
-    "default + lengths x8": ["train.length_multiple=8"],
+# label: (model, data set)
+LABELS = {
+    LEVER_LABEL: ("d512", "tatoeba_wmt"),
+    "d1024 wmt": ("d1024", "tatoeba_wmt"),
+    "d512 tatoeba": ("d512", "tatoeba"),
+    "d256 multi30k": ("d256", "multi30k_8k"),
 }
-SHORT_VARIANTS = ("plain", "default")  # for every model but d512
+ALIASES = {"speed": ["levers", "d1024", "tatoeba"]}  # the older part name
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="speed,profile,parity", help="comma-separated: speed, profile, parity")
-    parser.add_argument("--models", default="d512,d256,d1024", help="comma-separated models for speed: d256, d512, d1024")
-    parser.add_argument("--variants", help=f"comma-separated variants to time (default: all for d512, else {SHORT_VARIANTS})")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from: {', '.join(PARTS)}")
+    parser.add_argument("--budget", type=float, help="seconds the whole check may take (set it below the call's timeout)")
+    parser.add_argument("--estimate", action="append", default=[], help="ITEM=SECONDS: the estimate of one item")
+    parser.add_argument("--data", type=Path, default=Path("benchmarks/results/gpu_data"), help="the prepared data")
+    parser.add_argument("--prepare-only", action="store_true", help="prepare the data in --data and stop")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="override KEY=VALUE for every variant")
-    parser.add_argument("--profile-variant", default="default", help="the variant the profile part splits (on d512)")
     parser.add_argument("--warmup-updates", type=int, default=20)
     parser.add_argument("--updates", type=int, default=50, help="updates in each timed window")
     parser.add_argument("--rounds", type=int, default=2, help="timed windows of each variant, taking turns")
@@ -84,98 +74,60 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--parity-every", type=int, default=500, help="validate every this many updates")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/gpu_check.json"))
     common.add_smoke_options(parser)
-    return parser.parse_args()
-
-
-def model_config(args: argparse.Namespace, model: str, variant: list[str]) -> Config:
-    recipe, overrides = MODELS[model]
-    return load_config(recipe, [*overrides, *args.extra, *variant])
+    args = parser.parse_args()
+    args.parts = [part for name in args.parts.split(",") for part in ALIASES.get(name, [name])]
+    if unknown := [part for part in args.parts if part not in PARTS]:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; give some of {', '.join(PARTS)}")
+    try:
+        args.estimates = parse_estimates(args.estimate)
+    except ValueError as err:
+        parser.error(str(err))
+    args.compile, args.sets, args.recipe = list(COMPILE.on), data.SETS, None
+    return args
 
 
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
-    """--smoke: every model is the tiny recipe; a few updates each; parity over a few updates."""
-    recipe = common.smoke_recipe(work)
-    for name in MODELS:
-        MODELS[name] = (str(recipe), [])
+    """--smoke: every model is the tiny recipe on tiny sets; a few updates; a third round that cannot fit."""
+    args.recipe = common.smoke_recipe(work)
+    args.sets, args.data = data.smoke_sets(args.recipe), work / "gpu_data"
     # compile stays auto (off on the CPU: it takes minutes there); the other levers on, as on CUDA
-    args.extra += ["train.batch_tokens=400", "train.prefetch=true", "train.length_multiple=8"]
-    args.warmup_updates, args.updates, args.rounds, args.profile_updates = 1, 2, 2, 2
+    args.extra += ["train.batch_tokens=400", "train.prefetch=true"]
+    args.compile = ["train.compile=auto"]
+    args.warmup_updates, args.updates, args.rounds, args.profile_updates = 1, 2, 3, 2
     args.parity_updates, args.parity_every = 2, 1
+    args.budget = args.budget or 3600
+    args.estimates.setdefault(f"{LEVER_LABEL}: round 3", 1e9)  # the budget's skip, exercised
 
 
-def speed_of(args: argparse.Namespace, model: str, peak: float) -> dict:
-    """Each variant built and warmed up once, then timed windows in turns; the windows' figures by variant."""
-    names = args.variants.split(",") if args.variants else VARIANTS if model == "d512" else SHORT_VARIANTS
-    timed, results = {}, {}
-    for name in names:
-        start = time.perf_counter()
-        timed[name] = TimedTraining(model_config(args, model, VARIANTS[name]))
-        timed[name].steps(args.warmup_updates)
-        common.synchronize(timed[name].device)
-        results[name] = {"warmup_s": round(time.perf_counter() - start, 1), "windows": []}
-        print(f"{model} {name}: built and warmed up in {results[name]['warmup_s']} s", file=sys.stderr, flush=True)
-    for _ in range(args.rounds):
-        for name in names:
-            results[name]["windows"].append(timed[name].window(args.updates, peak))
-    for name in names:
-        best = max(results[name]["windows"], key=lambda w: w["target_tokens_per_s"])
-        results[name] |= {key: best[key] for key in ("target_tokens_per_s", "mfu", "peak_gpu_mb", "padding_fraction")}
-    del timed
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return results
-
-
-def parity(args: argparse.Namespace) -> dict:
-    """Validation BLEU at the same updates: d256 plain in fp32, and with the default levers in bf16 (on CUDA)."""
-    from mtkit.training.trainer import train
-
-    curves = {}
-    with tempfile.TemporaryDirectory(prefix="mtkit-parity-") as work:
-        for name, variant in (("plain fp32", [*PLAIN, "train.precision=fp32"]), ("default", [])):
-            schedule = [f"train.max_steps={args.parity_updates}", f"train.validate_every={args.parity_every}"]
-            extra = [*schedule, "train.max_time=null", "train.patience=0", "train.snapshots=''", "train.ema=0"]
-            config = model_config(args, "d256", [*variant, *extra, f"run_dir={work}/{len(curves)}"])
-            start = time.perf_counter()
-            train(config)
-            records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
-            bleu = {r["step"]: r["valid_bleu"] for r in records if "valid_bleu" in r}
-            curves[name] = {"valid_bleu": bleu, "seconds": round(time.perf_counter() - start, 1)}
-    plain, fast = curves["plain fp32"]["valid_bleu"], curves["default"]["valid_bleu"]
-    gaps = [abs(fast[step] - plain[step]) for step in plain if step in fast]
-    return {**curves, "largest_gap": round(max(gaps), 2) if gaps else None}
+def model_table(args: argparse.Namespace) -> dict[str, tuple[str, str, list[str]]]:
+    """label -> (model, recipe, overrides): the set's recipe with the model's shape (the tiny recipe in smoke mode)."""
+    table = {}
+    for label, (model, name) in LABELS.items():
+        shape = [] if args.smoke else SHAPES[model]
+        table[label] = (model, args.recipe or args.sets[name].recipe, [*data.set_overrides(args.sets, args.data, name), *shape])
+    return table
 
 
 def run_check(args: argparse.Namespace) -> dict:
-    parts = args.parts.split(",")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if device.type == "cuda" else None
-    report = {**common.smoke_label(args), "machine": {**common.machine_facts(), **gpu_facts()}, "parts": parts}
+    budget = Budget(args.budget, args.estimates)  # from here: making the joined set counts
     commands = common.MtkitCommands(in_process=args.smoke)
-    used = [*(args.models.split(",") if "speed" in parts else []), *(["d512"] if "profile" in parts else [])]
-    used += ["d256"] if "parity" in parts else []
-    for model in dict.fromkeys(used) if not args.smoke else ["d256"]:  # in smoke mode every model is the tiny one
-        common.ensure_prepared(commands, Path(MODELS[model][0]), MODELS[model][1])
-    peak = common.matmul_flops_per_s(device, dtype, smoke=args.smoke)
-    report["matmul_tflop_per_s"] = round(peak / 1e12, 1)
-    print(f"matmul peak: {peak / 1e12:.1f} TFLOP/s ({dtype or torch.float32})", file=sys.stderr, flush=True)
-    if "speed" in parts:
-        report["speed"] = {}
-        for model in args.models.split(","):
-            report["speed"][model] = speed_of(args, model, peak)
-            save(args, report)
-    if "profile" in parts:
-        timed = TimedTraining(model_config(args, "d512", VARIANTS[args.profile_variant]))
-        timed.steps(args.warmup_updates)
-        report["profile"] = profile_split(timed, args.profile_updates)
-        save(args, report)
-    if "parity" in parts:
-        report["parity"] = parity(args)
+    manifest = data.prepare(args.data, args.sets, commands, carried_only=args.prepare_only)
+    if args.prepare_only:
+        return {**common.smoke_label(args), **manifest}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    report = {**common.smoke_label(args), "machine": {**common.machine_facts(), **gpu_facts()}, "parts": args.parts}
+    report["data"] = manifest
+    check = Check(args, budget, report, lambda report: common.write_json(args.output, report))
+    check.models = model_table(args)
+    dtype = torch.bfloat16 if device.type == "cuda" else None
+    check.peak = common.matmul_flops_per_s(device, dtype, smoke=args.smoke)
+    report["matmul_tflop_per_s"] = round(check.peak / 1e12, 1)
+    print(f"matmul peak: {check.peak / 1e12:.1f} TFLOP/s ({dtype or torch.float32})", file=sys.stderr, flush=True)
+    for part in PARTS:
+        if part in args.parts:
+            PARTS[part](check)
+            check.save()
     return report
-
-
-def save(args: argparse.Namespace, report: dict) -> None:
-    common.write_json(args.output, report)
 
 
 def gpu_facts() -> dict:
@@ -186,31 +138,51 @@ def gpu_facts() -> dict:
 
 
 def print_tables(report: dict) -> None:
+    if "sets" in report:  # --prepare-only
+        print(f"prepared: {json.dumps(report['sets'])}; {report['size_mb']} MB in all")
+        return
+    print(f"data: {json.dumps(report['data'])}")
     print(f"matmul peak {report['matmul_tflop_per_s']} TFLOP/s; {report['machine']}")
-    for model, variants in report.get("speed", {}).items():
-        print(f"\n{model}: variant | target tokens/s (each window) | MFU | peak GPU MB | padding | warm-up s")
+    for note in report.get("levers", {}).get("left_out", []):
+        print(note)
+    for label, variants in report.get("speed", {}).items():
+        print(f"\n{label}: variant | target tokens/s (each window) | MFU | peak GPU MB | padding | warm-up s")
         for name, row in variants.items():
-            windows = " / ".join(f"{w['target_tokens_per_s']:,.0f}" for w in row["windows"])
-            gpu = row["peak_gpu_mb"] if row["peak_gpu_mb"] is not None else "-"
-            print(
-                f"  {name:24} | {windows} | {100 * (row['mfu'] or 0):.1f}% | {gpu} | "
-                f"{100 * row['padding_fraction']:.1f}% | {row['warmup_s']}"
-            )
+            windows = " / ".join(f"{w['target_tokens_per_s']:,.0f}" for w in row["windows"]) or "not timed"
+            gpu = row.get("peak_gpu_mb") if row.get("peak_gpu_mb") is not None else "-"
+            mfu, padding = 100 * (row.get("mfu") or 0), 100 * row.get("padding_fraction", 0)
+            print(f"  {name:34} | {windows} | {mfu:.1f}% | {gpu} | {padding:.1f}% | {row['warmup_s']}")
+    for stage in ("cold", "warm"):
+        if stage in report.get("compile", {}):
+            print_compiled(report["compile"]["variant"], stage, report["compile"][stage])
     if "profile" in report:
-        print()
         print_profile(report["profile"])
-    if "parity" in report:
-        for name in ("plain fp32", "default"):
-            curve = report["parity"][name]
+    for name, curve in report.get("parity", {}).items():
+        if isinstance(curve, dict):
             print(f"parity {name:10}: valid BLEU {curve['valid_bleu']} ({curve['seconds']} s)")
+    if "largest_gap" in report.get("parity", {}):
         print(f"parity: largest BLEU gap at the same update {report['parity']['largest_gap']}")
+    for skipped in report["budget"]["skipped"]:
+        print(f"skipped (budget): {skipped['item']}: about {skipped['estimate_s']} s needed, {skipped['left_s']} s left")
+
+
+def print_compiled(variant: str, stage: str, row: dict) -> None:
+    """One compiled run: its warm-up (the compile) seconds, its windows, the cache artifacts loaded or saved."""
+    if "windows" not in row:  # cut at the budget's end, or failed
+        print(f"{variant}, {stage} cache: {row}")
+        return
+    windows = " / ".join(f"{w['target_tokens_per_s']:,.0f}" for w in row["windows"])
+    mfu = max((w["mfu"] or 0 for w in row["windows"]), default=0)
+    artifacts = {key: row[key] for key in ("artifacts_loaded", "artifacts_saved", "artifacts_mb") if row.get(key)}
+    print(f"{variant}, {stage} cache: warm-up {row['warmup_s']} s; target tokens/s {windows}; MFU {100 * mfu:.1f}% {artifacts}")
 
 
 def main() -> None:
     args = parse_args()
-    report = common.measure_and_write(args, tiny_arguments, run_check, args.output)
+    output = args.data / data.MANIFEST if args.prepare_only and not args.smoke else args.output
+    report = common.measure_and_write(args, tiny_arguments, run_check, output)
     print_tables(report)
-    print(f"written to {args.output}")
+    print(f"written to {output}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""The check's parts, in their order of priority: each does what still fits in the budget and leaves its figures
+in the report (written after every variant) under its key."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+from benchmarks.gpu.compiled import compiled_run, run_apart
+from benchmarks.gpu.levers import known_levers, lever_variants
+from benchmarks.gpu.runs import Check, best_variant
+from benchmarks.speed import profile_split
+
+LEVER_LABEL = "d512 wmt"  # part (a)'s model and data, whose best variant parts (b) to (e) take up
+
+
+def variants(check: Check) -> dict[str, list[str]]:
+    """The eager lever variants of the levers this config knows (found once; the others noted in the report)."""
+    if check.variants is None:
+        known, notes = known_levers(Path(check.models[LEVER_LABEL][1]), check.overrides(LEVER_LABEL, []))
+        check.report["levers"] = {"timed": list(known), "left_out": notes}
+        check.variants = lever_variants(known)
+    return check.variants
+
+
+def best_eager(check: Check) -> tuple[str, list[str]]:
+    """Part (a)'s fastest variant and its overrides; "all on" where (a) timed none."""
+    results = check.report.get("speed", {}).get(LEVER_LABEL, {})
+    best = best_variant(results)
+    return (best, results[best]["overrides"]) if best is not None else ("all on", variants(check)["all on"])
+
+
+def levers(check: Check) -> None:
+    """(a) d512 6+6 on WMT-length batches, eager: every lever off, all on, and all on but each one, in turns."""
+    check.time_variants(LEVER_LABEL, variants(check))
+    check.free_memory()
+
+
+def compiled(check: Check) -> None:
+    """(b) the best of (a) compiled: from a cold compiler cache, then from the cache artifacts the first saved."""
+    best, overrides = best_eager(check)
+    variant = [*overrides, *check.args.compile]
+    spec = {
+        "recipe": check.models[LEVER_LABEL][1],
+        "overrides": check.overrides(LEVER_LABEL, variant),
+        **{key: getattr(check.args, key) for key in ("warmup_updates", "updates", "rounds")},
+        "peak": check.peak,
+    }
+    check.report["compile"] = result = {"variant": f"{best}, compiled", "overrides": variant}
+    with tempfile.TemporaryDirectory(prefix="mtkit-artifacts-") as scratch:
+        artifacts = str(Path(scratch) / "artifacts.bin")
+        for stage, artifacts_in, artifacts_out in (("cold", None, artifacts), ("warm", artifacts, None)):
+            kind = f"compile {stage}"
+            if not check.budget.fits(f"compile: {stage}", check.budget.estimate(kind)):
+                break
+            start = time.perf_counter()
+            stage_spec = {**spec, "artifacts_in": artifacts_in, "artifacts_out": artifacts_out}
+            result[stage] = compiled_run(stage_spec) if check.args.smoke else run_apart(stage_spec, check.budget.left())
+            check.budget.note(kind, time.perf_counter() - start)
+            print(f"compile {stage}: {json.dumps(result[stage])[:300]}", file=sys.stderr, flush=True)
+            check.save()
+
+
+def eager_pair(check: Check, label: str) -> None:
+    """(c) and (e): `label`'s model and data, every lever off against the best of (a), in turns."""
+    best, overrides = best_eager(check)
+    check.time_variants(label, {"plain": variants(check)["plain"], best: overrides})
+    check.kept.pop(label, None)
+    check.free_memory()
+
+
+def profile(check: Check) -> None:
+    """(d) the profiler's split of an update of (a)'s best variant (built again where it was not kept)."""
+    best, overrides = best_eager(check)
+    run = check.kept.pop(LEVER_LABEL, None) or check.build(LEVER_LABEL, best, overrides)
+    if run is None or not check.budget.fits("profile", check.budget.estimate("profile")):
+        return
+    start = time.perf_counter()
+    check.report["profile"] = {"variant": best, **profile_split(run, check.args.profile_updates)}
+    check.budget.note("profile", time.perf_counter() - start)
+    check.save()
+    del run
+    check.free_memory()
+
+
+def parity(check: Check) -> None:
+    """(f) d256 on Multi30k trained from the same start for --parity-updates updates, plain in fp32 and with the
+    default levers; the validation BLEU of each at the same updates."""
+    from mtkit.training.trainer import train
+
+    args, label = check.args, "d256 multi30k"
+    plain = variants(check)["plain"]
+    curves = check.report["parity"] = {}
+    schedule = [f"train.max_steps={args.parity_updates}", f"train.validate_every={args.parity_every}"]
+    extra = [*schedule, "train.max_time=null", "train.patience=0", "train.snapshots=''", "train.ema=0"]
+    with tempfile.TemporaryDirectory(prefix="mtkit-parity-") as work:
+        for name, variant in (("plain fp32", [*plain, "train.precision=fp32"]), ("default", [])):
+            if not check.budget.fits(f"parity: {name}", check.budget.estimate("parity run", scale=args.parity_updates / 2000)):
+                return
+            config = check.config(label, [*variant, *extra, f"run_dir={work}/{len(curves)}"])
+            start = time.perf_counter()
+            train(config)
+            check.budget.note("parity run", time.perf_counter() - start)
+            records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text().splitlines()]
+            bleu = {r["step"]: r["valid_bleu"] for r in records if "valid_bleu" in r}
+            curves[name] = {"overrides": variant, "valid_bleu": bleu, "seconds": round(time.perf_counter() - start, 1)}
+            check.save()
+    plain_bleu, fast_bleu = curves["plain fp32"]["valid_bleu"], curves["default"]["valid_bleu"]
+    gaps = [abs(fast_bleu[step] - plain_bleu[step]) for step in plain_bleu if step in fast_bleu]
+    curves["largest_gap"] = round(max(gaps), 2) if gaps else None
+
+
+PARTS = {
+    "levers": levers,
+    "compile": compiled,
+    "d1024": partial(eager_pair, label="d1024 wmt"),
+    "profile": profile,
+    "tatoeba": partial(eager_pair, label="d512 tatoeba"),
+    "parity": parity,
+}
