@@ -397,6 +397,20 @@ class TrainConfig:
     # round each batch's lengths up to a multiple of this: fewer shapes for a compiled step, more padding (on short
     # sentences it cost more than it gave on an H200: docs/performance.md)
     length_multiple: int = field(default=1, metadata=_range(1, 1024, example=8))
+    # at most this many batch shapes an epoch: pairs in length buckets, each batch padded to its bucket's length
+    # (mtkit.training.buckets), so a compiled step or CUDA graphs see few shapes, for more padding; 0: off,
+    # token-budget batches padded to their own longest pair; auto: 16 with CUDA, off on the CPU
+    shapes: str = field(
+        default="0",
+        metadata={
+            **_pattern(r"auto|[0-9]|[1-5][0-9]|6[0-4]", "auto, 0 (off) or a number of shapes up to 64", "16"),
+            **_relation(
+                lambda t: None
+                if t.shapes == "0" or t.length_multiple == 1
+                else "give train.length_multiple=1 with it (the buckets fix the lengths), or train.shapes=0"
+            ),
+        },
+    )
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or

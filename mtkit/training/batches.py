@@ -20,6 +20,7 @@ from mtkit.data.prepare import corpus_tag
 from mtkit.data.store import corpus_column, load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
+from mtkit.training.buckets import batch_length, bucket_batches, bucket_lengths, shapes_and_padding
 
 
 @dataclass
@@ -53,6 +54,16 @@ class IdColumn:
     def __getitem__(self, index: int) -> np.ndarray:
         return self.values[self.offsets[index] : self.offsets[index + 1]]
 
+    def take(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of rows `indices` one after another, and each row's length (0 for an empty row, index -1)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        real = indices >= 0
+        lengths = np.where(real, self.lengths[indices], 0)
+        starts = np.where(real, self.offsets[indices], 0)
+        # each id's position in `values`: its row's start, plus its place in the row
+        positions = np.arange(int(lengths.sum())) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        return self.values[positions], lengths
+
 
 class ParallelIds:
     """Source and target ids of one prepared split (a `datasets.Dataset` with src_ids/tgt_ids)."""
@@ -72,7 +83,24 @@ class ParallelIds:
         return len(self.src.lengths)
 
     def collate(self, indices: np.ndarray, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
-        return collate([self.src[i] for i in indices], [self.tgt[i] for i in indices], pin_memory, length_multiple)
+        src, tgt = self.src.take(indices), self.tgt.take(indices)
+        src_len = round_up(int(src[1].max()) + 1, length_multiple)
+        tgt_len = round_up(int(tgt[1].max()) + 1, length_multiple)
+        return padded_batch(src, tgt, (src_len, tgt_len), pin_memory)
+
+
+class BucketedIds(ParallelIds):
+    """The ids of an epoch cut into length buckets (`mtkit.training.buckets`): a batch is padded on both
+    sides to its bucket's length, and its empty rows (index -1) hold a lone EOS/BOS and no target."""
+
+    def __init__(self, ids: ParallelIds, lengths: np.ndarray) -> None:
+        self.src, self.tgt, self.lengths = ids.src, ids.tgt, lengths
+
+    def collate(self, indices: np.ndarray, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+        """`length_multiple` has no effect here: the bucket fixes the lengths (config refuses both)."""
+        src, tgt = self.src.take(indices), self.tgt.take(indices)
+        length = batch_length(self.lengths, int(np.maximum(src[1], tgt[1]).max()) + 1)
+        return padded_batch(src, tgt, (length, length), pin_memory, empty=np.asarray(indices) < 0)
 
 
 class SampledIds:
@@ -105,24 +133,49 @@ class SampledIds:
 def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
     """Pad one batch of id sequences into the teacher-forcing tensors, each length rounded up to a
     multiple of `length_multiple` (`train.length_multiple`: fewer shapes for a compiled step)."""
-    batch = len(src_ids)
-    src_len = round_up(max(len(s) for s in src_ids) + 1, length_multiple)
-    tgt_len = round_up(max(len(t) for t in tgt_ids) + 1, length_multiple)
-    src = np.full((batch, src_len), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
-    tgt_out = np.full((batch, tgt_len), PAD_ID, dtype=np.int64)
-    for row, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-        src[row, : len(s)] = s
-        src[row, len(s)] = EOS_ID
-        tgt_in[row, 0] = BOS_ID
-        tgt_in[row, 1 : len(t) + 1] = t
-        tgt_out[row, : len(t)] = t
-        tgt_out[row, len(t)] = EOS_ID
-    src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+    src_lengths, tgt_lengths = (np.array([len(ids) for ids in side], dtype=np.int64) for side in (src_ids, tgt_ids))
+    src = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in src_ids]), src_lengths)
+    tgt = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in tgt_ids]), tgt_lengths)
+    shape = (round_up(int(src_lengths.max()) + 1, length_multiple), round_up(int(tgt_lengths.max()) + 1, length_multiple))
+    return padded_batch(src, tgt, shape, pin_memory)
+
+
+def padded_batch(
+    src: tuple[np.ndarray, np.ndarray],
+    tgt: tuple[np.ndarray, np.ndarray],
+    lengths: tuple[int, int],
+    pin_memory: bool = False,
+    empty: np.ndarray | None = None,
+) -> Batch:
+    """The teacher-forcing tensors of rows given as (ids one after another, each row's length), padded
+    to (src_len, tgt_len) = `lengths`, without a Python loop over rows. `empty` (bool per row) marks
+    rows with no pair: their target is all PAD, so they add nothing to the loss or `num_tokens`."""
+    (src_values, src_lengths), (tgt_values, tgt_lengths) = src, tgt
+    rows, every_row = len(src_lengths), np.arange(len(src_lengths))
+    src_ids = _placed(src_values, src_lengths, lengths[0], shift=0)  # (B, S)
+    src_ids[every_row, src_lengths] = EOS_ID
+    tgt_in = _placed(tgt_values, tgt_lengths, lengths[1], shift=1)  # (B, T)
+    tgt_in[:, 0] = BOS_ID
+    tgt_out = _placed(tgt_values, tgt_lengths, lengths[1], shift=0)  # (B, T)
+    tgt_out[every_row, tgt_lengths] = EOS_ID
+    real_rows = rows
+    if empty is not None and empty.any():
+        tgt_out[empty, 0] = PAD_ID
+        real_rows -= int(empty.sum())
+    tensors = [torch.from_numpy(array) for array in (src_ids, tgt_in, tgt_out)]
     if pin_memory:
-        src_t, tgt_in_t, tgt_out_t = src_t.pin_memory(), tgt_in_t.pin_memory(), tgt_out_t.pin_memory()
-    num_tokens = int(sum(len(t) + 1 for t in tgt_ids))
-    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, num_tokens)
+        tensors = [tensor.pin_memory() for tensor in tensors]
+    src_t, tgt_in_t, tgt_out_t = tensors
+    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, int(tgt_lengths.sum()) + real_rows)
+
+
+def _placed(values: np.ndarray, lengths: np.ndarray, width: int, shift: int) -> np.ndarray:
+    """A (rows, width) PAD array with row r's ids (the next lengths[r] of `values`) from column `shift` on."""
+    padded = np.full((len(lengths), width), PAD_ID, dtype=np.int64)
+    row = np.repeat(np.arange(len(lengths)), lengths)
+    column = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths) + shift
+    padded[row, column] = values
+    return padded
 
 
 def round_up(length: int, multiple: int) -> int:
@@ -201,12 +254,23 @@ def temperature_weights(sizes: Sequence[int], temperature: float) -> list[float]
 
 
 def epoch_batches(
-    mix: CorpusMix, ids: ParallelIds, batch_tokens: int, seed: int, epoch: int, max_length: int
+    mix: CorpusMix,
+    ids: ParallelIds,
+    batch_tokens: int,
+    seed: int,
+    epoch: int,
+    max_length: int,
+    lengths: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], np.ndarray, int]:
-    """One epoch's batches of pair indices (the corpora drawn by weight, cut by `token_batches`), the draw, the pairs skipped."""
+    """One epoch's batches of pair indices (the corpora drawn by weight, cut by `token_batches`, or by
+    `bucket_batches` into buckets of these `lengths`: -1 marks an empty row), the draw, the pairs skipped."""
     drawn = mix.draw(seed, epoch)
-    batches, skipped = token_batches(ids.src.lengths[drawn], ids.tgt.lengths[drawn], batch_tokens, seed, epoch, max_length)
-    return [drawn[batch] for batch in batches], drawn, skipped
+    src_lengths, tgt_lengths = ids.src.lengths[drawn], ids.tgt.lengths[drawn]
+    if lengths is None:
+        batches, skipped = token_batches(src_lengths, tgt_lengths, batch_tokens, seed, epoch, max_length)
+        return [drawn[batch] for batch in batches], drawn, skipped
+    batches, skipped = bucket_batches(src_lengths, tgt_lengths, lengths, batch_tokens, seed, epoch, max_length)
+    return [np.where(batch >= 0, drawn[batch], -1) for batch in batches], drawn, skipped
 
 
 @dataclass
@@ -218,6 +282,8 @@ class Epoch:
     corpus_pairs: dict[str, int]  # pairs drawn from each corpus (all ranks together)
     skipped: int  # drawn pairs too long for the model
     direction_pairs: dict[str, int] = field(default_factory=dict)  # pairs drawn for each direction, "de-en"
+    shapes: int = 0  # with `train.shapes`: the distinct (rows, length) shapes of the epoch's batches (all ranks)
+    padding: float = 0.0  # with `train.shapes`: the share of the batches' positions (both sides) that are padding
 
 
 class TrainingData:
@@ -239,16 +305,36 @@ class TrainingData:
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
         self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags) if alpha > 0 else None
         self.batch_tokens = config.train.batch_tokens
+        self._buckets: tuple[tuple[int, int], np.ndarray] | None = None
 
-    def epoch(self, epoch: int, max_length: int, rank: int = 0, world_size: int = 1) -> Epoch:
-        """Epoch `epoch` (the same every time it is asked for); under torchrun, this rank's equal share."""
+    def bucket_lengths(self, shapes: int, max_length: int) -> np.ndarray:
+        """The padded lengths of `shapes` buckets (`train.shapes`), the same every epoch: chosen for the
+        prepared pairs as the corpus weights draw them. With subword sampling, whose pieces can make a
+        pair longer than any prepared one, one of them is min(max_length, batch_tokens)."""
+        if self._buckets is None or self._buckets[0] != (shapes, max_length):
+            cost = np.maximum(self.ids.src.lengths, self.ids.tgt.lengths) + 1
+            fits = cost <= max_length
+            weights = np.asarray(self.mix.weights)[self.mix.corpus[fits]]
+            top = [min(max_length, self.batch_tokens)] if self.sampled is not None else []
+            chosen = bucket_lengths(cost[fits], weights, shapes - len(top), self.batch_tokens)
+            self._buckets = ((shapes, max_length), np.union1d(chosen, top).astype(np.int64))
+        return self._buckets[1]
+
+    def epoch(self, epoch: int, max_length: int, rank: int = 0, world_size: int = 1, shapes: int = 0) -> Epoch:
+        """Epoch `epoch` (the same every time it is asked for); under torchrun, this rank's equal share.
+        `shapes` (`train.shapes`, 0: off): the same pairs in batches of at most that many shapes."""
         ids = self.sampled.for_epoch(epoch) if self.sampled is not None else self.ids
-        batches, drawn, skipped = epoch_batches(self.mix, ids, self.batch_tokens, self.seed, epoch, max_length)
+        lengths = self.bucket_lengths(shapes, max_length) if shapes else None
+        batches, drawn, skipped = epoch_batches(self.mix, ids, self.batch_tokens, self.seed, epoch, max_length, lengths)
         if not batches:
             raise MtkitError(
                 f"no training pair fits the model: all {skipped} need more than model.max_positions={max_length} "
                 "positions (pieces + EOS); raise model.max_positions, or lower data.max_len and prepare again"
             )
+        shape_count, padding = 0, 0.0
+        if lengths is not None:
+            shape_count, padding = shapes_and_padding(batches, ids.src.lengths, ids.tgt.lengths, lengths)
+            ids = BucketedIds(ids, lengths)
         if world_size > 1:  # a disjoint, equally long share of the epoch for each rank
             usable = len(batches) // world_size * world_size
             batches = batches[rank:usable:world_size]
@@ -256,4 +342,4 @@ class TrainingData:
         per_direction: dict[str, int] = {}
         for name, way in zip(self.mix.names, self.directions, strict=True):
             per_direction[way] = per_direction.get(way, 0) + counts[name]
-        return Epoch(ids, batches, counts, skipped, per_direction)
+        return Epoch(ids, batches, counts, skipped, per_direction, shape_count, padding)

@@ -5,7 +5,8 @@ CPU, where the plain eager step is the fastest measured; compile not for a `trai
 30 minutes) and `train.length_multiple` (1, off, by
 default: on an H200 its padding cost more than its fewer shapes gave; docs/performance.md). None
 changes what is computed: the same batches in the same order, the same loss (within rounding), the
-same resume.
+same resume. `train.shapes` (0, off, by default; `auto`: AUTO_SHAPES with CUDA) groups the same pairs
+into batches of at most K shapes (mtkit.training.buckets): other batches, the same pairs each epoch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from mtkit.config import TrainConfig, parse_duration
 # Compiling the step took 2-4 minutes on an H200 (its first updates, shapes still new) for 1.5x the updates/s
 # after it: a run shorter than this loses time to it
 COMPILE_PAYS_AFTER = 30 * 60
+# `train.shapes=auto` with CUDA: the buckets chosen stop where one more would not pay for its last batch (14 of
+# these for Multi30k-like lengths at 4,096 tokens a batch)
+AUTO_SHAPES = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +32,7 @@ class Levers:
     compile: bool  # torch.compile the forward pass and the loss together
     length_multiple: int  # batch lengths rounded up to a multiple of this
     prefetch: bool  # the next batch collated and copied before the update's host sync
+    shapes: int = 0  # at most this many batch shapes an epoch (length buckets); 0: token-budget batches
 
     @classmethod
     def of(cls, config: TrainConfig, device: torch.device) -> Levers:
@@ -39,12 +44,17 @@ class Levers:
         def on(value: str, auto: bool) -> bool:
             return auto if value == "auto" else value == "true"
 
+        shapes = (AUTO_SHAPES if cuda else 0) if config.shapes == "auto" else int(config.shapes)
         return cls(
-            compile=on(config.compile, compile_auto), length_multiple=config.length_multiple, prefetch=on(config.prefetch, cuda)
+            compile=on(config.compile, compile_auto),
+            length_multiple=config.length_multiple,
+            prefetch=on(config.prefetch, cuda),
+            shapes=shapes,
         )
 
     def describe(self) -> str:
         """The start line's words for them."""
         parts = ["compiled step (its first updates compile it: minutes)" if self.compile else "eager step"]
         parts += [f"lengths rounded to x{self.length_multiple}"] if self.length_multiple > 1 else []
+        parts += [f"at most {self.shapes} batch shapes"] if self.shapes else []
         return ", ".join(parts + (["next batch prepared ahead"] if self.prefetch else []))

@@ -253,7 +253,8 @@ class Trainer:
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
         max_length = min(self.model.max_positions, 1_000_000)
-        return self.data.epoch(self.progress.epoch, max_length, self.distributed.rank, self.distributed.world_size)
+        distributed = self.distributed
+        return self.data.epoch(self.progress.epoch, max_length, distributed.rank, distributed.world_size, self.levers.shapes)
 
     def run(self) -> Progress:
         """Train until a limit, early stopping or SIGINT/SIGTERM, validating and saving on the way; returns the progress."""
@@ -430,7 +431,8 @@ class Trainer:
 
 
 def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> None:
-    """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model."""
+    """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model;
+    with `train.shapes`, its batch shapes and padding share."""
     if run_dir is None:
         return
     record = {"corpus_pairs": epoch.corpus_pairs, "skipped": epoch.skipped}
@@ -440,6 +442,10 @@ def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> No
             total = sum(epoch.direction_pairs.values())
             table = ", ".join(f"{way} {count:,} ({count / total:.1%})" for way, count in epoch.direction_pairs.items())
             say(f"pairs drawn per epoch by direction: {table}")
+    if epoch.shapes:  # train.shapes: the lengths are the buckets'
+        record |= {"shapes": epoch.shapes, "padding": round(epoch.padding, 4)}
+        if progress.epoch == 0:
+            say(f"batches in {epoch.shapes} shapes (train.shapes): {epoch.padding:.1%} of their positions are padding")
     run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **record})
     if epoch.skipped:
         say(f"epoch {progress.epoch + 1}: skipped {epoch.skipped} pairs longer than the model's maximum length")
