@@ -29,6 +29,7 @@ class Batch:
     tgt_in: Tensor  # (B, T) BOS + target ids
     tgt_out: Tensor  # (B, T) target ids + EOS
     num_tokens: int  # real (non-pad) tokens in tgt_out
+    src_padded: bool | None = None  # some source row is padded (from the lengths; None: not known)
 
     def to(self, device: torch.device) -> Batch:
         """On `device` (itself when already there); to a GPU the ids are copied without blocking (from pinned
@@ -38,7 +39,7 @@ class Batch:
         non_blocking = device.type == "cuda"
         src = self.src.to(device, non_blocking=non_blocking)
         tgt_in, tgt_out = (ids.to(device, non_blocking=non_blocking) for ids in (self.tgt_in, self.tgt_out))
-        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens)
+        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens, self.src_padded)
 
 
 class IdColumn:
@@ -122,7 +123,8 @@ def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False, length_multi
     if pin_memory:
         src_t, tgt_in_t, tgt_out_t = src_t.pin_memory(), tgt_in_t.pin_memory(), tgt_out_t.pin_memory()
     num_tokens = int(sum(len(t) + 1 for t in tgt_ids))
-    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, num_tokens)
+    src_padded = bool(np.fromiter(map(len, src_ids), dtype=np.int64, count=batch).min() + 1 < src_len)
+    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, num_tokens, src_padded)
 
 
 def round_up(length: int, multiple: int) -> int:

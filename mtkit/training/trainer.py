@@ -303,7 +303,7 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             with record_function("mtkit.forward"):
-                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)
+                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.src_padded)
             with record_function("mtkit.backward"):
                 self.scaler.scale(loss * self.distributed.world_size / total_tokens).backward()
             loss_sum += loss.detach()
