@@ -109,6 +109,7 @@ class PyTorchEngine(Engine):
 
     def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
         src, src_mask = self._source(batch.sources)
+        padded = len({len(source) for source in batch.sources}) > 1  # from the lengths: no wait for the device
         caps = torch.tensor(batch.max_len, device=self.device)  # (B,)
         if options.sampling is not None:
             found = self._sample(src, src_mask, caps, batch.prefixes, options)
@@ -116,11 +117,13 @@ class PyTorchEngine(Engine):
             step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
             if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
                 summed = replace(options, length_penalty=0.0)
-                greedy = greedy_search(self.model, src, src_mask, caps, summed, step_rules=step_rules)
+                greedy = greedy_search(self.model, src, src_mask, caps, summed, step_rules=step_rules, src_padded=padded)
                 found = [[h] for h in greedy]
             else:
                 terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
-                found = beam_search(self.model, src, src_mask, caps, options, step_rules=step_rules, terms=terms)
+                found = beam_search(
+                    self.model, src, src_mask, caps, options, step_rules=step_rules, terms=terms, src_padded=padded
+                )
         if options.alignment_layer is not None:
             link_hypotheses(self.model, src, src_mask, found, options.alignment_layer)
         return found

@@ -32,7 +32,7 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.constrained import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError
-from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.base import DecoderState, EncoderDecoder, padding_hint
 
 NEVER_EMITTED = (PAD_ID, BOS_ID)
 Stop = Callable[[], bool]  # asked before every step; True ends the search
@@ -118,10 +118,12 @@ def greedy_search(
     pick: Callable[[Tensor], Tensor] | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    src_padded: bool | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence, in input order.
 
-    src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded.
+    src (B, S) ids; src_mask (B, S) True on real tokens; max_len (B,) most output tokens, EOS excluded;
+    src_padded: whether some source row is padded, if known (`mtkit.models.base`).
     Of `options`, `length_penalty` only sets `Hypothesis.score` (as in `beam_search`; the tokens do not depend
     on it), `stop` is asked before each step and no output holds a token of `never`.
     `pick` maps log-probabilities (A, V) to the next tokens (A,) instead of argmax (sampling).
@@ -129,7 +131,7 @@ def greedy_search(
     alpha, stop, constraints = options.length_penalty, options.stop, step_rules
     batch_size = src.size(0)
     banned = torch.tensor(list(options.never), device=src.device)
-    memory = model.encode(src, src_mask)  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
     sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
     log_prob = torch.zeros(batch_size, device=src.device)  # (A,)
@@ -138,7 +140,7 @@ def greedy_search(
     step = 0
     while sentence.numel() > 0:
         _check(stop)
-        log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state, banned)  # (A, V)
+        log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state, banned, src_padded)  # (A, V)
         if constraints is not None:
             log_probs = constraints.apply(log_probs, tokens, sentence, step)
         next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
@@ -170,6 +172,7 @@ class _Beams:
     state: DecoderState
     terms: Terms | None = None  # lexical constraints of the active sentences
     marks: TermState | None = None  # (A, K) where each beam stands with them
+    src_padded: bool | None = None  # some source row is padded (None: not known); dropping rows keeps it
 
 
 @torch.inference_mode()
@@ -184,6 +187,7 @@ def beam_search(
     terms: Terms | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    src_padded: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence (in input order) the `nbest` best hypotheses, best first.
 
@@ -191,13 +195,13 @@ def beam_search(
     Beams are ranked by total log-probability; finished hypotheses by `log_prob / length_penalty`.
     A sentence is finished once it holds `beam_size` finished hypotheses (fairseq's rule), reaches
     `max_len`, or has no beam left with a non-zero probability. With `terms`, hypotheses lacking a
-    constraint (cut by the output cap) rank after all others.
+    constraint (cut by the output cap) rank after all others. src_padded: as in `greedy_search`.
     """
     beam_size, alpha, nbest, stop, constraints = options.beam, options.length_penalty, options.nbest, options.stop, step_rules
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device
-    memory = model.encode(src, src_mask)  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
     rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B*K,)
     # Only beam 0 is alive at the first step, so the K beams do not start as K copies.
     running = torch.full((batch_size, beam_size), float("-inf"), device=device)  # (B, K)
@@ -213,6 +217,7 @@ def beam_search(
         state={},
         terms=terms,
         marks=TermState.start(terms, beam_size) if terms is not None else None,
+        src_padded=src_padded,
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     banned, step = torch.tensor(list(options.never), device=device), 0
@@ -235,7 +240,7 @@ def _advance_beams(
 ) -> _Beams:
     """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""
     active, beam_size = beams.running.shape
-    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned)
+    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned, beams.src_padded)
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
     at_limit = beams.max_len <= step  # (A,)
@@ -264,6 +269,7 @@ def _advance_beams(
     done = (beams.max_len <= step) | (num_finished >= beam_size) | running.isneginf().all(dim=1)  # (A,)
     kept = _Beams(beams.sentence, beams.max_len, num_finished, running, beams.tokens, beams.memory, beams.src_mask, state)
     kept.terms, kept.marks = terms, marks.take(order) if marks is not None else None
+    kept.src_padded = beams.src_padded
     return _without_finished(model, kept, rows, token, (~done).nonzero().flatten())
 
 
@@ -287,11 +293,18 @@ def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token:
         state=model.reorder_state(beams.state, rows, keep_memory=keep.numel() == active),  # no sentence left: beams moved
         terms=beams.terms.select(keep) if beams.terms is not None else None,
         marks=beams.marks.select(keep) if beams.marks is not None else None,
+        src_padded=beams.src_padded,
     )
 
 
 def _next_log_probs(
-    model: EncoderDecoder, tokens: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState, banned: Tensor
+    model: EncoderDecoder,
+    tokens: Tensor,
+    memory: Tensor,
+    src_mask: Tensor,
+    state: DecoderState,
+    banned: Tensor,
+    src_padded: bool | None = None,
 ) -> tuple[Tensor, DecoderState]:
     """Feed the newest token of each row (rows, 1); float32 next-token log-probabilities (rows, V).
 
@@ -299,7 +312,7 @@ def _next_log_probs(
     set to -inf after the softmax, so every other token keeps the model's own log-probability (as
     `mtkit score` computes it).
     """
-    logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state)  # (rows, 1, V)
+    logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state, **padding_hint(src_padded))  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
     return log_probs.index_fill_(1, banned, float("-inf")), new_state

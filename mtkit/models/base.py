@@ -15,6 +15,14 @@ Every architecture implements it, so nothing outside `mtkit.models` asks which m
 Shapes: `src` (B, S) token ids, `src_mask` (B, S) bool, True on real tokens (False on padding);
 `memory` (B, S, D); `tgt` (B, T) decoder input ids; `logits` (B, T, V).
 
+`src_padded` (keyword, on `encode`, `decode`, `final_states` and `forward`) is what the caller
+knows of `src_mask` without looking at it: False when no row has padding (every source of the
+batch has the same length), True when some row has, None when not known. A model may skip its
+padding mask when it is False (the Transformer's attention then takes no mask, and a GPU its
+flash kernel); None and True give the masked computation. It is the caller's promise: batches
+compute it from their lengths (`mtkit.training.batches.collate`), never from the mask (a host
+sync on a GPU).
+
 `state` selects the decoding mode. `None` means full teacher-forced decoding of the whole prefix
 `tgt` (training). A dict (start with `{}`) means incremental decoding: `tgt` holds only the new
 tokens, and the returned dict caches what later steps need (keys/values, recurrent states).
@@ -39,15 +47,15 @@ class EncoderDecoder(nn.Module):
 
     output: nn.Linear  # final decoder states (D) -> logits (V)
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         raise NotImplementedError
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         raise NotImplementedError
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         raise NotImplementedError
 
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
@@ -62,10 +70,10 @@ class EncoderDecoder(nn.Module):
         """
         return {key: value if keep_memory and memory_entry(key) else value.index_select(0, order) for key, value in state.items()}
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
+    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced logits (B, T, V) for decoder input `tgt`."""
-        memory = self.encode(src, src_mask)
-        logits, _ = self.decode(tgt, memory, src_mask, None)
+        memory = self.encode(src, src_mask, **padding_hint(src_padded))
+        logits, _ = self.decode(tgt, memory, src_mask, None, **padding_hint(src_padded))
         return logits
 
     @property
@@ -107,6 +115,12 @@ def memory_entry(key: str) -> bool:
     """Whether a cached entry is computed from the memory alone: by convention its name (after any
     layer or ensemble-member prefix, `0.` or `1:`) starts with `cross_`, e.g. `3.cross_k`."""
     return re.split(r"[.:]", key)[-1].startswith("cross_")
+
+
+def padding_hint(src_padded: bool | None) -> dict[str, bool]:
+    """The `src_padded` keyword, given only when known, so that a model written to the contract
+    without it (the tests' hand-written stubs) is still driven."""
+    return {} if src_padded is None else {"src_padded": src_padded}
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

@@ -36,18 +36,18 @@ class Ensemble(EncoderDecoder):
     def attention_layers(self) -> int:
         return min(member.attention_layers for member in self.members)
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """src (B, S) -> the members' memories concatenated, (B, S, D_1 + ... + D_M)."""
-        return torch.cat([member.encode(src, src_mask) for member in self.members], dim=-1)
+        return torch.cat([member.encode(src, src_mask, src_padded=src_padded) for member in self.members], dim=-1)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """The mean of the members' log-probabilities (B, T, V), and every member's state."""
         log_probs = []
         for number, (member, part) in enumerate(zip(self.members, self._split(memory), strict=True)):
             own = None if state is None else _member_state(state, number)
-            logits, own = member.decode(tgt, part, src_mask, own)
+            logits, own = member.decode(tgt, part, src_mask, own, src_padded=src_padded)
             log_probs.append(torch.log_softmax(logits.float(), dim=-1))
             if state is not None and own is not None:
                 state.update({f"{number}:{key}": value for key, value in own.items()})

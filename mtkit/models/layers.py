@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState
 
+# torch.get_autocast_dtype(device_type) came with torch 2.4; before it, `attend` casts the fp32 bias per layer
+_AUTOCAST_BY_DEVICE = hasattr(torch, "get_autocast_dtype")
 DROPOUT_LEVELS = 1 << 16  # on CPU a value is dropped when a random 16-bit number falls below p * 65,536
 
 
@@ -131,6 +133,23 @@ def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
     return LearnedPositions(d_model, max_positions)
 
 
+def key_padding_bias(src_mask: Tensor, src_padded: bool | None, like: Tensor) -> Tensor | None:
+    """The source padding as every attention layer takes it, built once per batch: src_mask (B, S)
+    bool -> an additive bias (B, 1, 1, S), 0 on real tokens and -inf on padding, in the dtype the
+    attention computes in (autocast's, else `like`'s), so no layer converts a bool mask again.
+
+    `src_padded` False (the caller knows every row has the same length: no padding) gives None,
+    which lets a GPU run flash attention; None (not known) builds the bias, as True does. Deciding
+    from the mask itself would wait for the GPU in every batch.
+    """
+    if src_padded is False:
+        return None
+    kind = like.device.type
+    dtype = torch.get_autocast_dtype(kind) if _AUTOCAST_BY_DEVICE and torch.is_autocast_enabled(kind) else like.dtype
+    bias = torch.zeros(src_mask.shape, dtype=dtype, device=src_mask.device).masked_fill_(~src_mask, float("-inf"))
+    return bias[:, None, None, :]  # (B, 1, 1, S)
+
+
 class MultiHeadAttention(nn.Module):
     """What self- and cross-attention share: heads, scaled dot-product attention, output projection.
 
@@ -151,15 +170,21 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
     def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        """The fast path: fused attention that never builds the weights. mask: True = may attend."""
+        """The fast path: fused attention that never builds the weights. mask: a bool mask (True = may
+        attend) or an additive bias (`key_padding_bias`); None lets a GPU pick flash attention."""
         dropout = self.dropout if self.training else 0.0
+        if mask is not None and mask.dtype != torch.bool and mask.dtype != query.dtype:
+            mask = mask.to(query.dtype)  # only when the bias was built for another compute dtype
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         return self.merge_heads(context)
 
-    def attend_with_weights(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """The same attention with explicit float32 weights (B, H, T, S), returned before dropout."""
+    def attend_with_weights(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The same attention with explicit float32 weights (B, H, T, S), returned before dropout.
+        mask: as `attend`'s, a bool mask or an additive bias (None: every key is real)."""
         scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        weights = torch.softmax(scores.float(), dim=-1)
         dropped = F.dropout(weights, self.dropout, training=self.training)
         context = dropped.to(value.dtype) @ value  # (B, H, T, Dh)
         return self.merge_heads(context), weights
@@ -184,12 +209,13 @@ class SelfAttention(MultiHeadAttention):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None, cache: DecoderState | None = None, prefix: str = "") -> Tensor:
-        """x (B, T, D) -> (B, T, D). key_mask (B, 1, 1, T) bool, True on real tokens (encoder only)."""
+    def forward(self, x: Tensor, key_bias: Tensor | None = None, cache: DecoderState | None = None, prefix: str = "") -> Tensor:
+        """x (B, T, D) -> (B, T, D). key_bias (B, 1, 1, T): `key_padding_bias` or a bool mask, True on real
+        tokens (encoder only; None: no padding)."""
         query, key, value = self.qkv(x).chunk(3, dim=-1)
         query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)  # (B, H, T, Dh)
         if cache is None:
-            return self.attend(query, key, value, key_mask, causal=self.causal)
+            return self.attend(query, key, value, key_bias, causal=self.causal)
         past = cache.get(prefix + "self_k")
         if past is not None:
             key = torch.cat([past, key], dim=2)  # (B, H, t + T, Dh)
@@ -219,13 +245,14 @@ class CrossAttention(MultiHeadAttention):
         self,
         x: Tensor,
         memory: Tensor,
-        memory_mask: Tensor,
+        memory_bias: Tensor | None,
         cache: DecoderState | None = None,
         prefix: str = "",
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, D), memory (B, S, D), memory_mask (B, 1, 1, S) -> (B, T, D) and, with
-        `need_weights`, the attention weights (B, H, T, S) (else None: the fused fast path)."""
+        """x (B, T, D), memory (B, S, D), memory_bias (B, 1, 1, S) (`key_padding_bias` or a bool mask,
+        True on real tokens; None: no padding) -> (B, T, D) and, with `need_weights`, the attention weights (B, H, T, S) (else
+        None: the fused fast path)."""
         query = self.split_heads(self.query(x))  # (B, H, T, Dh)
         if cache is not None and prefix + "cross_k" in cache:
             key, value = cache[prefix + "cross_k"], cache[prefix + "cross_v"]
@@ -235,8 +262,8 @@ class CrossAttention(MultiHeadAttention):
             if cache is not None:
                 cache[prefix + "cross_k"], cache[prefix + "cross_v"] = key, value
         if need_weights:
-            return self.attend_with_weights(query, key, value, memory_mask)
-        return self.attend(query, key, value, memory_mask, causal=False), None
+            return self.attend_with_weights(query, key, value, memory_bias)
+        return self.attend(query, key, value, memory_bias, causal=False), None
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # model.activation

@@ -228,18 +228,18 @@ class RNNSeq2Seq(EncoderDecoder):
         part, child = name.split(".")[:2]
         return "embeddings" if child == "embed" else part if part in ("encoder", "decoder") else "output"
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, H)."""
+    def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
+        """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, H). The RNN always uses the mask (`src_padded` unused)."""
         return self.encoder(src, src_mask)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
         readout, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder.dropout(readout)), state
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the readout after dropout (B, T, E) that `output` projects."""
         readout, _ = self._run_decoder(tgt, memory, src_mask, None)
         return self.decoder.dropout(readout)

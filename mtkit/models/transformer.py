@@ -20,6 +20,7 @@ from mtkit.models.layers import (
     Residual,
     ScaledEmbedding,
     SelfAttention,
+    key_padding_bias,
     make_positions,
 )
 
@@ -33,9 +34,9 @@ class EncoderLayer(nn.Module):
         self.feed_forward = FeedForward(d_model, ffn_dim, dropout, activation)
         self.attention_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(2))
 
-    def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
-        """x (B, S, D); key_mask (B, 1, 1, S) bool, True on real tokens."""
-        x = self.attention_block(x, lambda h: self.self_attention(h, key_mask))
+    def forward(self, x: Tensor, key_bias: Tensor | None) -> Tensor:
+        """x (B, S, D); key_bias (B, 1, 1, S) the padding's `key_padding_bias` (None: no padding)."""
+        x = self.attention_block(x, lambda h: self.self_attention(h, key_bias))
         return self.ffn_block(x, self.feed_forward)
 
 
@@ -50,15 +51,21 @@ class DecoderLayer(nn.Module):
         self.self_block, self.cross_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(3))
 
     def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor, state: DecoderState | None, prefix: str, need_weights: bool = False
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_bias: Tensor | None,
+        state: DecoderState | None,
+        prefix: str,
+        need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, D) new target positions; memory (B, S, D); memory_mask (B, 1, 1, S).
+        """x (B, T, D) new target positions; memory (B, S, D); memory_bias (B, 1, 1, S) or None (no padding).
 
         Returns (B, T, D) and, with `need_weights`, the cross-attention weights (B, H, T, S).
         """
         x = self.self_block(x, lambda h: self.self_attention(h, cache=state, prefix=prefix))
         h = self.cross_block.sublayer_input(x)
-        context, weights = self.cross_attention(h, memory, memory_mask, state, prefix, need_weights)
+        context, weights = self.cross_attention(h, memory, memory_bias, state, prefix, need_weights)
         x = self.cross_block.combine(x, context)
         return self.ffn_block(x, self.feed_forward), weights
 
@@ -131,24 +138,24 @@ class Transformer(EncoderDecoder):
         parts |= {"encoder_layers": "encoder", "encoder_norm": "encoder", "decoder_layers": "decoder", "decoder_norm": "decoder"}
         return parts.get(top, "output")
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
         x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))
-        key_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        key_bias = key_padding_bias(src_mask, src_padded, x)  # (B, 1, 1, S) or None, for every layer
         for layer in self.encoder_layers:
-            x = layer(x, key_mask)
+            x = layer(x, key_bias)
         return self.encoder_norm(x)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
-        x, _ = self._run_decoder(tgt, memory, src_mask, state)
+        x, _ = self._run_decoder(tgt, memory, src_mask, state, src_padded=src_padded)
         return self.output(self.decoder_norm(x)), state
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the normalised decoder output (B, T, D) that `output` projects."""
-        x, _ = self._run_decoder(tgt, memory, src_mask, None)
+        x, _ = self._run_decoder(tgt, memory, src_mask, None, src_padded=src_padded)
         return self.decoder_norm(x)
 
     @property
@@ -162,15 +169,32 @@ class Transformer(EncoderDecoder):
         return weights
 
     def _run_decoder(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None, weights_of: int | None = None
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        state: DecoderState | None,
+        weights_of: int | None = None,
+        src_padded: bool | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The decoder stack: hidden states (B, T, D) and the cross-attention weights (B, H, T, S)
         of layer `weights_of` (None: no weights)."""
         offset = 0 if state is None or "0.self_k" not in state else state["0.self_k"].size(2)
         x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset))
-        memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        memory_bias = self._memory_bias(src_mask, src_padded, state, memory)
         weights = None
         for index, layer in enumerate(self.decoder_layers):
-            x, found = layer(x, memory, memory_mask, state, f"{index}.", index == weights_of)
+            x, found = layer(x, memory, memory_bias, state, f"{index}.", index == weights_of)
             weights = found if index == weights_of else weights
         return x, weights
+
+    @staticmethod
+    def _memory_bias(src_mask: Tensor, src_padded: bool | None, state: DecoderState | None, memory: Tensor) -> Tensor | None:
+        """The cross-attention's `key_padding_bias` (B, 1, 1, S), built once per sentence batch: incremental
+        decoding keeps it in the state as `cross_bias` (computed from the source alone, like `cross_k`)."""
+        if state is not None and "cross_bias" in state:
+            return state["cross_bias"]
+        bias = key_padding_bias(src_mask, src_padded, memory)
+        if state is not None and bias is not None:
+            state["cross_bias"] = bias
+        return bias

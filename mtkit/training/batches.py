@@ -30,6 +30,7 @@ class Batch:
     tgt_in: Tensor  # (B, T) BOS + target ids
     tgt_out: Tensor  # (B, T) target ids + EOS
     num_tokens: int  # real (non-pad) tokens in tgt_out
+    src_padded: bool | None = None  # some source row is padded (from the lengths; None: not known)
 
     def to(self, device: torch.device) -> Batch:
         """On `device` (itself when already there); to a GPU the ids are copied without blocking (from pinned
@@ -39,7 +40,7 @@ class Batch:
         non_blocking = device.type == "cuda"
         src = self.src.to(device, non_blocking=non_blocking)
         tgt_in, tgt_out = (ids.to(device, non_blocking=non_blocking) for ids in (self.tgt_in, self.tgt_out))
-        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens)
+        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens, self.src_padded)
 
 
 class IdColumn:
@@ -166,7 +167,8 @@ def padded_batch(
     if pin_memory:
         tensors = [tensor.pin_memory() for tensor in tensors]
     src_t, tgt_in_t, tgt_out_t = tensors
-    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, int(tgt_lengths.sum()) + real_rows)
+    src_padded = bool(src_lengths.min() + 1 < lengths[0])  # a row shorter than the width: keys to mask
+    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, int(tgt_lengths.sum()) + real_rows, src_padded)
 
 
 def _placed(values: np.ndarray, lengths: np.ndarray, width: int, shift: int) -> np.ndarray:

@@ -18,8 +18,9 @@ class WeightEMA:
         self.model = model
         self.decay = decay
         self.updates = 0
-        # parameters() lists tied weights once; the shadow is keyed by the parameter object.
-        self.pairs = [(p, p.detach().clone()) for p in model.parameters()]
+        # parameters() lists tied weights once; the shadow is keyed by the parameter object. The shadow is
+        # fp32 also for bf16 weights (train.bf16_weights), where a 0.999 step would round away.
+        self.pairs = [(p, p.detach().float().clone()) for p in model.parameters()]
         self.shadow_of = {id(p): shadow for p, shadow in self.pairs}
 
     def current_decay(self) -> float:
@@ -31,7 +32,7 @@ class WeightEMA:
         self.updates += 1
         weight = 1.0 - self.current_decay()
         for param, shadow in self.pairs:
-            shadow.lerp_(param.detach(), weight)
+            shadow.lerp_(param.detach().float(), weight)
 
     def weights(self) -> dict[str, Tensor]:
         """The model's state dict with every parameter replaced by its average (buffers as they are)."""

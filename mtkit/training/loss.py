@@ -93,8 +93,8 @@ class TeacherForcing(nn.Module):
         super().__init__()
         self.model, self.label_smoothing, self.amp_dtype, self.fused = model, label_smoothing, amp_dtype, fused
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_padded: bool | None = None) -> Tensor:
         with autocast(src.device, self.amp_dtype):
-            logits = self.model(src, src_mask, tgt_in)
+            logits = self.model(src, src_mask, tgt_in, src_padded=src_padded)
         loss = fused_sequence_loss if self.fused else sequence_loss
         return loss(logits, tgt_out, self.label_smoothing)

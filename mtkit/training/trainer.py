@@ -62,6 +62,7 @@ from mtkit.training.finetune import load_parent
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
+from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.validation import check_valid_sets, validate
@@ -108,12 +109,16 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
 
 def build_optimizer(
     model: torch.nn.Module, config: TrainConfig, device: torch.device, elapsed: Callable[[], float] = lambda: 0.0
-) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+) -> tuple[torch.optim.Optimizer | MasterWeightOptimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam, fused where torch has the kernel (on the CPU from torch 2.4: one kernel instead of a walk
     over the parameter tensors; docs/performance.md), and its learning-rate schedule (`elapsed()`:
     seconds trained, for time-based decay)."""
     fused = device.type == "cuda" or (device.type == "cpu" and _FUSED_ADAM_ON_CPU)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    adam = partial(torch.optim.Adam, lr=config.lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    if bf16_weights_on(config):  # the model's weights are bf16: Adam updates fp32 masters of them
+        master = MasterWeightOptimizer(model, adam)
+        return master, torch.optim.lr_scheduler.LambdaLR(master.optimizer, schedule_factor(config, elapsed))
+    optimizer = adam(model.parameters())
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))
 
 
@@ -200,7 +205,7 @@ class Trainer:
         )
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
-        ).to(device)
+        ).to(device, weights_dtype(self.train_config))
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = Levers.of(self.train_config, device)
         self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
@@ -233,6 +238,8 @@ class Trainer:
         said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
         if said is not None:
             say(said, distributed=self.distributed)
+        if isinstance(self.optimizer, MasterWeightOptimizer):
+            self.optimizer.take_model_weights()
         if self.ema is not None:
             self.ema = WeightEMA(self.model, self.train_config.ema)
 
@@ -247,7 +254,8 @@ class Trainer:
         if self.ema is not None:
             training_state["ema"] = self.ema.state_dict()
         ema = self.ema.weights() if self.ema is not None else None
-        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=self.model.state_dict(), ema_weights=ema,
+        weights = full_precision_weights(self.model, self.optimizer)  # fp32 also for bf16 weights
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=weights, ema_weights=ema,
                           progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
 
     def epoch(self) -> Epoch:
@@ -304,7 +312,7 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             with record_function("mtkit.forward"):
-                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)
+                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.src_padded)
             with record_function("mtkit.backward"):
                 self.scaler.scale(loss * self.distributed.world_size / total_tokens).backward()
             loss_sum += loss.detach()

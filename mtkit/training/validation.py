@@ -113,7 +113,7 @@ def valid_loss(model: EncoderDecoder, valid: datasets.Dataset, device: torch.dev
     for start in range(0, len(ids), LOSS_BATCH_SIZE):
         batch = ids.collate(list(range(start, min(start + LOSS_BATCH_SIZE, len(ids))))).to(device)
         with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.src_mask, batch.tgt_in)
+            logits = model(batch.src, batch.src_mask, batch.tgt_in, src_padded=batch.src_padded)
         total += sequence_loss(logits, batch.tgt_out, 0.0).item()
         tokens += batch.num_tokens
     return total / max(tokens, 1)
