@@ -2,10 +2,10 @@
 
 Each lever is a recipe key: `train.compile` and `train.prefetch` (`auto`: on with CUDA, off on the
 CPU, where the plain eager step is the fastest measured; compile not for a `train.max_time` under
-30 minutes) and `train.length_multiple` (1, off, by
-default: on an H200 its padding cost more than its fewer shapes gave; docs/performance.md). None
-changes what is computed: the same batches in the same order, the same loss (within rounding), the
-same resume.
+`COMPILE_PAYS_AFTER`, too short to win back the minutes compiling takes) and `train.length_multiple`
+(1, off, by default: on an H200 its padding cost more than its fewer shapes gave). The figures are in
+docs/performance.md, "Training on a GPU: the levers". None changes what is computed: the same
+batches in the same order, the same loss (within rounding), the same resume.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 
 from mtkit.config import TrainConfig, parse_duration
 
-# Compiling the step took 2-4 minutes on an H200 (its first updates, shapes still new) for 1.5x the updates/s
-# after it: a run shorter than this loses time to it
+# Compiling the step takes minutes (its first updates, shapes still new) for more updates/s after it
+# (docs/performance.md): a run shorter than this loses time to it
 COMPILE_PAYS_AFTER = 30 * 60
 
 
