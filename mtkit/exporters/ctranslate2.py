@@ -24,6 +24,7 @@ from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
 from mtkit.decoding.engine import output_cap
 from mtkit.errors import MtkitError
 from mtkit.exporters.folder import check_output_dir, staged
+from mtkit.importers.names import depths
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
 from mtkit.options import Quantization
@@ -186,7 +187,7 @@ def _manifest(config: Config, checkpoint: Path, quantization: str | None, positi
         "normalize": config.data.normalize,
         "max_positions": positions,
         # the decoder layer of CTranslate2's attention (heads averaged)
-        "alignment_layer": (config.model.decoder_layers or config.model.layers) - 1,
+        "alignment_layer": depths(config.model)[1] - 1,
         "tokenizers": {"src": SOURCE_SPM, "tgt": TARGET_SPM},
         "decode": asdict(config.decode),
         "recipe": config_to_dict(config),  # for `mtkit evaluate -m DIR --split test`

@@ -8,6 +8,7 @@ import yaml
 
 from mtkit.config import Config, SplitConfig, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
+from mtkit.importers.names import depths
 from mtkit.run_files import RunFiles
 
 
@@ -36,7 +37,7 @@ def model_card(config: Config, model_path: Path, form: str, tokenizers: Tokenize
 
 def _architecture(config: Config, tokenizers: TokenizerPair) -> str:
     m = config.model
-    layers = f"{m.encoder_layers or m.layers}+{m.decoder_layers or m.layers} layers"
+    layers = "{}+{} layers".format(*depths(m))
     vocab = (
         f"a joint vocabulary of {tokenizers.src.vocab_size}"
         if tokenizers.joint

@@ -29,7 +29,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TAG, Tokenizer, Tokeniz
 from mtkit.errors import MtkitError, OptionError
 from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_output_dir, staged
 from mtkit.exporters.model_card import model_card
-from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, layer_names
+from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
 from mtkit.textio import atomic_file, write_file
@@ -96,16 +96,11 @@ def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer)
         "decoder_vocab_size": tokenizers.tgt.vocab_size,
         "share_encoder_decoder_embeddings": _shared(model),
         "tie_word_embeddings": m.tie_embeddings,
-        "d_model": m.d_model,
-        "encoder_layers": m.encoder_layers or m.layers,
-        "decoder_layers": m.decoder_layers or m.layers,
         "encoder_attention_heads": m.heads,
         "decoder_attention_heads": m.heads,
         "encoder_ffn_dim": m.ffn_dim,
         "decoder_ffn_dim": m.ffn_dim,
         "activation_function": MARIAN_ACTIVATIONS[m.activation],
-        "dropout": m.dropout,
-        "attention_dropout": m.attention_dropout,
         "activation_dropout": 0.0,
         # computed sinusoids: any length works in mtkit, and transformers sizes its table by this
         "max_position_embeddings": max(m.max_positions, SINUSOID_ROWS),
@@ -114,6 +109,19 @@ def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer)
         "add_final_layer_norm": False,
         "normalize_embedding": False,
         "static_position_embeddings": True,
+        **shared_keys(m),
+    }
+
+
+def shared_keys(m: ModelConfig) -> dict[str, Any]:
+    """The keys both config.json forms name alike: sizes, dropouts and mtkit's fixed ids."""
+    encoder_layers, decoder_layers = depths(m)
+    return {
+        "d_model": m.d_model,
+        "encoder_layers": encoder_layers,
+        "decoder_layers": decoder_layers,
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
         "is_encoder_decoder": True,
         **special_ids(),
     }
@@ -155,11 +163,8 @@ def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer)
         "src_vocab_size": tokenizers.src.vocab_size,
         "tgt_vocab_size": tokenizers.tgt.vocab_size,
         "vocab_size": tokenizers.tgt.vocab_size,
-        "d_model": m.d_model,
         "heads": m.heads,
         "ffn_dim": m.ffn_dim,
-        "encoder_layers": m.encoder_layers or m.layers,
-        "decoder_layers": m.decoder_layers or m.layers,
         "norm": m.norm,
         "positions": m.positions,
         "max_positions": m.max_positions,
@@ -167,10 +172,7 @@ def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer)
         "tie_embeddings": m.tie_embeddings,
         "share_embeddings": _shared(model),
         "output_bias": m.output_bias,
-        "dropout": m.dropout,
-        "attention_dropout": m.attention_dropout,
-        "is_encoder_decoder": True,
-        **special_ids(),
+        **shared_keys(m),
     }
 
 

@@ -37,14 +37,17 @@ DECODER_LAYER_NAMES = {
 }
 
 
+def depths(model: ModelConfig) -> tuple[int, int]:
+    """The encoder's and the decoder's layers: a recipe's `encoder_layers` / `decoder_layers` 0 means `layers`."""
+    return model.encoder_layers or model.layers, model.decoder_layers or model.layers
+
+
 def layer_names(model: ModelConfig) -> list[tuple[str, tuple[str, ...]]]:
     """Every layer parameter: (mtkit's name, the Marian names it joins), e.g.
     ("encoder_layers.0.self_attention.qkv.weight", ("encoder.layers.0.self_attn.q_proj.weight", ...))."""
     found = []
-    for stack, count, table in (
-        ("encoder", model.encoder_layers or model.layers, ENCODER_LAYER_NAMES),
-        ("decoder", model.decoder_layers or model.layers, DECODER_LAYER_NAMES),
-    ):
+    encoder, decoder = depths(model)
+    for stack, count, table in (("encoder", encoder, ENCODER_LAYER_NAMES), ("decoder", decoder, DECODER_LAYER_NAMES)):
         for index, (mine, theirs), part in itertools.product(range(count), table.items(), ("weight", "bias")):
             found.append((f"{stack}_layers.{index}.{mine}.{part}", tuple(f"{stack}.layers.{index}.{t}.{part}" for t in theirs)))
     return found

@@ -4,7 +4,7 @@
 call. A decoding step multiplies a few hundred rows at most, and for a large output layer (OPUS-MT:
 58,000 pieces x 512) that costs more than the arithmetic, where the same product with the weight
 laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's freezing does on
-CPU) runs at about twice the speed (`benchmarks/opus_mt.py`, figures in docs/performance.md).
+CPU) runs faster (`benchmarks/packed.py`; the figures are in docs/performance.md).
 
 `pack_linears` turns every large `nn.Linear` of a loaded model (a million weights or more: the
 output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`: the same module,
@@ -49,10 +49,10 @@ class PackedLinear(nn.Linear):
 
 
 def row_bucket(rows: int) -> int:
-    """`rows` rounded up to one of a few sizes: at least 8, and at most 7 rows or 12.5% more.
+    """`rows` rounded up to one of a few sizes: at least 8, and at most 7 rows or an eighth more.
 
-    oneDNN builds and keeps a kernel (about 0.6 MB) for every new number of rows, up to 1,024 of
-    them; a decoding step's rows change as sentences finish, so without buckets a server would
+    oneDNN builds and keeps a kernel (its size: docs/performance.md) for every new number of rows, up
+    to 1,024 of them; a decoding step's rows change as sentences finish, so without buckets a server would
     keep hundreds of them.
     """
     step = max(8, (1 << (rows.bit_length() - 1)) // 8)

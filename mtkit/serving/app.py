@@ -127,8 +127,9 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
     """Limits with `workers` and `batch_lines` chosen where left at 0.
 
     On CPU, small matrix products use two cores poorly: two workers of one thread each, each
-    decoding batches of up to 16 sentences, served 32 one-sentence clients at 77% of offline
-    throughput where one two-thread worker with batches of 32 reached 60-64% (benchmarks/serve.py).
+    decoding batches of up to 16 sentences, came closer to offline throughput under many
+    one-sentence clients than one two-thread worker with batches of 32 (benchmarks/serve.py; the
+    figures are in docs/performance.md).
     A GPU (or CTranslate2, which threads itself) wants one worker and large batches.
     """
 

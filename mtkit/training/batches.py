@@ -108,8 +108,8 @@ class SampledIds:
     """Subword regularisation: the training pairs' text re-segmented by SentencePiece sampling, once per epoch.
 
     The segmentation of epoch e depends only on (seed, e), so a resumed run sees the same pieces.
-    Encoding runs on one thread (SentencePiece's sampling repeats only then): 1.1 s for Multi30k's
-    29,000 pairs (both sides) here, so about 40 s a million pairs, each epoch.
+    Encoding runs on one thread (SentencePiece's sampling repeats only then), every epoch: its cost
+    grows with the corpus (docs/performance.md).
     """
 
     def __init__(

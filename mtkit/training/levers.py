@@ -2,11 +2,12 @@
 
 Each lever is a recipe key: `train.compile` and `train.prefetch` (`auto`: on with CUDA, off on the
 CPU, where the plain eager step is the fastest measured; compile not for a `train.max_time` under
-30 minutes) and `train.length_multiple` (1, off, by
-default: on an H200 its padding cost more than its fewer shapes gave; docs/performance.md). None
-changes what is computed: the same batches in the same order, the same loss (within rounding), the
-same resume. `train.shapes` (0, off, by default; `auto`: AUTO_SHAPES with CUDA) groups the same pairs
-into batches of at most K shapes (mtkit.training.buckets): other batches, the same pairs each epoch.
+`COMPILE_PAYS_AFTER`, too short to win back the minutes compiling takes) and `train.length_multiple`
+(1, off, by default: on an H200 its padding cost more than its fewer shapes gave). The figures are in
+docs/performance.md, "Training on a GPU: the levers". None changes what is computed: the same
+batches in the same order, the same loss (within rounding), the same resume.
+`train.shapes` (0, off, by default; `auto`: AUTO_SHAPES with CUDA) groups the same pairs into
+batches of at most K shapes (mtkit.training.buckets): other batches, the same pairs each epoch.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import torch
 
 from mtkit.config import TrainConfig, parse_duration
 
-# Compiling the step took 2-4 minutes on an H200 (its first updates, shapes still new) for 1.5x the updates/s
-# after it: a run shorter than this loses time to it
+# Compiling the step takes minutes (its first updates, shapes still new) for more updates/s after it
+# (docs/performance.md): a run shorter than this loses time to it
 COMPILE_PAYS_AFTER = 30 * 60
 # `train.shapes=auto` with CUDA: the buckets chosen stop where one more would not pay for its last batch (14 of
 # these for Multi30k-like lengths at 4,096 tokens a batch)
