@@ -32,12 +32,11 @@ COMPILE = flag("train.compile")  # part (b), not toggled in part (a): compiling 
 LEVERS = {
     "prefetch": flag("train.prefetch"),  # the next batch collated and copied while the GPU works
     "fused_loss": flag("train.fused_loss"),  # output layer and loss fused, chunk by chunk
-    "lengths x8": flag("train.length_multiple", "8", "1"),  # fewer shapes, more padding
-    # Levers on other branches of issue 55 (the keys as planned): each is timed once its key is merged, and
-    # until then skipped with a note. Rename a key here if it lands under another name.
-    "bounded shapes": flag("train.shapes"),  # batches drawn from a few fixed (sentences, length) shapes
-    "attention by shape": flag("train.attention_by_shape"),  # the attention kernel chosen per batch shape
+    # train.length_multiple is not a row: train.shapes takes over from it (the two together are refused).
+    "bounded shapes": flag("train.shapes", "16", "0"),  # batches of at most 16 (rows, length) shapes
     "bf16 weights": flag("train.bf16_weights"),  # weights kept in bf16 (fp32 master copy in the optimizer)
+    # Attention by shape is not a row: a batch with no padded source row always takes the unmasked path.
+    # On another branch of issue 55 (the key as planned): timed once merged, until then skipped with a note.
     "non-finite skip on device": flag("train.nonfinite_on_device"),  # the skip decided without a host sync
 }
 
