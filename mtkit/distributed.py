@@ -70,29 +70,13 @@ def count_over_ranks(count: int, distributed: Distributed) -> int:
     return int(tensor[0])
 
 
-class MaxOverRanksLate:
-    """Each of a few host numbers' largest over all ranks, agreed one call late: a call starts its
-    all-reduce and returns the previous call's result (the first call waits for its own), so no rank
-    waits for the others at every update. In a single process a call returns its values."""
-
-    def __init__(self, distributed: Distributed) -> None:
-        self.distributed = distributed
-        self._started: tuple[Any, torch.Tensor] | None = None  # the last call's collective and its tensor
-
-    def __call__(self, values: list[float]) -> list[float]:
-        if not self.distributed.enabled:
-            return values
-        tensor = torch.tensor(values, dtype=torch.float64)
-        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.distributed.host_group, async_op=True)
-        previous, self._started = self._started or (work, tensor), (work, tensor)
-        previous[0].wait()
-        return previous[1].tolist()
-
-    def finish(self) -> None:
-        """Wait for the last call's collective (every rank made it), so none is left running at shutdown."""
-        if self._started is not None:
-            self._started[0].wait()
-            self._started = None
+def max_over_ranks(values: list[float], distributed: Distributed) -> list[float]:
+    """Each value's largest over all ranks, in one collective on the host (no GPU waits); in a single process the values."""
+    if not distributed.enabled:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=distributed.host_group)
+    return tensor.tolist()
 
 
 def broadcast_from_main(values: list, distributed: Distributed) -> list:

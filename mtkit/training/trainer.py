@@ -24,11 +24,11 @@ from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
 from mtkit.distributed import (
     Distributed,
-    MaxOverRanksLate,
     barrier,
     broadcast_from_main,
     count_over_ranks,
     init_distributed,
+    max_over_ranks,
     shutdown,
     sum_over_ranks,
 )
@@ -188,7 +188,6 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, self.train_config.clip_norm)
-        self.stop_vote = MaxOverRanksLate(self.distributed)  # under torchrun: the signal and the clock, one check late
         self.max_time = parse_duration(self.train_config.max_time)
         self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
         self.stop_requested = False
@@ -265,7 +264,6 @@ class Trainer:
                 if progress.batches_done >= len(epoch.batches):
                     progress.epoch, progress.batches_done = progress.epoch + 1, 0
             self._settle()
-            self.stop_vote.finish()
             self._add_elapsed()
             self._take_due_snapshots()  # a validation after the last update may have run the time out
             bar.close()
@@ -328,23 +326,24 @@ class Trainer:
         self.progress.elapsed, self._clock = self.progress.elapsed + now - self._clock, now
 
     def _should_stop(self) -> bool:
-        """Whether to stop, after the last update's outcome is read; every rank stops at the same update (and agrees on
-        the clock): under torchrun a signal or the time limit, each rank's own, one check late and without a sync."""
-        if self._limit_reached():
+        """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock).
+        A limit is checked again once the last update's outcome is read: a skipped update does not reach max_steps."""
+        limit_reached = self._limit_reached()
+        if limit_reached:
             self._settle()
-        if not self.distributed.enabled:
-            return self._limit_reached()
-        agreed, self._agreed_elapsed = self.stop_vote([float(self._limit_reached()), self.elapsed()])
-        return self._shared_limit_reached() or bool(agreed)
+            limit_reached = self._limit_reached()
+        stop, self._agreed_elapsed = max_over_ranks([float(limit_reached), self.elapsed()], self.distributed)
+        return bool(stop)
 
     def _limit_reached(self) -> bool:
-        return self.stop_requested or bool(self.max_time and self.elapsed() >= self.max_time) or self._shared_limit_reached()
-
-    def _shared_limit_reached(self) -> bool:
         config, progress = self.train_config, self.progress
-        if self.diverged or (config.max_steps and progress.step >= config.max_steps):
+        if self.stop_requested or self.diverged:
+            return True
+        if config.max_steps and progress.step >= config.max_steps:
             return True
         if config.max_epochs and progress.epoch >= config.max_epochs:
+            return True
+        if self.max_time and self.elapsed() >= self.max_time:
             return True
         return bool(config.patience) and progress.bad_validations >= config.patience
 
