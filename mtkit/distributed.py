@@ -2,6 +2,10 @@
 
 Without torchrun (no WORLD_SIZE in the environment, or 1) every function here is a no-op, so the
 single-process path pays nothing. The address and port come from torchrun's environment.
+
+Numbers the host holds (a batch's token count, a stop vote, the clock) are reduced as CPU tensors over
+a gloo group, never through the GPU: an NCCL collective on them would need a copy to the GPU and back,
+each waiting for all the GPU work queued before it.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,6 +27,7 @@ class Distributed:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    host_group: Any = field(default=None, compare=False, repr=False)  # gloo, for host numbers; None: the default group
 
     @property
     def enabled(self) -> bool:
@@ -43,7 +49,8 @@ def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return Distributed(rank, world_size, local_rank), device
+    host_group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+    return Distributed(rank, world_size, local_rank, host_group), device
 
 
 def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tensor:
@@ -54,19 +61,21 @@ def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tenso
     return value
 
 
-def count_over_ranks(count: int, distributed: Distributed, device: torch.device) -> int:
-    """The sum of an integer count over all ranks; no tensor and no sync in a single process."""
+def count_over_ranks(count: int, distributed: Distributed) -> int:
+    """The sum of an integer count over all ranks, on the host (the ranks meet, no GPU waits); in a single process the count."""
     if not distributed.enabled:
         return count
-    return int(sum_over_ranks(torch.tensor(float(count), device=device), distributed).item())
+    tensor = torch.tensor([count], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=distributed.host_group)
+    return int(tensor[0])
 
 
-def max_over_ranks(values: list[float], distributed: Distributed, device: torch.device) -> list[float]:
-    """Each value's largest over all ranks, in one collective (the values themselves in a single process)."""
+def max_over_ranks(values: list[float], distributed: Distributed) -> list[float]:
+    """Each value's largest over all ranks, in one collective on the host (no GPU waits); in a single process the values."""
     if not distributed.enabled:
         return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=distributed.host_group)
     return tensor.tolist()
 
 

@@ -35,9 +35,8 @@ LEVERS = {
     # train.length_multiple is not a row: train.shapes takes over from it (the two together are refused).
     "bounded shapes": flag("train.shapes", "16", "0"),  # batches of at most 16 (rows, length) shapes
     "bf16 weights": flag("train.bf16_weights"),  # weights kept in bf16 (fp32 master copy in the optimizer)
-    # Attention by shape is not a row: a batch with no padded source row always takes the unmasked path.
-    # On another branch of issue 55 (the key as planned): timed once merged, until then skipped with a note.
-    "non-finite skip on device": flag("train.nonfinite_on_device"),  # the skip decided without a host sync
+    # Not rows, because always on: attention by shape (a batch with no padded source row takes the unmasked
+    # path) and the non-finite skip on the device (training/update.py: no host sync per update).
 }
 
 

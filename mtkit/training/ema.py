@@ -23,16 +23,39 @@ class WeightEMA:
         self.pairs = [(p, p.detach().float().clone()) for p in model.parameters()]
         self.shadow_of = {id(p): shadow for p, shadow in self.pairs}
 
+    @torch.no_grad()
+    def restart(self) -> None:
+        """Start again from the model's current weights (fine-tuning from a parent's)."""
+        torch._foreach_copy_([shadow for _, shadow in self.pairs], [param.detach() for param, _ in self.pairs])
+        self.updates = 0
+
     def current_decay(self) -> float:
         return min(self.decay, (1 + self.updates) / (10 + self.updates))
 
     @torch.no_grad()
-    def update(self) -> None:
-        """shadow <- decay * shadow + (1 - decay) * weights."""
+    def update(self, applied: Tensor | None = None) -> None:
+        """shadow <- decay * shadow + (1 - decay) * weights, as a few foreach kernels over all the weights.
+
+        `applied` (a bool tensor on the weights' device) makes it a no-op on the device for a skipped
+        update without the host reading it: the weight becomes 0. The count is taken back by
+        `take_back` once the host learns of the skip. The step is written shadow + w * (weights - shadow),
+        lerp's own formula for w < 0.5 (equal to per-weight lerp_ within fp32 rounding above it), because
+        foreach lerp has no fast path for one tensor weight over weights of different shapes.
+        """
         self.updates += 1
         weight = 1.0 - self.current_decay()
-        for param, shadow in self.pairs:
-            shadow.lerp_(param.detach().float(), weight)
+        shadows = [shadow for _, shadow in self.pairs]
+        weights = [param.detach().float() for param, _ in self.pairs]  # the shadows are fp32, bf16 weights too
+        difference = torch._foreach_sub(weights, shadows)
+        if applied is None:
+            torch._foreach_mul_(difference, weight)
+        else:
+            torch._foreach_mul_(difference, torch.where(applied, weight, 0.0))
+        torch._foreach_add_(shadows, difference)
+
+    def take_back(self) -> None:
+        """The last `update(applied)` was skipped on the device: it does not count towards the decay's warm-up."""
+        self.updates -= 1
 
     def weights(self) -> dict[str, Tensor]:
         """The model's state dict with every parameter replaced by its average (buffers as they are)."""

@@ -50,12 +50,23 @@ class MasterWeightOptimizer:
     def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self.optimizer.defaults
+
     @torch.no_grad()
     def step(self) -> None:
         """1. each bf16 gradient to its fp32 master; 2. the inner step; 3. the masters back to the model."""
         for parameter, master in zip(self.parameters, self.masters, strict=True):
             master.grad = None if parameter.grad is None else parameter.grad.float()
-        self.optimizer.step()
+        found_inf = getattr(self, "found_inf", None)  # set by UpdateGuard for the fused kernel's skip on the device
+        if found_inf is not None:
+            self.optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+        try:
+            self.optimizer.step()
+        finally:
+            if found_inf is not None:
+                del self.optimizer.found_inf  # type: ignore[attr-defined]
         self.copy_to_model()
 
     def zero_grad(self, set_to_none: bool = True) -> None:

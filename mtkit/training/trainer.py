@@ -11,7 +11,6 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,36 +62,14 @@ from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
 from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
+from mtkit.training.progress import Progress
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
+from mtkit.training.update import UpdateGuard
 from mtkit.training.validation import check_valid_sets, validate
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3
 _FUSED_ADAM_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 4)
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in `last.pt` so `--resume` continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batches_done: int = 0  # batches of `epoch` already consumed
-    best_bleu: float = -1.0
-    best_step: int = 0
-    bad_validations: int = 0
-    elapsed: float = 0.0  # seconds of training before this process
-    skipped_updates: int = 0  # updates skipped because the loss or gradient was not finite
-    nonfinite_in_a_row: int = 0
-
-    def record_validation(self, bleu: float) -> bool:
-        """Count a validation for early stopping; True when its BLEU is the best so far."""
-        improved = bleu > self.best_bleu
-        if improved:
-            self.best_bleu, self.best_step, self.bad_validations = bleu, self.step, 0
-        else:
-            self.bad_validations += 1
-        return improved
 
 
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
@@ -156,10 +133,10 @@ class LossWindow:
 
     def reset(self) -> None:
         self.loss = torch.zeros((), device=self.device)  # summed on the device: no host sync an update
-        self.tokens = 0
+        self.tokens: torch.Tensor | int = 0
         self.start = time.monotonic()
 
-    def add(self, loss_sum: torch.Tensor, tokens: int) -> None:
+    def add(self, loss_sum: torch.Tensor, tokens: torch.Tensor | int) -> None:
         self.loss += loss_sum
         self.tokens += tokens
 
@@ -173,13 +150,13 @@ class LossWindow:
 
     def record(self, progress: Progress, lr: float) -> dict[str, Any]:
         """The log.jsonl record of this window."""
-        seconds = max(time.monotonic() - self.start, 1e-9)
+        seconds, tokens = max(time.monotonic() - self.start, 1e-9), int(self.tokens)
         return {
             "step": progress.step,
             "epoch": progress.epoch + 1,
-            "train_loss": round(self.loss.item() / max(self.tokens, 1), 4),
+            "train_loss": round(self.loss.item() / max(tokens, 1), 4),
             "lr": lr,
-            "tokens_per_s": round(self.tokens / seconds, 1),
+            "tokens_per_s": round(tokens / seconds, 1),
         }
 
 
@@ -215,6 +192,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.schedule_clock)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
+        self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, self.train_config.clip_norm)
         self.max_time = parse_duration(self.train_config.max_time)
         self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
         self.stop_requested = False
@@ -241,7 +219,7 @@ class Trainer:
         if isinstance(self.optimizer, MasterWeightOptimizer):
             self.optimizer.take_model_weights()
         if self.ema is not None:
-            self.ema = WeightEMA(self.model, self.train_config.ema)
+            self.ema.restart()
 
     def checkpoint(self) -> Checkpoint:
         """Everything `--resume` needs: weights, optimiser, schedule, RNG, scaler, EMA and progress."""
@@ -271,6 +249,7 @@ class Trainer:
         bar = _progress_bar(config.max_steps, progress.step, self.distributed.is_main)
         window, last_validated = LossWindow(self.device), progress.step
         plain = PlainProgress(self.distributed.is_main and self.run_dir is not None and bar.disable)
+        self.model.train()  # once: validation puts back the mode it found
         with stop_signals_call(self._request_stop):
             while not self._should_stop():
                 epoch = self.epoch()
@@ -284,14 +263,16 @@ class Trainer:
                     bar.update(1)
                     self._take_due_snapshots()
                     if plain.due():
+                        self._settle()
                         plain.say(window.record(progress, self.scheduler.get_last_lr()[0]), self.elapsed(), self.max_time)
-                    if progress.step % config.log_every == 0:
+                    if self._counted_at(config.log_every):
                         window.log(self.run_dir, progress, self.scheduler.get_last_lr()[0], bar)
-                    if progress.step % config.validate_every == 0:
+                    if self._counted_at(config.validate_every):
                         self.validate_and_save()
                         last_validated = progress.step
                 if progress.batches_done >= len(epoch.batches):
                     progress.epoch, progress.batches_done = progress.epoch + 1, 0
+            self._settle()
             self._add_elapsed()
             self._take_due_snapshots()  # a validation after the last update may have run the time out
             bar.close()
@@ -303,11 +284,11 @@ class Trainer:
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
 
-    def update(self, batches: list[Batch], while_waiting: Callable[[], None] | None = None) -> tuple[torch.Tensor, int]:
-        """One optimiser update over `accumulate` batches; the loss is per target token. `while_waiting`
-        runs once the update's GPU work is queued, before its one host sync (the next batch's collation)."""
-        self.model.train()
-        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.distributed, self.device)
+    def update(self, batches: list[Batch], while_waiting: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimiser update over `accumulate` batches; its summed loss and target tokens (device tensors, 0
+        for a skipped update). No host sync: `while_waiting` runs once the update's work is queued, then
+        the previous update's outcome is read (`_settle`; on a GPU that waits for that update only)."""
+        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.distributed)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
@@ -317,42 +298,30 @@ class Trainer:
                 self.scaler.scale(loss * self.distributed.world_size / total_tokens).backward()
             loss_sum += loss.detach()
         loss_sum = sum_over_ranks(loss_sum, self.distributed)
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_norm or float("inf"))
+        applied = self.guard.clip_and_check(loss_sum)
         if while_waiting is not None:
             with record_function("mtkit.data"):
                 while_waiting()
-        if not bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm)):  # the one host sync per update
-            return self._skip_update(bool(torch.isfinite(loss_sum)))
-        self.progress.nonfinite_in_a_row = 0
+        self._settle()  # before this update's step, so its learning rate follows a skipped one exactly
         with record_function("mtkit.optimizer"):
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
-            if self.ema is not None:
-                self.ema.update()
-            self.optimizer.zero_grad(set_to_none=True)
-        self.progress.step += 1
-        return loss_sum, total_tokens
+            self.guard.step(applied, loss_sum)
+        self.progress.step += 1  # given back by _settle if the update turns out skipped
+        if self.progress.nonfinite_in_a_row:
+            self._settle()  # while updates fail, each is read at once: max_nonfinite ends the run on time
+        return torch.where(applied, loss_sum, 0.0), applied * total_tokens
 
-    def _skip_update(self, loss_finite: bool) -> tuple[torch.Tensor, int]:
-        """Drop an update whose loss or gradient is not finite; the step and schedule do not advance.
+    def _settle(self) -> None:
+        """Count the updates whose outcome the host has not read yet; `max_nonfinite` skips in a row end the run."""
+        for step, scale in self.guard.settle(self.progress):  # fp16 gradient overflows
+            report_overflow(self.run_dir, self.distributed, step, scale)
+        self.diverged = self.diverged or self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
 
-        Under fp16 a gradient overflow with a finite loss is expected now and then: the scaler halves
-        its loss scale and training goes on. Either way `max_nonfinite` skips in a row end the run.
-        """
-        self.optimizer.zero_grad(set_to_none=True)
-        self.progress.skipped_updates += 1
-        self.progress.nonfinite_in_a_row += 1
-        self.diverged = self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
-        if self.scaler.is_enabled():
-            self.scaler.update()  # unscale_ recorded the overflow: the scale is lowered
-            if loss_finite and self.distributed.is_main:
-                scale, update = self.scaler.get_scale(), self.progress.step + 1
-                say(f"fp16: gradient overflow at update {update}; update skipped, loss scale lowered to {scale:g}")
-                if self.run_dir is not None:
-                    self.run_dir.append_log({"step": self.progress.step, "overflow": True, "loss_scale": scale})
-        return torch.zeros((), device=self.device), 0
+    def _counted_at(self, every: int) -> bool:
+        """Whether the step is a multiple of `every`, once the last update's outcome is read (the log syncs anyway)."""
+        if self.progress.step % every:
+            return False
+        self._settle()
+        return self.progress.step % every == 0
 
     def elapsed(self) -> float:
         return self.progress.elapsed + time.monotonic() - self._clock
@@ -366,8 +335,13 @@ class Trainer:
         self.progress.elapsed, self._clock = self.progress.elapsed + now - self._clock, now
 
     def _should_stop(self) -> bool:
-        """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock)."""
-        stop, self._agreed_elapsed = max_over_ranks([float(self._limit_reached()), self.elapsed()], self.distributed, self.device)
+        """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock).
+        A limit is checked again once the last update's outcome is read: a skipped update does not reach max_steps."""
+        limit_reached = self._limit_reached()
+        if limit_reached:
+            self._settle()
+            limit_reached = self._limit_reached()
+        stop, self._agreed_elapsed = max_over_ranks([float(limit_reached), self.elapsed()], self.distributed)
         return bool(stop)
 
     def _limit_reached(self) -> bool:
@@ -384,6 +358,7 @@ class Trainer:
 
     def validate_and_save(self) -> None:
         """Rank 0 validates and writes checkpoints; every rank then shares its early-stopping state."""
+        self._settle()  # the step, schedule and EMA saved are exact
         self._add_elapsed()
         progress = self.progress
         if self.run_dir is not None:
@@ -406,6 +381,7 @@ class Trainer:
     def _take_due_snapshots(self) -> None:
         """Write at_<time>.pt for each snapshot time training has now run (after an update)."""
         while self.snapshots and self.elapsed() >= self.snapshots[0][0]:
+            self._settle()
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
             self.run_dir.snapshot(self.checkpoint(), label)
@@ -436,6 +412,14 @@ class Trainer:
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
         say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+
+
+def report_overflow(run_dir: RunWriter | None, distributed: Distributed, step: int, scale: float) -> None:
+    """Say (rank 0) and log an fp16 gradient overflow: the update after `step` was skipped and the scaler
+    lowered its loss scale to `scale`. Expected now and then: training goes on."""
+    say(f"fp16: gradient overflow at update {step + 1}; update skipped, loss scale lowered to {scale:g}", distributed=distributed)
+    if run_dir is not None:
+        run_dir.append_log({"step": step, "overflow": True, "loss_scale": scale})
 
 
 def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> None:
