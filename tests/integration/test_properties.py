@@ -85,19 +85,6 @@ def test_cleaning_accounts_for_every_pair(pairs, max_len, max_ratio):
         assert source != target
 
 
-@FAST
-@given(data=st.binary(max_size=200))
-def test_any_bytes_decode_to_lines_or_a_one_line_error(data):
-    try:
-        lines = decode_lines(data, "input.txt")
-    except MtkitError as err:
-        assert str(err).startswith("input.txt:") and "\n" not in str(err)
-        return
-    text = data.decode("utf-8").removeprefix("\ufeff")
-    assert len(lines) == text.count("\n") + (1 if text and not text.endswith("\n") else 0)
-    assert all("\n" not in line for line in lines)
-
-
 @pytest.fixture(scope="module")
 def greedy_translator(reverse_run) -> Translator:
     translator = Translator.load(reverse_run.run_path)

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
-import yaml
-from helpers import cli_said, torchrun_mtkit, write_reverse_task
+from helpers import cli_said, synthetic_recipe
 from marian_builder import build_marian
 
 from mtkit.config import load_config
@@ -20,60 +12,14 @@ from mtkit.data.tokenizer import load_tokenizers
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
 from mtkit.importers.marian import import_marian
-from mtkit.synthetic.generate import CHUNK_LINES, synthesize
+from mtkit.synthetic.generate import synthesize
 from mtkit.synthetic.jobs import plan_jobs
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 
 
-def synthetic_recipe(root: Path, teacher: Path, pairs: int = 1_500, **changes: object) -> Path:
-    """original pairs, the teacher's translations of the same sources, and tagged back-translations of the targets."""
-    raw = root / "raw"
-    if not raw.is_dir():
-        write_reverse_task(raw, train_pairs=pairs, valid_pairs=20, seed=7)
-    recipe = {
-        "name": "student",
-        "data_dir": str(root / "data"),
-        "run_dir": str(root / "run"),
-        "data": {
-            "train": [
-                {"src": str(raw / "train.src"), "tgt": str(raw / "train.tgt"), "name": "original", "limit": 300},
-                {"src": str(raw / "train.src"), "translate_with": str(teacher), "name": "distilled", "decode": {"beam": 2}},
-                {"tgt": str(raw / "train.tgt"), "back_translate_with": str(teacher), "name": "bt", "tag": "bt", "weight": 0.5},
-            ],
-            "valid": {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.tgt")},
-            "drop_copies": False,
-            "dedup": False,
-        },
-        "tokenizer": {"vocab_size": 40},
-        "model": {"layers": 1, "d_model": 32, "heads": 2, "ffn_dim": 64},
-        "train": {"max_steps": 10, "validate_every": 10, "threads": 1},
-    }
-    for key, value in changes.items():
-        section, name = key.split(".", 1) if "." in key else (key, None)
-        if name is None:
-            recipe[section] = value
-        elif section == "distilled":
-            recipe["data"]["train"][1][name] = value
-        else:
-            recipe[section][name] = value
-    path = root / "student.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def prepared(reverse_run, tmp_path_factory):
-    root = tmp_path_factory.mktemp("synthetic")
-    recipe = synthetic_recipe(root, reverse_run.run_path)
-    said = cli_said("tokenizer", "train", recipe)
-    cli_said("prepare", recipe)
-    return root, recipe, said
-
-
-def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes_first(prepared, reverse_run):
-    root, recipe, said = prepared
+def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes_first(synthetic_prepared, reverse_run):
+    root, recipe, said = synthetic_prepared
     assert "data.train[1]: its tgt is written by a model; the tokenizer learns from its src" in said
     jobs = plan_jobs(load_config(recipe))
     assert [job.done for job in jobs] == [True, True] and [job.side for job in jobs] == ["tgt", "src"]
@@ -91,21 +37,8 @@ def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes
     assert (root / "run" / "last.pt").is_file()
 
 
-def test_two_processes_under_torchrun_write_the_same_corpora_as_one(prepared, reverse_run, tmp_path):
-    root, recipe, _ = prepared
-    alone = [job.output.read_text(encoding="utf-8") for job in plan_jobs(load_config(recipe))]
-    shared = synthetic_recipe(tmp_path, reverse_run.run_path)  # the same pairs, a data folder of its own
-    cli_said("tokenizer", "train", shared)
-    two = subprocess.run(torchrun_mtkit(2, "prepare", shared), cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-2000:]
-    jobs = plan_jobs(load_config(shared))
-    assert len(alone[0].splitlines()) > CHUNK_LINES  # both ranks translated a chunk of each corpus
-    assert [job.output.read_text(encoding="utf-8") for job in jobs] == alone
-    assert load_prepared(tmp_path / "data", "train")["tgt_ids"] == load_prepared(root / "data", "train")["tgt_ids"]
-
-
-def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_changes(prepared, reverse_run, tmp_path):
-    root, recipe, _ = prepared
+def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_changes(synthetic_prepared, reverse_run, tmp_path):
+    root, recipe, _ = synthetic_prepared
     first = plan_jobs(load_config(recipe))
     stamps = [job.output.stat().st_mtime_ns for job in first]
     unrelated = synthetic_recipe(root, reverse_run.run_path, **{"train": {"max_steps": 99}})
@@ -119,30 +52,6 @@ def test_a_second_prepare_reuses_the_cache_unless_the_model_input_or_decoding_ch
     (copy / "best.pt").write_bytes((reverse_run.run_path / "best.pt").read_bytes() + b"")  # the same weights: the same key
     assert plan_jobs(load_config(synthetic_recipe(root, copy)))[0].folder == first[0].folder
     synthetic_recipe(root, reverse_run.run_path)  # leave the module's recipe as it was
-
-
-def test_killing_generation_then_preparing_again_keeps_the_finished_chunks(reverse_run, tmp_path):
-    recipe = synthetic_recipe(tmp_path, reverse_run.run_path, pairs=5 * CHUNK_LINES)
-    cli_said("tokenizer", "train", recipe)
-    command = [sys.executable, "-m", "mtkit", "prepare", str(recipe)]
-    job = plan_jobs(load_config(recipe))[0]
-    first = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
-    deadline = time.monotonic() + 120
-    while len(list(job.chunks.glob("*.txt"))) < 2 and time.monotonic() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    kept = {path.name: path.stat().st_mtime_ns for path in job.chunks.glob("*.txt")}
-    assert 2 <= len(kept) < 5 and not job.done
-    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert second.returncode == 0, second.stderr[-2000:]
-    progress = [line for line in second.stderr.splitlines() if line.startswith("distilled: ")]
-    assert progress[0].startswith(f"distilled: {(len(kept) + 1) * CHUNK_LINES:,}/"), progress  # the finished chunks were kept
-    sources = (tmp_path / "raw" / "train.src").read_text(encoding="utf-8").splitlines()
-    expected = [found[0].text for found in Translator.load([reverse_run.run_path]).translate_nbest(sources, Decoding(beam=2))]
-    assert job.output.read_text(encoding="utf-8").splitlines() == expected
 
 
 def test_bad_synthetic_corpora_are_one_error_before_any_work(reverse_run, tmp_path):

@@ -16,7 +16,6 @@ from mtkit.cli import app
 from mtkit.config import config_to_dict, load_config
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
-from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import checkpoint_tokenizers, load_model, read_checkpoint
 from mtkit.training.trainer import train
 from mtkit.training.validation import validate
@@ -96,13 +95,6 @@ def test_freezing_keeps_those_parts_of_the_parent_and_says_what_is_trained(rever
     kept = [name for name in parent if name.startswith(("src_embed", "encoder_layers"))]
     assert kept and all(torch.equal(child[name], parent[name]) for name in kept)
     assert not all(torch.equal(child[name], parent[name]) for name in parent if name.startswith("decoder_layers"))
-
-
-def test_freeze_names_only_parts_the_model_has(tmp_path):
-    config = reverse_task_config(tmp_path)
-    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
-    with pytest.raises(MtkitError, match="train.freeze"):
-        load_config(tmp_path / "recipe.yaml", ["train.freeze=embeddings,attention"])
 
 
 def test_extend_vocab_adds_the_new_datas_pieces_and_starts_their_rows_from_the_parents(reverse_run, tmp_path):
