@@ -66,7 +66,7 @@ student: install
 	$(MTKIT) evaluate -m runs/multi30k_student --split test
 	$(MTKIT) export -m runs/multi30k_student --format ctranslate2 --quantization int8 -o runs/multi30k_student_int8 --force
 
-# The browser test (tests/test_page.py) drives Debian's headless chromium through chromedriver.
+# The browser test (tests/system/serving/test_page.py) drives Debian's headless chromium through chromedriver.
 # As root with apt-get, install them when missing; a failed install never fails `make test`
 # (the test then says what is missing).
 BROWSER_LOG ?= /tmp/mtkit-browser-install.log
@@ -79,13 +79,14 @@ browser:
 			|| echo "could not install chromium (see $(BROWSER_LOG)); the browser test will say what is missing"; \
 	fi
 
-# The full suite (what CI runs), with the 15 slowest tests listed at the end.
+# The full suite, all three tiers (what CI runs), with the 15 slowest tests listed at the end.
 test: install browser
 	$(BIN)/python -m pytest -q --durations=15
 
-# The fast tier for the inner loop: every test not marked slow (no training, servers, browsers or subprocesses).
+# The unit tier for the inner loop: tests/ without integration/ and system/ (no training beyond a few updates of
+# a tiny model, no servers, browsers or subprocesses; tests/test_tiers.py keeps it so).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" --durations=5
+	$(BIN)/python -m pytest -q tests --ignore=tests/integration --ignore=tests/system --durations=5
 
 lint: install
 	$(BIN)/ruff check mtkit tests benchmarks

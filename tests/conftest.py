@@ -1,23 +1,33 @@
-"""The tests' pytest hooks and shared fixtures: Multi30k slices, and every fixture that trains a model or
-prepares a corpus (the reverse-task runs and their exports, the copy/reverse run, the CLI's tiny run, the
-page's de->en run, the fine-tuned Marian child). Plain helpers and constants are in helpers.py."""
+"""The tests' pytest hooks and shared fixtures, for every tier: the hook that marks integration/ and system/
+slow, Multi30k slices, and every fixture that trains a model or prepares a corpus (the reverse-task runs and
+their exports, the copy/reverse run, the CLI's tiny run, the page's de->en run, the fine-tuned Marian child,
+the synthetic corpora), plus the exporters' cache of transformers' remote code. Plain helpers and constants
+are in helpers.py."""
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import (
     MULTI30K,
+    SLOW_FIXTURES,
+    SLOW_TIERS,
     cli_recipe,
+    cli_said,
     de_en_task_config,
     invoke,
     prepared_reverse_task,
+    recipe,
     reversal_margin,
     reverse_task_config,
+    succeeded,
+    synthetic_recipe,
     tagged_margin,
     tagged_task_config,
     trained_past_the_edge,
@@ -29,17 +39,15 @@ from hypothesis import settings
 from mtkit.config import Config, ModelConfig
 from mtkit.decoding.translator import Translator
 
-# The fixtures that train a model or start a server or a browser: a test that uses one is slow.
-SLOW_FIXTURES = {
-    *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid", "tagged_run"),
-    *("cli_workspace", "de_en_run", "marian_child", "server", "browser"),
-}
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark `slow` every test that uses a slow fixture (other slow tests carry the marker themselves)."""
+    """Mark `slow` every test under integration/ and system/, and every test that uses a slow fixture
+    (tests/test_tiers.py keeps the second kind out of the unit tier)."""
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        in_slow_tier = item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).parts[0] in SLOW_TIERS
+        if in_slow_tier or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
@@ -171,8 +179,8 @@ def tiny_recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     transformer["train"].update(device="cpu", threads=1)
     rnn = {**transformer, "model": {"arch": "rnn", "cell": "gru", "layers": 1, "hidden_size": 32, "embed_dim": 16}}
     paths = {"transformer": directory / "transformer.yaml", "rnn": directory / "rnn.yaml"}
-    for arch, recipe in (("transformer", transformer), ("rnn", rnn)):
-        paths[arch].write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    for arch, values in (("transformer", transformer), ("rnn", rnn)):
+        paths[arch].write_text(yaml.safe_dump(values), encoding="utf-8")
     return paths
 
 
@@ -195,7 +203,7 @@ def tagged_run(tmp_path_factory: pytest.TempPathFactory) -> Config:
     return trained_past_the_edge(train_with_seed, tagged_margin)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cli_workspace(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The command-line tests' tiny Multi30k recipe taken through `tokenizer train`, `prepare` and `train`,
     with each command's result (the tests check that they succeeded)."""
@@ -218,6 +226,14 @@ def cli_workspace(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "corpus": root / "corpus",
         "results": results,
     }
+
+
+@pytest.fixture(scope="session")
+def cli_run(cli_workspace: dict) -> Path:
+    """The command-line tests' trained run directory (the pipeline must have succeeded)."""
+    for result in cli_workspace["results"].values():
+        succeeded(result)
+    return cli_workspace["run"]
 
 
 @pytest.fixture(scope="module")
@@ -249,19 +265,49 @@ def marian_child(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import_marian(str(root / "marian"), root / "parent")
     raw = root / "raw"
     write_reverse_task(raw, train_pairs=200, valid_pairs=20)
-    recipe = {
-        "name": "child",
-        "data_dir": str(root / "data"),
-        "run_dir": str(root / "child"),
-        "data": {
-            "train": {"src": str(raw / "train.src"), "tgt": str(raw / "train.tgt")},
-            "valid": {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.tgt")},
-            "drop_copies": False,
-        },
-        "train": {"init_from": str(root / "parent"), "max_steps": 1, "validate_every": 1, "batch_tokens": 400, "threads": 1},
+    data = {
+        "train": {"src": str(raw / "train.src"), "tgt": str(raw / "train.tgt")},
+        "valid": {"src": str(raw / "valid.src"), "tgt": str(raw / "valid.tgt")},
+        "drop_copies": False,
     }
-    (root / "child.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    child = recipe("child", root, run_dir=str(root / "child"), data=data, model=None, decode=None)
+    child["train"] = {"init_from": str(root / "parent"), "max_steps": 1, "validate_every": 1, "batch_tokens": 400, "threads": 1}
+    (root / "child.yaml").write_text(yaml.safe_dump(child), encoding="utf-8")
     config = load_config(root / "child.yaml")
     prepare_run_data(config)
     train(config)
     return root / "child" / "last.pt"  # step 1 (best.pt is the parent, validated as step 0)
+
+
+@pytest.fixture(scope="session")
+def synthetic_prepared(reverse_run: Config, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The synthetic-corpus recipe (`synthetic_recipe`, the reverse run as teacher) through `tokenizer train` and
+    `prepare`: its folder, its recipe and what `tokenizer train` said. A test that changes the recipe puts it back."""
+    root = tmp_path_factory.mktemp("synthetic")
+    recipe = synthetic_recipe(root, reverse_run.run_path)
+    said = cli_said("tokenizer", "train", recipe)
+    cli_said("prepare", recipe)
+    return root, recipe, said
+
+
+# transformers' remote code
+
+
+def _forget_remote_modules() -> None:
+    for name in [name for name in sys.modules if name.split(".")[0] == "transformers_modules"]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+@pytest.fixture(scope="module")
+def hf_modules_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """transformers copies a folder's remote code into HF_MODULES_CACHE (~/.cache/huggingface/modules) and imports
+    it from there: the exporters' tests (`pytestmark = pytest.mark.usefixtures("hf_modules_cache")`) keep those
+    copies in a temporary folder and forget them afterwards. Without transformers, their tests are skipped."""
+    dynamic_module_utils = pytest.importorskip("transformers.dynamic_module_utils")
+    _forget_remote_modules()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(tmp_path_factory.mktemp("hf_modules")))
+        patch.setattr(sys, "path", list(sys.path))  # the cache folder is appended to it
+        yield
+    _forget_remote_modules()

@@ -80,10 +80,12 @@ def test_the_layout_reader_follows_the_indentation():
 
 
 def structure_limits() -> dict[str, int]:
-    """The module-level integer constants of tests/test_structure.py (wherever the tests' tiers put it)."""
-    (path,) = REPO.glob("tests/**/test_structure.py")
+    """The module-level integer constants of the tests/**/test_structure.py files (the unit tier's and the integration tier's)."""
     limits = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    nodes = [
+        node for path in REPO.glob("tests/**/test_structure.py") for node in ast.parse(path.read_text(encoding="utf-8")).body
+    ]
+    for node in nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.Constant)):
             targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]

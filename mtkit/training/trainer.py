@@ -195,8 +195,7 @@ class Trainer:
         self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, self.train_config.clip_norm)
         self.max_time = parse_duration(self.train_config.max_time)
         self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
-        self.stop_requested = False
-        self.diverged = False
+        self.stop_requested = self.diverged = False  # a signal asked to stop; too many non-finite updates in a row
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue exactly from a last.pt payload: weights, optimiser, schedule, progress, RNG, scaler, EMA."""
@@ -238,9 +237,8 @@ class Trainer:
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
-        max_length = min(self.model.max_positions, 1_000_000)
-        distributed = self.distributed
-        return self.data.epoch(self.progress.epoch, max_length, distributed.rank, distributed.world_size, self.levers.shapes)
+        rank, world, max_length = self.distributed.rank, self.distributed.world_size, min(self.model.max_positions, 1_000_000)
+        return self.data.epoch(self.progress.epoch, max_length, rank, world, self.levers.shapes)
 
     def run(self) -> Progress:
         """Train until a limit, early stopping or SIGINT/SIGTERM, validating and saving on the way; returns the progress."""

@@ -11,6 +11,8 @@ from mtkit.errors import MtkitError
 from mtkit.exporters import EXPORTERS, export_model
 from mtkit.options import ExportFormat
 
+pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # conftest.py
+
 
 def test_every_export_format_has_an_exporter() -> None:
     assert set(EXPORTERS) == set(ExportFormat)

@@ -1,4 +1,5 @@
-"""Linear weights laid out once for oneDNN: the same model, the same numbers, used only where exact."""
+"""Linear weights laid out once for oneDNN: the same model, the same numbers, used only where exact (in a
+loaded model: tests/integration/models/test_packed.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import torch
 from helpers import random_batch, small_transformer
 from torch import nn
 
-from mtkit.decoding.translator import Translator
 from mtkit.models import packed as packed_module
 from mtkit.models.packed import PackedLinear, pack_linears, row_bucket
 
@@ -85,28 +85,3 @@ def test_a_weight_changed_after_packing_is_used_as_it_now_is():
         optimizer.step()
     with torch.inference_mode():
         assert torch.equal(logits(packed), logits(plain))  # stale packed weights are never used
-
-
-def test_a_loaded_translator_decodes_with_packed_weights(reverse_run):
-    translator = Translator.load(reverse_run.run_path, fast_paths=True)
-    assert any(isinstance(m, PackedLinear) for m in translator.engine.model.modules())
-    plain = Translator.load(reverse_run.run_path, fast_paths=True)
-    for module in plain.engine.model.modules():
-        if isinstance(module, PackedLinear):
-            module.__class__ = nn.Linear
-    sources = ["ein hund läuft", "zwei kinder spielen am strand", "a"]
-    for beam in (1, 5):
-        assert translator.translate(sources, beam=beam) == plain.translate(sources, beam=beam)
-
-
-def test_mtkit_fast_paths_0_loads_a_model_as_it_was_trained(reverse_run, monkeypatch):
-    packed = Translator.load(reverse_run.run_path, device="cpu", fast_paths=True).engine.model
-    assert any(type(m) is PackedLinear for m in packed.modules())
-    monkeypatch.setenv("MTKIT_FAST_PATHS", "0")
-    plain = Translator.load(reverse_run.run_path, device="cpu", fast_paths=True).engine.model
-    assert not any(type(m) is PackedLinear for m in plain.modules())
-
-
-def test_a_model_loaded_without_fast_paths_is_not_packed(reverse_run):
-    plain = Translator.load(reverse_run.run_path, device="cpu").engine.model
-    assert not any(type(m) is PackedLinear for m in plain.modules())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import LOSS_ROWS, assert_close_to_scale, fused_loss, loss_inputs, plain_loss, value_and_grads
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtkit.config import TrainConfig, apply_override, config_from_dict
@@ -18,56 +18,15 @@ from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
 from mtkit.training.trainer import training_forward
 
-ROWS, DIM, VOCAB = 24, 16, 50
 CPU = torch.device("cpu")
 
 
-def inputs(dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """hidden (N, D), weight (V, D), bias (V,), target (N,) with pad rows, and ids for the weight as an embedding."""
-    generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(ROWS, DIM, generator=generator, dtype=torch.float64).to(dtype)
-    weight = (0.5 * torch.randn(VOCAB, DIM, generator=generator, dtype=torch.float64)).to(dtype)
-    bias = torch.randn(VOCAB, generator=generator, dtype=torch.float64).to(dtype)
-    target = torch.randint(1, VOCAB, (ROWS,), generator=generator)
-    target[[3, 10, 11, ROWS - 1]] = PAD_ID
-    return hidden, weight, bias, target, torch.randint(0, VOCAB, (40,), generator=generator)
-
-
-def plain_loss(hidden, weight, bias, target, smoothing):
-    logits = F.linear(hidden, weight, bias).float()  # (N, V): what the unfused step computes
-    return F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum")
-
-
-def fused_loss(chunks: int, compute_dtype: torch.dtype | None = None):
-    return lambda hidden, weight, bias, target, smoothing: output_layer_loss(
-        hidden, weight, bias, target, smoothing, compute_dtype, chunks
-    )
-
-
-def value_and_grads(loss_fn, hidden, weight, bias, target, smoothing, tied_ids=None):
-    """The loss and the gradients of hidden, weight and bias (None without bias) for 2.5 x the loss,
-    plus, with `tied_ids`, a second use of the weight as an embedding (its gradient adds up)."""
-    leaves = [t.detach().clone().requires_grad_(True) if t is not None else None for t in (hidden, weight, bias)]
-    loss = loss_fn(leaves[0], leaves[1], leaves[2], target, smoothing)
-    total = 2.5 * loss  # a grad_output other than 1 must scale the gradients
-    if tied_ids is not None:
-        total = total + F.embedding(tied_ids, leaves[1]).float().pow(2).sum()
-    total.backward()
-    return loss.detach(), *(leaf.grad if leaf is not None else None for leaf in leaves)
-
-
-def assert_close_to_scale(found: torch.Tensor, expected: torch.Tensor, relative: float, name: str) -> None:
-    """max |found - expected| <= relative x max |expected|: summation order differs, so compare to the tensor's scale."""
-    difference = (found.double() - expected.double()).abs().max().item()
-    assert difference <= relative * expected.double().abs().max().item(), f"{name}: {difference}"
-
-
-@pytest.mark.parametrize("chunks", [1, 4, 5, 7, ROWS, ROWS + 9])  # dividing N (1, 4, 24) or not; more than N
+@pytest.mark.parametrize("chunks", [1, 4, 5, 7, LOSS_ROWS, LOSS_ROWS + 9])  # dividing N (1, 4, 24) or not; more than N
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("tied", [True, False])
 def test_fp32_loss_and_gradients_match_cross_entropy_on_the_logits(chunks, smoothing, with_bias, tied):
-    hidden, weight, bias, target, ids = inputs()
+    hidden, weight, bias, target, ids = loss_inputs()
     arguments = (hidden, weight, bias if with_bias else None, target, smoothing, ids if tied else None)
     expected = value_and_grads(plain_loss, *arguments)
     found = value_and_grads(fused_loss(chunks), *arguments)
@@ -89,7 +48,7 @@ BF16_RELATIVE = 2**-6
 
 @pytest.mark.parametrize("autocast", [True, False])  # fp32 weights under autocast (a step's), or all in bf16
 def test_bf16_loss_and_gradients_match_cross_entropy_within_bf16_rounding(autocast):
-    hidden, weight, bias, target, ids = inputs(torch.bfloat16)
+    hidden, weight, bias, target, ids = loss_inputs(torch.bfloat16)
     weight, bias = (weight.float(), bias.float()) if autocast else (weight, bias)
     arguments = (hidden, weight, bias, target, 0.1, ids)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -103,7 +62,7 @@ def test_bf16_loss_and_gradients_match_cross_entropy_within_bf16_rounding(autoca
 
 
 def test_gradcheck_in_float64():
-    hidden, weight, bias, target, _ = (t[:7] if t.dim() else t for t in inputs(torch.float64))
+    hidden, weight, bias, target, _ = (t[:7] if t.dim() else t for t in loss_inputs(torch.float64))
     hidden, weight, bias = hidden[:, :3].clone(), weight[:5, :3].clone(), bias[:5].clone()
     target = target.remainder(5)
     target[2] = PAD_ID
@@ -138,22 +97,6 @@ def test_nothing_of_tokens_by_vocabulary_is_allocated_or_saved():
     assert max(saved) <= max(rows * dim, vocab * dim)  # grad_h (N, D), grad_W (V, D)
     assert largest.elements <= rows // chunks * vocab
     assert chunks_for(8000, 512) == 16 and chunks_for(64000, 512) == 32 and chunks_for(10, 512) == 1
-
-
-def test_the_loss_compiles_once_for_every_batch_size():
-    """Equal chunks (pad rows to fill the last) keep dynamic shapes dynamic: one graph for every N."""
-    from torch._dynamo.testing import CompileCounterWithBackend
-
-    torch._dynamo.reset()
-    counter = CompileCounterWithBackend("aot_eager")
-    hidden, weight, bias, target, _ = inputs()
-    compiled = torch.compile(fused_loss(5), backend=counter, dynamic=True)
-    for rows in (11, 14, 10, 17, ROWS):  # 4, 1, 0, 3 and 1 padding rows
-        arguments = (hidden[:rows], weight, bias, target[:rows], 0.1)
-        expected = value_and_grads(plain_loss, *arguments)
-        for got, want in zip(value_and_grads(compiled, *arguments), expected, strict=True):
-            assert_close_to_scale(got, want, 1e-5, f"{rows} rows")
-    assert counter.frame_count == 1
 
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])

@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import itertools
 import json
-import sys
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.config import ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, load_tokenizers
-from mtkit.decoding.ct2_engine import MANIFEST, CT2Engine, import_ctranslate2, load_export
+from mtkit.decoding.ct2_engine import MANIFEST, CT2Engine, load_export
 from mtkit.decoding.engine import Capability, PyTorchEngine, length_batches
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError
@@ -179,12 +178,6 @@ def test_a_non_empty_output_directory_needs_force_and_is_never_cleared_of_other_
     assert (other / "keep.txt").read_text() == "mine"
     with pytest.raises(MtkitError, match="--quantization"):
         export_ctranslate2(reverse_run.run_path, tmp_path / "bad", "int3")
-
-
-def test_a_missing_ctranslate2_package_says_how_to_install_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # makes `import ctranslate2` fail
-    with pytest.raises(MtkitError, match="pip install ctranslate2"):
-        import_ctranslate2()
 
 
 def test_engines_are_chosen_by_what_the_path_holds(reverse_run, reverse_export):

@@ -9,7 +9,7 @@ import pytest
 from mtkit.evaluation.significance import PairedTests, compare_systems
 from mtkit.textio import read_lines
 
-SYSTEMS = Path(__file__).resolve().parents[1] / "fixtures" / "systems"
+SYSTEMS = Path(__file__).resolve().parents[2] / "fixtures" / "systems"
 
 
 @pytest.mark.slow

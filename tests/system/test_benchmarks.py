@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HELPERS = {"__init__", "common", "opennmt", "onmt_config", "peers_measure"}  # modules the scripts import, not scripts
 SCRIPTS = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem not in HELPERS)
 # The top-level keys of each script's report (besides "smoke", which every one has in smoke mode).

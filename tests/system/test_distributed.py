@@ -18,7 +18,7 @@ from helpers import prepared_reverse_task, torchrun_mtkit
 from mtkit.config import config_to_dict
 from mtkit.models.checkpoint import read_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def torchrun(recipe: Path, processes: int, *arguments: str) -> list[str]:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.textio import read_lines
 
-SYSTEMS = Path(__file__).resolve().parents[1] / "fixtures" / "systems"
+SYSTEMS = Path(__file__).resolve().parents[2] / "fixtures" / "systems"
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from mtkit.decoding.search import SearchOptions
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.serving.app import ServeLimits, model_info
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class SlowSteps:
