@@ -29,14 +29,20 @@ class Variant:
     eos_first: bool = True  # eos id 0 (OPUS-MT's layout); False puts it elsewhere
     safetensors: bool = True
     fp16: bool = False
+    bos_piece: bool = True  # False: SentencePiece models without a <s> piece (bos_id -1), as some OPUS-MT models
 
 
-def _sentencepiece(lang: str, size: int) -> bytes:
+def _sentencepiece(lang: str, size: int, bos_piece: bool = True) -> bytes:
     with gzip.open(SHARED / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
         lines = [line.strip() for line in itertools.islice(handle, 2000)]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=size, model_type="unigram", minloglevel=2
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=size,
+        model_type="unigram",
+        bos_id=1 if bos_piece else -1,
+        minloglevel=2,
     )
     return model.getvalue()
 
@@ -63,7 +69,8 @@ def build_marian(folder: Path, variant: Variant | None = None, seed: int = 0):  
 
     variant = variant or Variant()
     folder.mkdir(parents=True, exist_ok=True)
-    source_proto, target_proto = _sentencepiece("en", 120), _sentencepiece("fr", 110)
+    source_proto = _sentencepiece("en", 120, variant.bos_piece)
+    target_proto = _sentencepiece("fr", 110, variant.bos_piece)
     (folder / "source.spm").write_bytes(source_proto)
     (folder / "target.spm").write_bytes(target_proto)
     joint = [*_regular_pieces(source_proto), *_regular_pieces(target_proto)]

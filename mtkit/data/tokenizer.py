@@ -92,10 +92,13 @@ class Tokenizer:
         return [self.table[int(i)] for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of `ids` without PAD, BOS and EOS, trimmed as MarianTokenizer decodes it (so a `transformers`
+        export gives the same text): a table piece the SentencePiece model lacks (a joint vocab.json holds both
+        sides' pieces) comes back spelled out, its "\u2581" written as a space."""
         kept = [int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)]
         if self.table is None:
-            return self._sp.decode(kept)
-        return self._sp.decode_pieces([self.table[i] for i in kept])
+            return self._sp.decode(kept).strip()
+        return self._sp.decode_pieces([self.table[i] for i in kept]).replace("\u2581", " ").strip()
 
     @functools.cached_property
     def tags(self) -> dict[str, int]:

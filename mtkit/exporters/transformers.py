@@ -12,7 +12,9 @@ Two forms, chosen by what the model is:
 Both carry `MarianTokenizer` files (source.spm, target.spm, vocab.json in mtkit's id order) and a
 generation config with the recipe's beam and length penalty, and a model card (README.md).
 A target-language tag `<2fr>` is written `>>fr<<` in vocab.json, which MarianTokenizer reads as the
-first token of a text, as mtkit puts the tag first.
+first token of a text, as mtkit puts the tag first. The decoder's start piece (mtkit's BOS) is `<s>`, declared
+the tokenizer's `bos_token`: generate() puts it first in every output, and only a special token is dropped by
+`batch_decode(..., skip_special_tokens=True)` (a SentencePiece model without a `<s>` piece would spell it out).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ REMOTE_CODE = Path(__file__).resolve().parent / "remote_code"
 MARIAN_ACTIVATIONS = {mine: theirs for theirs, mine in ACTIVATIONS.items() if theirs != "silu"}  # swish -> swish
 SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
 MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
+START_PIECE = "<s>"  # vocab.json's name of the decoder's start (mtkit's BOS), whatever the SentencePiece model holds
 
 
 def export_transformers(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
@@ -211,6 +214,7 @@ def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> 
             "target_lang": config.tgt_lang,
             "separate_vocabs": not tokenizers.joint,
             "unk_token": "<unk>",
+            "bos_token": START_PIECE,  # special, so skip_special_tokens drops it from decoded text
             "eos_token": "</s>",
             "pad_token": "<pad>",
             "model_max_length": min(MAX_LENGTH, config.model.max_positions),
@@ -219,12 +223,13 @@ def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> 
 
 
 def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
-    """{piece: id} in mtkit's ids; a tag <2fr> as >>fr<<, the language token MarianTokenizer reads."""
+    """{piece: id} in mtkit's ids; a tag <2fr> as >>fr<<, the language token MarianTokenizer reads; BOS as <s>,
+    the tokenizer's bos_token."""
     pieces = tokenizer.all_pieces()
     table = {}
     for index, piece in enumerate(pieces):
         match = TAG.fullmatch(piece) if index in tokenizer.tags.values() else None
-        table.setdefault(f">>{match.group(1)}<<" if match else piece, index)
+        table.setdefault(START_PIECE if index == BOS_ID else f">>{match.group(1)}<<" if match else piece, index)
     for piece, index in (("<pad>", PAD_ID), ("<unk>", 1), ("</s>", EOS_ID)):
         if table.get(piece) != index:
             raise MtkitError(
