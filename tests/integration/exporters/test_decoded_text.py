@@ -23,7 +23,11 @@ from mtkit.importers.marian import import_marian
 from mtkit.models import build_model
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("hf_modules_cache"),  # conftest.py
+    pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses"),
+]
 
 SOURCES = ["A man rides a bike in the park.", "Two dogs play.", "Children!"]
 MARIAN_VARIANTS = {
