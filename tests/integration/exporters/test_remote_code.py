@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # conftest.py
 
-REMOTE_CODE = Path(__file__).resolve().parents[2] / "mtkit" / "exporters" / "remote_code"
+REMOTE_CODE = Path(__file__).resolve().parents[3] / "mtkit" / "exporters" / "remote_code"
 VOCAB, TARGET_VOCAB, MAX_NEW_TOKENS = 40, 37, 10
 SOURCES = torch.tensor([[5, 6, 7, 8, 9, EOS_ID], [10, 11, EOS_ID, PAD_ID, PAD_ID, PAD_ID], [12, 13, 14, EOS_ID, PAD_ID, PAD_ID]])
 DECODER_INPUTS = torch.tensor([[BOS_ID, 4, 5, 6, 7], [BOS_ID, 8, 9, EOS_ID, PAD_ID], [BOS_ID, 30, 31, 32, 33]])
