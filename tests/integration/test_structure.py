@@ -41,13 +41,13 @@ def recorded_stacks(monkeypatch) -> dict[str, list[inspect.FrameInfo]]:
     stacks: dict[str, list[inspect.FrameInfo]] = {}
     encode, search = Transformer.encode, PyTorchEngine.search
 
-    def recording_encode(self, *args):
+    def recording_encode(self, *args, **options):
         stacks.setdefault("encode", inspect.stack())
-        return encode(self, *args)
+        return encode(self, *args, **options)
 
-    def recording_search(self, *args):
+    def recording_search(self, *args, **options):
         stacks.setdefault("engine search", inspect.stack())
-        return search(self, *args)
+        return search(self, *args, **options)
 
     monkeypatch.setattr(Transformer, "encode", recording_encode)
     monkeypatch.setattr(PyTorchEngine, "search", recording_search)

@@ -3,10 +3,21 @@ model as it was trained."""
 
 from __future__ import annotations
 
+import pytest
+import torch
 from torch import nn
 
 from mtkit.decoding.translator import Translator
+from mtkit.models import packed as packed_module
 from mtkit.models.packed import PackedLinear
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def pack_small_weights(monkeypatch):
+    """The test models are tiny: pack every linear, not only those of a million weights and more."""
+    monkeypatch.setattr(packed_module, "SMALLEST", 0)
 
 
 def test_a_loaded_translator_decodes_with_packed_weights(reverse_run):

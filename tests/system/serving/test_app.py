@@ -30,10 +30,10 @@ class SlowSteps:
     def __init__(self, model, delay: float) -> None:
         self.model, self.delay, self.steps = model, delay, 0
 
-    def decode(self, *arguments):
+    def decode(self, *arguments, **options):
         time.sleep(self.delay)
         self.steps += 1
-        return self.model.decode(*arguments)
+        return self.model.decode(*arguments, **options)
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
