@@ -148,6 +148,9 @@ def print_tables(report: dict) -> None:
     for label, variants in report.get("speed", {}).items():
         print(f"\n{label}: variant | target tokens/s (each window) | MFU | peak GPU MB | padding | warm-up s")
         for name, row in variants.items():
+            if "failed" in row:
+                print(f"  {name:34} | failed: {row['failed'][:200]}")
+                continue
             windows = " / ".join(f"{w['target_tokens_per_s']:,.0f}" for w in row["windows"]) or "not timed"
             gpu = row.get("peak_gpu_mb") if row.get("peak_gpu_mb") is not None else "-"
             mfu, padding = 100 * (row.get("mfu") or 0), 100 * row.get("padding_fraction", 0)

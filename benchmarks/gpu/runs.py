@@ -54,11 +54,16 @@ class Check:
             estimate = self.budget.estimate("window", label, self.scale(label)) * len(timed)
             if not timed or not self.budget.fits(f"{label}: round {round_number}", estimate):
                 break
-            for name, run in timed.items():
+            for name, run in list(timed.items()):
                 if run.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(run.device)
                 start = time.perf_counter()
-                results[name]["windows"].append(run.window(self.args.updates, self.peak))
+                try:
+                    results[name]["windows"].append(run.window(self.args.updates, self.peak))
+                except Exception as err:  # noqa: BLE001 - as in build()
+                    del timed[name], run
+                    self.failed(label, name, results[name]["overrides"], err)
+                    continue
                 self.budget.note("window", time.perf_counter() - start, label)
                 self.summarize(results[name])
                 self.save()
@@ -72,9 +77,12 @@ class Check:
         if not self.budget.fits(f"{label}: {name}", self.budget.estimate("build", label, self.scale(label))):
             return None
         start = time.perf_counter()
-        run = TimedTraining(self.config(label, overrides))
-        run.steps(self.args.warmup_updates)
-        common.synchronize(run.device)
+        try:
+            run = TimedTraining(self.config(label, overrides))
+            run.steps(self.args.warmup_updates)
+            common.synchronize(run.device)
+        except Exception as err:  # noqa: BLE001 - one variant that fails on a lent GPU must not cost the others
+            return self.failed(label, name, overrides, err)
         seconds = time.perf_counter() - start
         self.budget.note("build", seconds, label)
         row = {"overrides": overrides, "levers": run.trainer.levers.describe(), "warmup_s": round(seconds, 1), "windows": []}
@@ -82,6 +90,13 @@ class Check:
         print(f"{label} {name}: built and warmed up in {row['warmup_s']} s", file=sys.stderr, flush=True)
         self.save()
         return run
+
+    def failed(self, label: str, name: str, overrides: list[str], err: Exception) -> None:
+        """A variant that raised: its error in the report and on stderr, and the GPU memory handed back."""
+        self.report["speed"][label][name] = {"overrides": overrides, "failed": f"{type(err).__name__}: {err}"[:500], "windows": []}
+        print(f"{label} {name}: failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        self.save()
+        self.free_memory()
 
     @staticmethod
     def summarize(row: dict) -> None:
