@@ -93,7 +93,8 @@ class Check:
 
     def failed(self, label: str, name: str, overrides: list[str], err: Exception) -> None:
         """A variant that raised: its error in the report and on stderr, and the GPU memory handed back."""
-        self.report["speed"][label][name] = {"overrides": overrides, "failed": f"{type(err).__name__}: {err}"[:500], "windows": []}
+        error = f"{type(err).__name__}: {err}"[:500]
+        self.report["speed"][label][name] = {"overrides": overrides, "failed": error, "windows": []}
         print(f"{label} {name}: failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         self.save()
         self.free_memory()
