@@ -414,10 +414,10 @@ class TrainConfig:
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or
-    # their gradient (mtkit.training.fused_loss); auto: on with CUDA, off on the CPU
+    # their gradient (mtkit.training.fused_loss): less memory, slower (measured); auto: off
     fused_loss: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # hold the model's weights in bf16 and let the optimiser update fp32 master copies (mtkit.training.master_weights):
-    # no weight casts under bf16 autocast; auto: off (not measured yet); not with precision fp16
+    # no weight casts under bf16 autocast; auto: off (no faster on an H200, eager); not with precision fp16
     bf16_weights: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # also write the log's figures as TensorBoard events under RUN/tensorboard (pip install 'mtkit[tensorboard]')
     tensorboard: bool = False
