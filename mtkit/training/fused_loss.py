@@ -29,10 +29,10 @@ MAX_CHUNKS = 32
 
 
 def fused_loss_on(config: TrainConfig, device: torch.device) -> bool:
-    """`train.fused_loss` resolved: `auto` is off on every device, the measured default. On an H200
-    (d512, 32k pieces, 16k-token batches, eager) the fused step ran 20-25% slower than the plain
-    loss over whole logits, for 4.6 GB less peak memory of 14.7; on the CPU 0.76x (docs/performance.md).
-    `true` is the memory lever. `device` is kept for a device whose measurements differ."""
+    """`train.fused_loss` resolved: `auto` is off on every device, the measured default: the fused
+    step was slower than the plain loss over whole logits on a GPU and on the CPU, for less peak
+    memory (docs/performance.md, "Each lever on and off"). `true` is the memory lever. `device` is
+    kept for a device whose measurements differ."""
     del device
     return config.fused_loss == "true"
 
