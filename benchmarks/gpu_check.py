@@ -10,8 +10,9 @@ a row under "budget" in the JSON say what was skipped):
 - levers (a): d512 6+6 on Tatoeba en-fr with a joint BPE of about 32k pieces, consecutive pairs joined to about
   30 pieces a side (WMT-length batches), 16,384-token batches, eager: every lever of benchmarks/gpu/levers.py off
   ("plain"), all on, and all on but each one; each variant built and warmed up once, then timed windows in turns.
-- compile (b): the fastest of (a) compiled, from an empty compiler cache, then in a fresh process from the cache
-  artifacts the first saved; the warm-up seconds of each are the compile's cost.
+- compile (b): the fastest of (a) compiled layer by layer (train.compile=layers), then whole, each from an empty
+  compiler cache, then in a fresh process from the cache artifacts the first saved; the warm-up seconds of each
+  are the compile's cost.
 - d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a).
 - profile (d): the profiler's split of an update of the fastest of (a) (`speed.py --profile`).
 - tatoeba (e): d512 on Tatoeba's own short pairs, plain against the fastest of (a).
@@ -37,7 +38,7 @@ import torch
 from benchmarks import common
 from benchmarks.gpu import data
 from benchmarks.gpu.budget import Budget, parse_estimates
-from benchmarks.gpu.levers import COMPILE
+from benchmarks.gpu.levers import COMPILE_MODES
 from benchmarks.gpu.parts import LEVER_LABEL, PARTS
 from benchmarks.gpu.runs import Check
 from benchmarks.speed import print_profile
@@ -82,7 +83,7 @@ def parse_args() -> argparse.Namespace:
         args.estimates = parse_estimates(args.estimate)
     except ValueError as err:
         parser.error(str(err))
-    args.compile, args.sets, args.recipe = list(COMPILE.on), data.SETS, None
+    args.compile, args.sets, args.recipe = dict(COMPILE_MODES), data.SETS, None
     return args
 
 
@@ -92,7 +93,7 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
     args.sets, args.data = data.smoke_sets(args.recipe), work / "gpu_data"
     # compile stays auto (off on the CPU: it takes minutes there); the other levers on, as on CUDA
     args.extra += ["train.batch_tokens=400", "train.prefetch=true"]
-    args.compile = ["train.compile=auto"]
+    args.compile = {mode: ["train.compile=auto"] for mode in COMPILE_MODES}
     args.warmup_updates, args.updates, args.rounds, args.profile_updates = 1, 2, 3, 2
     args.parity_updates, args.parity_every = 2, 1
     args.budget = args.budget or 3600
@@ -155,9 +156,10 @@ def print_tables(report: dict) -> None:
             gpu = row.get("peak_gpu_mb") if row.get("peak_gpu_mb") is not None else "-"
             mfu, padding = 100 * (row.get("mfu") or 0), 100 * row.get("padding_fraction", 0)
             print(f"  {name:34} | {windows} | {mfu:.1f}% | {gpu} | {padding:.1f}% | {row['warmup_s']}")
-    for stage in ("cold", "warm"):
-        if stage in report.get("compile", {}):
-            print_compiled(report["compile"]["variant"], stage, report["compile"][stage])
+    for compiled in report.get("compile", {}).values():
+        for stage in ("cold", "warm"):
+            if stage in compiled:
+                print_compiled(compiled["variant"], stage, compiled[stage])
     if "profile" in report:
         print_profile(report["profile"])
     for name, curve in report.get("parity", {}).items():

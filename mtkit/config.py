@@ -392,8 +392,9 @@ class TrainConfig:
     threads: int = field(default=0, metadata=_range(0, 1024, example=4))  # CPU threads for torch; 0 = all cores
     # The GPU levers (docs/performance.md, "Training on a GPU"); auto: on with CUDA, off on the CPU.
     # compile: torch.compile the training forward pass and its loss (the loss fused into a few kernels); auto leaves
-    # it off for a train.max_time under 30 minutes (compiling takes minutes)
-    compile: str = field(default="auto", metadata=_choice("auto", "true", "false"))
+    # it off for a train.max_time under 30 minutes (compiling takes minutes); layers: each layer compiled on its own
+    # (mtkit.training.regional), so the compiler traces one layer of each kind instead of the whole step
+    compile: str = field(default="auto", metadata=_choice("auto", "true", "false", "layers"))
     # round each batch's lengths up to a multiple of this: fewer shapes for a compiled step, more padding (on short
     # sentences it cost more than it gave on an H200: docs/performance.md)
     length_multiple: int = field(default=1, metadata=_range(1, 1024, example=8))

@@ -91,6 +91,11 @@ class EncoderDecoder(nn.Module):
         """Longest sequence the model accepts (source or target)."""
         return 1_000_000
 
+    def repeated_blocks(self) -> list[nn.Module]:
+        """The blocks repeated through the model, each called as a module (a Transformer's layers), which
+        `train.compile: layers` compiles one by one so that each kind is traced once; [] where there are none."""
+        return []
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -162,6 +162,9 @@ class Transformer(EncoderDecoder):
     def attention_layers(self) -> int:
         return len(self.decoder_layers)
 
+    def repeated_blocks(self) -> list[nn.Module]:
+        return [*self.encoder_layers, *self.decoder_layers]
+
     def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
         """Decoder layer `layer`'s cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
         _, weights = self._run_decoder(tgt, memory, src_mask, None, weights_of=layer % len(self.decoder_layers))
@@ -184,7 +187,8 @@ class Transformer(EncoderDecoder):
         memory_bias = self._memory_bias(src_mask, src_padded, state, memory)
         weights = None
         for index, layer in enumerate(self.decoder_layers):
-            x, found = layer(x, memory, memory_bias, state, f"{index}.", index == weights_of)
+            prefix = "" if state is None else f"{index}."  # the cache's keys; no state, one call for every layer
+            x, found = layer(x, memory, memory_bias, state, prefix, index == weights_of)
             weights = found if index == weights_of else weights
         return x, weights
 

@@ -34,6 +34,7 @@ class Levers:
     length_multiple: int  # batch lengths rounded up to a multiple of this
     prefetch: bool  # the next batch collated and copied before the update's host sync
     shapes: int = 0  # at most this many batch shapes an epoch (length buckets); 0: token-budget batches
+    by_layer: bool = False  # with compile: each layer and the loss compiled on their own (mtkit.training.regional)
 
     @classmethod
     def of(cls, config: TrainConfig, device: torch.device) -> Levers:
@@ -47,7 +48,8 @@ class Levers:
 
         shapes = (AUTO_SHAPES if cuda else 0) if config.shapes == "auto" else int(config.shapes)
         return cls(
-            compile=on(config.compile, compile_auto),
+            compile=config.compile == "layers" or on(config.compile, compile_auto),
+            by_layer=config.compile == "layers",
             length_multiple=config.length_multiple,
             prefetch=on(config.prefetch, cuda),
             shapes=shapes,
@@ -55,7 +57,8 @@ class Levers:
 
     def describe(self) -> str:
         """The start line's words for them."""
-        parts = ["compiled step (its first updates compile it: minutes)" if self.compile else "eager step"]
+        compiled = f"compiled step{', layer by layer' if self.by_layer else ''} (its first updates compile it: minutes)"
+        parts = [compiled if self.compile else "eager step"]
         parts += [f"lengths rounded to x{self.length_multiple}"] if self.length_multiple > 1 else []
         parts += [f"at most {self.shapes} batch shapes"] if self.shapes else []
         return ", ".join(parts + (["next batch prepared ahead"] if self.prefetch else []))

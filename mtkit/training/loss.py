@@ -14,6 +14,8 @@ module, which torch.compile fuses and DDP wraps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -92,9 +94,13 @@ class TeacherForcing(nn.Module):
     def __init__(self, model: EncoderDecoder, label_smoothing: float, amp_dtype: torch.dtype | None, fused: bool) -> None:
         super().__init__()
         self.model, self.label_smoothing, self.amp_dtype, self.fused = model, label_smoothing, amp_dtype, fused
+        self.compiled_loss: Callable[[Tensor, Tensor, float], Tensor] | None = None  # train.compile=layers's
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_padded: bool | None = None) -> Tensor:
         with autocast(src.device, self.amp_dtype):
             logits = self.model(src, src_mask, tgt_in, src_padded=src_padded)
-        loss = fused_sequence_loss if self.fused else sequence_loss
-        return loss(logits, tgt_out, self.label_smoothing)
+        return (self.compiled_loss or self.loss_function())(logits, tgt_out, self.label_smoothing)
+
+    def loss_function(self) -> Callable[[Tensor, Tensor, float], Tensor]:
+        """The loss of logits against targets: `fused_sequence_loss` for a compiled step, else `sequence_loss`."""
+        return fused_sequence_loss if self.fused else sequence_loss

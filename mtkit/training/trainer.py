@@ -63,6 +63,7 @@ from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
 from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
 from mtkit.training.progress import Progress
+from mtkit.training.regional import compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.update import UpdateGuard
@@ -119,7 +120,9 @@ def training_forward(
     if distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
-    if levers.compile:  # compiled on the first update
+    if levers.compile and levers.by_layer:  # the layers compiled in place; DDP's hooks stay outside them
+        compile_by_layer(forward, model)
+    elif levers.compile:  # compiled on the first update
         forward = torch.compile(forward, dynamic=True)
     return forward
 
@@ -178,7 +181,7 @@ class Trainer:
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
         self.validate_model = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
-            validate, valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
+            eager(validate), valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
         )
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
