@@ -10,7 +10,8 @@ a row under "budget" in the JSON say what was skipped):
 - levers (a): d512 6+6 on Tatoeba en-fr with a joint BPE of about 32k pieces, consecutive pairs joined to about
   30 pieces a side (WMT-length batches), 16,384-token batches, eager: every lever of benchmarks/gpu/levers.py off
   ("plain"), all on, and all on but each one; each variant built and warmed up once, then timed windows in turns.
-- compile (b): the fastest of (a) compiled layer by layer (train.compile=layers), then whole, each from an empty
+- compile (b): the fastest of (a) compiled layer by layer (train.compile=layers), then whole replayed as CUDA graphs
+  (train.cuda_graphs, over 16 shapes), then whole, each from an empty
   compiler cache, then in a fresh process from the cache artifacts the first saved; the warm-up seconds of each
   are the compile's cost.
 - d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a).

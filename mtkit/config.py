@@ -412,6 +412,19 @@ class TrainConfig:
             ),
         },
     )
+    # replay the compiled step as CUDA graphs (torch.compile's "reduce-overhead"): a few launches an update instead of
+    # thousands of kernel launches, one graph recorded per batch shape; needs train.compile and train.shapes; auto: off
+    cuda_graphs: str = field(
+        default="auto",
+        metadata={
+            **_choice("auto", "true", "false"),
+            **_relation(
+                lambda t: None
+                if t.cuda_graphs != "true" or (t.compile != "false" and t.shapes != "0")
+                else "give train.compile (true or layers) and train.shapes (e.g. 16) with it: a graph is recorded per shape"
+            ),
+        },
+    )
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or

@@ -29,8 +29,13 @@ def flag(key: str, on: str = "true", off: str = "false") -> Lever:
 
 
 COMPILE = flag("train.compile")  # part (b), not toggled in part (a): compiling one variant takes minutes
-# part (b)'s ways to compile, in their order of priority: each layer on its own (mtkit.training.regional), the whole step
-COMPILE_MODES = {"by layer": ["train.compile=layers"], "whole": list(COMPILE.on)}
+# part (b)'s ways to compile, in their order of priority: each layer on its own (mtkit.training.regional), the whole
+# step replayed as CUDA graphs, the whole step
+COMPILE_MODES = {
+    "by layer": ["train.compile=layers"],
+    "whole, CUDA graphs": [*COMPILE.on, "train.cuda_graphs=true", "train.shapes=16"],  # graphs need bounded shapes
+    "whole": list(COMPILE.on),
+}
 LEVERS = {
     "prefetch": flag("train.prefetch"),  # the next batch collated and copied while the GPU works
     "fused_loss": flag("train.fused_loss"),  # output layer and loss fused, chunk by chunk

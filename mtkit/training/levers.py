@@ -35,6 +35,7 @@ class Levers:
     prefetch: bool  # the next batch collated and copied before the update's host sync
     shapes: int = 0  # at most this many batch shapes an epoch (length buckets); 0: token-budget batches
     by_layer: bool = False  # with compile: each layer and the loss compiled on their own (mtkit.training.regional)
+    graphs: bool = False  # with compile, on CUDA: the compiled step replayed as CUDA graphs
 
     @classmethod
     def of(cls, config: TrainConfig, device: torch.device) -> Levers:
@@ -50,6 +51,7 @@ class Levers:
         return cls(
             compile=config.compile == "layers" or on(config.compile, compile_auto),
             by_layer=config.compile == "layers",
+            graphs=cuda and config.cuda_graphs == "true",
             length_multiple=config.length_multiple,
             prefetch=on(config.prefetch, cuda),
             shapes=shapes,
@@ -57,7 +59,8 @@ class Levers:
 
     def describe(self) -> str:
         """The start line's words for them."""
-        compiled = f"compiled step{', layer by layer' if self.by_layer else ''} (its first updates compile it: minutes)"
+        how = (", layer by layer" if self.by_layer else "") + (", replayed as CUDA graphs" if self.graphs else "")
+        compiled = f"compiled step{how} (its first updates compile it: minutes)"
         parts = [compiled if self.compile else "eager step"]
         parts += [f"lengths rounded to x{self.length_multiple}"] if self.length_multiple > 1 else []
         parts += [f"at most {self.shapes} batch shapes"] if self.shapes else []

@@ -30,24 +30,24 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def compile_by_layer(step: nn.Module, model: EncoderDecoder, backend: str = "inductor") -> None:
+def compile_by_layer(step: nn.Module, model: EncoderDecoder, backend: str = "inductor", mode: str | None = None) -> None:
     """Compile each of `model`'s repeated blocks in place, and the loss of `step` (the training forward,
     under DDP or not) on its own where it is `TeacherForcing`'s (the fused output layer's autograd
     function stays eager).
 
-    `backend` is torch.compile's (tests use "aot_eager": the same graphs and autograd, no code
-    generation). A model with no repeated blocks, or a torch without `torch.compiler.set_stance`
-    (2.6+), is refused in one line."""
+    `backend` and `mode` are torch.compile's: tests use the "aot_eager" backend (the same graphs and
+    autograd, no code generation); `train.cuda_graphs` gives the mode "reduce-overhead". A model with
+    no repeated blocks, or a torch without `torch.compiler.set_stance` (2.6+), is refused in one line."""
     blocks = model.repeated_blocks()
     if not blocks:
         raise MtkitError(f"train.compile=layers: a {type(model).__name__} model has no repeated layers; give train.compile=true")
     if not hasattr(torch.compiler, "set_stance"):
         raise MtkitError(f"train.compile=layers needs torch 2.6 or newer (this is {torch.__version__}); give train.compile=true")
     for block in blocks:
-        block.compile(dynamic=True, backend=backend)
+        block.compile(dynamic=True, backend=backend, mode=mode)
     teacher = getattr(step, "module", step)  # DDP holds the module it wraps as `.module`
     if isinstance(teacher, TeacherForcing):
-        teacher.compiled_loss = torch.compile(teacher.loss_function(), dynamic=True, backend=backend)
+        teacher.compiled_loss = torch.compile(teacher.loss_function(), dynamic=True, backend=backend, mode=mode)
 
 
 def eager(function: Callable[P, R]) -> Callable[P, R]:

@@ -120,10 +120,11 @@ def training_forward(
     if distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
+    mode = "reduce-overhead" if levers.graphs else None  # CUDA graphs, recorded per batch shape
     if levers.compile and levers.by_layer:  # the layers compiled in place; DDP's hooks stay outside them
-        compile_by_layer(forward, model)
+        compile_by_layer(forward, model, mode=mode)
     elif levers.compile:  # compiled on the first update
-        forward = torch.compile(forward, dynamic=True)
+        forward = torch.compile(forward, dynamic=True, mode=mode)
     return forward
 
 
@@ -293,6 +294,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
+            if self.levers.graphs:  # the last replay's outputs are consumed: the graphs may reuse their memory
+                torch.compiler.cudagraph_mark_step_begin()
             with record_function("mtkit.forward"):
                 loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.src_padded)
             with record_function("mtkit.backward"):
