@@ -425,6 +425,9 @@ class TrainConfig:
             ),
         },
     )
+    # where a compiled step's compiler cache is kept between runs (mtkit.training.compile_cache): a folder, auto
+    # ($MTKIT_CACHE_DIR/compile, else ~/.cache/mtkit/compile) or false (off)
+    compile_cache: str = field(default="auto", metadata={"words": ("false",)})
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or
@@ -760,8 +763,9 @@ def _convert(hint: Any, value: Any, spec: dataclasses.Field, key: str, source: s
             return float(value)  # YAML reads 1e-3 (no dot) as a string
         except ValueError:
             pass
-    if expected is str and isinstance(value, bool) and str(value).lower() in spec.metadata.get("choices", ()):
-        return str(value).lower()  # auto/true/false keys: YAML's true and false
+    words = spec.metadata.get("choices", spec.metadata.get("words", ()))
+    if expected is str and isinstance(value, bool) and str(value).lower() in words:
+        return str(value).lower()  # auto/true/false keys (and a free key's false): YAML's true and false, off and on
     if expected is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = str(value)
         choices = spec.metadata.get("choices")

@@ -57,6 +57,19 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A compiled test run's compiler cache (train.compile_cache: auto) goes to a folder of the session's, not
+    ~/.cache: set in the environment, so the tests' subprocesses see it too."""
+    before = os.environ.get("MTKIT_CACHE_DIR")
+    os.environ["MTKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("mtkit-cache"))
+    yield
+    if before is None:
+        os.environ.pop("MTKIT_CACHE_DIR", None)
+    else:
+        os.environ["MTKIT_CACHE_DIR"] = before
+
+
 # Multi30k
 
 

@@ -57,6 +57,12 @@ class Levers:
             shapes=shapes,
         )
 
+    def begin_step(self) -> None:
+        """Before each forward pass: with CUDA graphs, the last replay's outputs are consumed, so the graphs may
+        reuse their memory."""
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+
     def describe(self) -> str:
         """The start line's words for them."""
         how = (", layer by layer" if self.by_layer else "") + (", replayed as CUDA graphs" if self.graphs else "")

@@ -56,6 +56,7 @@ from mtkit.runtime import (
 from mtkit.textio import say
 from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
+from mtkit.training.compile_cache import CompileCache
 from mtkit.training.ema import WeightEMA
 from mtkit.training.finetune import load_parent
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
@@ -231,9 +232,8 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
+            **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
         }
-        if self.ema is not None:
-            training_state["ema"] = self.ema.state_dict()
         ema = self.ema.weights() if self.ema is not None else None
         weights = full_precision_weights(self.model, self.optimizer)  # fp32 also for bf16 weights
         return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=weights, ema_weights=ema,
@@ -294,8 +294,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
-            if self.levers.graphs:  # the last replay's outputs are consumed: the graphs may reuse their memory
-                torch.compiler.cudagraph_mark_step_begin()
+            self.levers.begin_step()
             with record_function("mtkit.forward"):
                 loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.src_padded)
             with record_function("mtkit.backward"):
@@ -508,10 +507,13 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     if run_dir is not None:
         run_dir.write_config(config)
     _start_message(trainer)
+    compile_cache = CompileCache.opened(config, device, trainer.levers)  # a compiled step's earlier compile, if saved
     try:
         if config.train.init_from and not resume:
             trainer.validate_and_save()  # the parent on the new validation set, as step 0
         progress = trainer.run()
+        if run_dir is not None and compile_cache is not None:
+            compile_cache.save()  # what this run compiled, for the next
         if run_dir is not None and not trainer.diverged:
             trainer.validate_final_weights()
     finally:

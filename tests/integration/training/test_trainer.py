@@ -15,6 +15,7 @@ from mtkit.data.tokenizer import PAD_ID
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
+from mtkit.training.compile_cache import CompileCache
 from mtkit.training.run_writer import RunWriter
 from mtkit.training.trainer import PlainProgress, Trainer, setup_process, train
 
@@ -163,6 +164,10 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
         progress = trainer.run()
         assert progress.step == 3 and (config.run_path / "best.pt").is_file()
     assert isinstance(trainer.forward_model, torch._dynamo.eval_frame.OptimizedModule)
+    cache = CompileCache.of(config, device, trainer.levers)  # train.compile_cache: the compile's artifacts, saved
+    cache.save()
+    info = torch.compiler.load_cache_artifacts(cache.path.read_bytes())  # and readable by torch
+    assert sum(len(keys) for keys in info.artifacts.values()) > 0
     assert found[True][0] == pytest.approx(found[False][0], rel=1e-5)
     for name, grad in found[False][1].items():  # summation order differs: compare to the tensor's scale
         assert (found[True][1][name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
