@@ -17,7 +17,8 @@ import yaml
 from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.checkpoint import find_checkpoint, read_state_dict
 from mtkit.evaluation.comet.layers import sparsemax
-from mtkit.evaluation.comet.scorer import CometOptions, CometScorer
+from mtkit.evaluation.comet.options import CometOptions
+from mtkit.evaluation.comet.scorer import CometScorer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "comet"
 ENCODER = FIXTURES / "tiny-xlmr"

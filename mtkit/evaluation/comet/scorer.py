@@ -8,7 +8,6 @@ where given, else from the hub's cache (downloaded once). The encoder's weights 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,10 @@ from tqdm import tqdm
 from mtkit.errors import MtkitError, one_line
 from mtkit.evaluation.comet.checkpoint import CometCheckpoint, find_checkpoint
 from mtkit.evaluation.comet.models import CometModel, ReferencelessRegression, RegressionMetric, UnifiedMetric
+from mtkit.evaluation.comet.options import CometOptions
 from mtkit.runtime import resolve_device
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CometOptions:
-    """Which COMET model scores, and how: every default once (the CLI reads them here)."""
-
-    model: str  # a COMET folder (hparams.yaml, checkpoints/model.ckpt) or a hub id such as Unbabel/wmt22-comet-da
-    encoder: Path | None = None  # a folder with the encoder's config.json and tokenizer (offline use)
-    device: str = "auto"
-    precision: str = "fp32"  # or bf16
-    batch_size: int = 16  # sentences a batch
 
 
 class CometScorer:
