@@ -9,6 +9,7 @@ import sys
 import types
 from pathlib import Path
 
+import huggingface_hub
 import huggingface_hub.constants
 import pytest
 import torch
@@ -86,6 +87,21 @@ def test_offline_a_hub_id_or_an_encoder_not_in_the_cache_is_one_line(tmp_path, m
     (folder / "hparams.yaml").write_text(yaml.safe_dump(hparams), encoding="utf-8")
     with pytest.raises(MtkitError, match="encoder microsoft/infoxlm-large's config .* give --comet-encoder DIR"):
         CometScorer.load(CometOptions(model=str(folder), device="cpu"))
+
+
+def test_a_hub_id_is_fetched_by_huggingface_hub_and_scored_like_the_folder(tmp_path, monkeypatch):
+    asked = []
+
+    def download(repo_id: str, allow_patterns: list[str]) -> str:  # the hub, offline: the fixture's folder
+        asked.append((repo_id, allow_patterns))
+        return str(shutil.copytree(FIXTURES / "unified", tmp_path / "snapshot"))
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    comet = CometScorer.load(CometOptions(model="Unbabel/tiny-kiwi", encoder=ENCODER, device="cpu"))
+    assert asked == [("Unbabel/tiny-kiwi", ["hparams.yaml", "checkpoints/model.ckpt"])]
+    assert comet.signature.startswith("model:Unbabel/tiny-kiwi|")
+    found = comet.score(EXPECTED["sources"], EXPECTED["translations"])
+    assert max(abs(a - b) for a, b in zip(found, EXPECTED["models"]["unified"]["scores"], strict=True)) < 1e-5
 
 
 def test_a_checkpoint_that_unpickles_objects_is_refused_and_lightnings_dicts_are_read(tmp_path, monkeypatch):
