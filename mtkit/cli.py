@@ -311,7 +311,7 @@ FlagRule = Annotated[
 
 
 PAIRED_TESTS = PairedTests()  # the paired significance tests' defaults, stated once
-COMET = CometOptions(model="")  # the COMET scorer's defaults, stated once (batch_size, for the library, too)
+COMET = CometOptions(model="")  # the COMET scorer's defaults, stated once
 EvalMetric = Annotated[
     Optional[QualityMetric],
     typer.Option(help="Also score with the COMET model --comet-model: comet (against the references) or qe (from the source)."),
