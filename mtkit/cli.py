@@ -15,8 +15,10 @@ import typer
 from typer.core import TyperGroup
 
 from mtkit.errors import MtkitError
+from mtkit.evaluation.comet.options import CometOptions
+from mtkit.evaluation.problems import parse_rules
 from mtkit.evaluation.significance import PairedTests
-from mtkit.options import BadBytes, ConstraintOrder, EngineName, ExportFormat, Quantization, Split
+from mtkit.options import BadBytes, CometPrecision, ConstraintOrder, EngineName, ExportFormat, QualityMetric, Quantization, Split
 from mtkit.run_files import RunFiles
 from mtkit.serving.limits import ServeLimits
 
@@ -309,6 +311,23 @@ FlagRule = Annotated[
 
 
 PAIRED_TESTS = PairedTests()  # the paired significance tests' defaults, stated once
+COMET = CometOptions(model="")  # the COMET scorer's defaults, stated once
+EvalMetric = Annotated[
+    Optional[QualityMetric],
+    typer.Option(help="Also score with the COMET model --comet-model: comet (against the references) or qe (from the source)."),
+]
+CometModelOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="With --metric: a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, e.g. Unbabel/wmt22-comet-da."
+    ),
+]
+CometEncoderOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Offline: a folder with the config.json and tokenizer of the encoder the COMET model's hparams.yaml names."
+    ),
+]
 
 
 @app.command("evaluate")
@@ -341,24 +360,32 @@ def evaluate_command(
     off_target: Annotated[
         bool, typer.Option(help="Report the share of outputs not in the target language (pip install 'mtkit[langid]').")
     ] = False,
+    metric: EvalMetric = None,
+    comet_model: CometModelOption = None,
+    comet_encoder: CometEncoderOption = None,
+    comet_precision: Annotated[CometPrecision, typer.Option(help="The COMET model's weights.")] = CometPrecision(COMET.precision),
 ) -> None:
-    """Score with sacreBLEU (BLEU, chrF, TER with signatures, and lowercased tokenized BLEU), flag problem
-    sentences, and compare several systems with the first by paired significance tests. A split of several
-    directions (a multilingual recipe) is also scored direction by direction, with their mean."""
-    from mtkit.evaluation.problems import parse_rules
+    """Score with sacreBLEU (BLEU, chrF, TER, lowercased BLEU; with signatures) and COMET (--metric), flag problem sentences,
+    compare systems with the first by paired significance tests; a multilingual split also direction by direction."""
     from mtkit.evaluation.report import EvaluateRequest, evaluate, save_scores, scores_directory
 
     request = EvaluateRequest(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
         output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
-        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True,
+        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
+        comet=_comet_options(comet_model, encoder=comet_encoder, device=device, precision=comet_precision),
     )  # fmt: skip
     report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
     directory = scores_directory(request)
     if record_scores and directory is not None and request.split is not None:
         save_scores(directory, request.split, report.systems[0].result)
+
+
+def _comet_options(model: str | None, *, encoder: Path | None, device: str, precision: CometPrecision) -> CometOptions | None:
+    """`--comet-model` and its options, or None without one."""
+    return None if model is None else CometOptions(model=model, encoder=encoder, device=device, precision=precision.value)
 
 
 @app.command("export")

@@ -53,3 +53,15 @@ class ConstraintOrder(str, Enum):
 
     ANY = "any"
     GIVEN = "given"
+
+
+class QualityMetric(str, Enum):
+    """A neural metric `evaluate` adds to sacreBLEU's: COMET against the references, or COMET-QE from the source."""
+
+    COMET = "comet"
+    QE = "qe"
+
+
+class CometPrecision(str, Enum):
+    FP32 = "fp32"
+    BF16 = "bf16"

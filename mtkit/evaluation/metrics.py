@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 # sacrebleu's closest protocol is lowercased BLEU with its 13a tokenizer; it is
 # reported next to (never instead of) the standard cased BLEU.
 LOWERCASED_BLEU = "BLEU (lowercased, tokenized)"
+# `evaluate --metric`'s neural metrics (mtkit.evaluation.comet), by the names the reports give them.
+QUALITY_METRICS = {"comet": "COMET", "qe": "COMET-QE"}
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Score:
     name: str
     score: float
     signature: str
+    digits: int = 2  # decimals reported: 4 for COMET, whose scores sit near 0-1
 
 
 @dataclass
@@ -48,7 +51,7 @@ class EvalResult:
     def format(self) -> str:
         """One line per metric: name, score with two decimals, signature."""
         width = max(len(s.name) for s in self.scores)
-        return "\n".join(f"{s.name:<{width}}  {s.score:6.2f}  signature: {s.signature}" for s in self.scores)
+        return "\n".join(f"{s.name:<{width}}  {s.score:6.{s.digits}f}  signature: {s.signature}" for s in self.scores)
 
 
 def score_corpus(hyps: list[str], refs: list[list[str]]) -> EvalResult:

@@ -16,10 +16,12 @@ from mtkit.config import Config, bleu_band, direction, split_languages, tag_lang
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError, OptionError
+from mtkit.evaluation.comet.options import CometOptions
+from mtkit.evaluation.comet.scorer import CometScorer
 from mtkit.evaluation.language import off_target_rate
-from mtkit.evaluation.metrics import EvalResult, bleu, chrf, score_corpus
+from mtkit.evaluation.metrics import QUALITY_METRICS, EvalResult, Score, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
-from mtkit.evaluation.significance import Comparison, PairedTests, compare_systems
+from mtkit.evaluation.significance import Comparison, PairedTests, compare_sentence_scores, compare_systems
 from mtkit.run_files import RunFiles
 from mtkit.textio import read_lines, write_lines
 
@@ -43,6 +45,8 @@ class EvaluateRequest:
     tgt_lang: str | None = None  # with models: the language to translate into (a model of several)
     off_target: bool = False  # report the share of outputs not in the target language (py3langid)
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
+    metric: str | None = None  # "comet" or "qe": also a COMET model's score (QUALITY_METRICS), from `comet`
+    comet: CometOptions | None = None  # the COMET model that scores `metric`
 
 
 @dataclass
@@ -50,9 +54,11 @@ class SystemReport:
     name: str
     result: EvalResult
     flags: dict[str, int]
+    sentence_scores: dict[str, list[float]] = field(default_factory=dict)  # a COMET score's, sentence by sentence
 
     def to_dict(self) -> dict:
-        return {**self.result.to_dict(), "flags": self.flags}
+        sentences = {"sentence_scores": self.sentence_scores} if self.sentence_scores else {}
+        return {**self.result.to_dict(), "flags": self.flags, **sentences}
 
     def format(self) -> str:
         problems = ", ".join(f"{flag} {count}" for flag, count in self.flags.items())
@@ -113,6 +119,7 @@ class Report:
 
 def evaluate(request: EvaluateRequest) -> Report:
     """Score every system, flag its problems, and compare several with the first."""
+    quality = _quality_scorer(request)  # a COMET model is checked and loaded before anything is translated
     systems = _systems(request)
     names, hypotheses, sources, references = systems.names, systems.hypotheses, systems.sources, systems.references
     reports, all_flags = [], []
@@ -120,11 +127,15 @@ def evaluate(request: EvaluateRequest) -> Report:
         flags = flag_corpus(hyps, references[0], sources, request.rules)
         reports.append(SystemReport(name, score_corpus(hyps, references), flag_counts(flags)))
         all_flags.append(flags)
+    if quality is not None:
+        _add_quality_scores(reports, systems, quality, request.metric or "comet")
     if request.flags_file is not None:
         write_flags(request.flags_file, names, all_flags, sources, hypotheses, references[0])
     comparison = None
     if len(names) > 1:
         comparison = compare_systems(names, hypotheses, references, request.tests)
+        for metric in reports[0].sentence_scores:
+            comparison.scores[metric] = compare_sentence_scores([r.sentence_scores[metric] for r in reports], request.tests)
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
     by_direction = len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None
     directions = _directions(systems, request) if by_direction else []
@@ -135,6 +146,40 @@ def evaluate(request: EvaluateRequest) -> Report:
     elif band:
         verdict = _band_verdict(reports[0].result.scores[0].score, band, "test BLEU")
     return Report(reports, comparison, verdict, directions)
+
+
+def _quality_scorer(request: EvaluateRequest) -> CometScorer | None:
+    """The COMET model `--metric` asks for, loaded, and checked to be of that kind (with or without references)."""
+    if request.metric is None:
+        if request.comet is not None:
+            raise MtkitError(f"--comet-model {request.comet.model} scores with --metric comet (or qe, reference-free): add it")
+        return None
+    if request.comet is None:
+        raise MtkitError(f"--metric {request.metric} needs --comet-model M: a COMET folder or hub id (docs/evaluation.md)")
+    scorer = CometScorer.load(request.comet)
+    model = request.comet.model
+    if request.metric == "comet" and not scorer.needs_references:
+        raise MtkitError(f"--metric comet with --comet-model {model}, a reference-free (QE) model: use --metric qe")
+    if request.metric == "qe" and scorer.needs_references:
+        raise MtkitError(
+            f"--metric qe with --comet-model {model}, which scores against references: use --metric comet, "
+            "or a QE model such as Unbabel/wmt22-cometkiwi-da"
+        )
+    return scorer
+
+
+def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: CometScorer, metric: str) -> None:
+    """Each system's COMET (or COMET-QE) score, the mean of its sentence scores, beside sacreBLEU's."""
+    sources, name = systems.sources, QUALITY_METRICS[metric]
+    if sources is None:
+        raise MtkitError(f"--metric {metric} reads the sources too: give --src FILE with --hyp")
+    if len(sources) != len(systems.hypotheses[0]):
+        raise MtkitError(f"--src has {len(sources)} lines but the hypotheses {len(systems.hypotheses[0])}; give aligned files")
+    references = systems.references[0] if scorer.needs_references else None
+    for report, hypotheses in zip(reports, systems.hypotheses, strict=True):
+        sentences = scorer.score(sources, hypotheses, references, progress=True)
+        report.result.scores.append(Score(name, sum(sentences) / len(sentences), scorer.signature, digits=4))
+        report.sentence_scores[name] = sentences
 
 
 def _band_verdict(bleu: float, band: tuple[float, float], what: str) -> str:
@@ -277,7 +322,7 @@ def save_scores(directory: Path, split: str, result: EvalResult) -> Path:
     """
     files = RunFiles(directory)
     known = files.read_scores() or {}
-    known[split] = {score.name: round(score.score, 2) for score in result.scores}
+    known[split] = {score.name: round(score.score, score.digits) for score in result.scores}
     known[split]["signatures"] = {score.name: score.signature for score in result.scores}  # a model card quotes them
     try:
         files.write_scores(known)

@@ -2,7 +2,8 @@
 
 Every system is compared with the first (the baseline) on the same references by sacreBLEU's own
 paired bootstrap resampling (which also gives each system's mean and 95% confidence interval) and
-paired approximate randomisation, for BLEU, chrF and TER. The seed and the sample counts are part
+paired approximate randomisation, for BLEU, chrF and TER; a COMET score, the mean of its sentence scores, by
+the same two tests over those scores (`compare_sentence_scores`). The seed and the sample counts are part
 of the result, so a comparison can be repeated exactly.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mtkit.errors import MtkitError
+from mtkit.evaluation.metrics import QUALITY_METRICS
 
 METRICS = ("BLEU", "chrF", "TER")
 
@@ -54,16 +56,19 @@ class Comparison:
 
     def format(self, alpha: float = 0.05) -> str:
         """A table per metric: score, mean ± 95% CI, and both p-values, * marking p < alpha."""
+        comet = ", COMET's over its sentence scores" if set(self.scores) & set(QUALITY_METRICS.values()) else ""
         lines = [
-            f"paired tests against {self.systems[0]} (sacreBLEU; bootstrap: {self.bootstrap_samples} resamples, "
+            f"paired tests against {self.systems[0]} (sacreBLEU{comet}; bootstrap: {self.bootstrap_samples} resamples, "
             f"approximate randomisation: {self.randomisation_trials} trials, seed {self.seed})"
         ]
         width = max(len(name) for name in self.systems)
         for metric, scores in self.scores.items():
+            digits = 4 if metric in QUALITY_METRICS.values() else 2  # COMET's scores sit near 0-1
             lines.append(f"{metric:<{width}}  score   mean ± 95% CI     p (bootstrap)  p (randomisation)")
             for name, result in zip(self.systems, scores, strict=True):
                 p_values = "  baseline" if result.p_bootstrap is None else _p_values(result, alpha)
-                lines.append(f"{name:<{width}}  {result.score:6.2f}  {result.mean:6.2f} ± {result.ci:5.2f}   {p_values}")
+                numbers = f"{result.score:6.{digits}f}  {result.mean:6.{digits}f} ± {result.ci:5.{digits}f}"
+                lines.append(f"{name:<{width}}  {numbers}   {p_values}")
         return "\n".join(lines)
 
 
@@ -103,6 +108,49 @@ def compare_systems(
         for metric, bs_results, ar_results in zip(METRICS, results["bs"], results["ar"], strict=True)
     }
     return Comparison(list(names), scores, tests.seed, tests.bootstrap_samples, tests.randomisation_trials)
+
+
+def compare_sentence_scores(scores: Sequence[Sequence[float]], tests: PairedTests = PairedTests()) -> list[SystemScore]:
+    """The same two paired tests for a metric whose corpus score is the mean of its sentence scores (COMET):
+    each system against the first, resampling or swapping sentence scores where sacreBLEU resamples statistics.
+
+    Args:
+        scores: one list of N sentence scores per system, the baseline first, aligned sentence by sentence.
+    """
+    import numpy as np
+    from sacrebleu.significance import estimate_ci
+
+    table = np.asarray(scores, dtype=np.float64)  # (systems, N)
+    draws = np.random.default_rng(tests.seed).choice(table.shape[1], size=(tests.bootstrap_samples, table.shape[1]))
+    resampled = [system[draws].mean(axis=1) for system in table]  # per system: (samples,)
+    found = []
+    for number, system in enumerate(table):
+        mean, ci = estimate_ci(resampled[number])
+        p_values: tuple[float | None, float | None] = (None, None)
+        if number:
+            observed = abs(system.mean() - table[0].mean())
+            deltas = np.abs(resampled[number] - resampled[0])
+            swapped = _swapped_differences(table[0] - system, tests)
+            p_values = (1.0, 1.0) if observed == 0 else (_p_value(deltas - deltas.mean(), observed), _p_value(swapped, observed))
+        found.append(SystemScore(float(system.mean()), float(mean), float(ci), *p_values))
+    return found
+
+
+def _swapped_differences(differences: Any, tests: PairedTests) -> Any:
+    """|mean(A) - mean(B)| after swapping each sentence's two scores with probability 1/2, once a trial."""
+    import numpy as np
+
+    rng = np.random.default_rng(tests.seed)
+    found = []
+    for start in range(0, tests.randomisation_trials, 1000):  # 1000 trials at a time bound the memory
+        signs = rng.integers(2, size=(min(1000, tests.randomisation_trials - start), len(differences))) * 2 - 1
+        found.append(np.abs(signs @ differences) / len(differences))
+    return np.concatenate(found)
+
+
+def _p_value(samples: Any, observed: float) -> float:
+    """sacreBLEU's p-value: the share of sampled statistics above the observed one, with add-one smoothing."""
+    return (int((samples > observed).sum()) + 1) / (len(samples) + 1)
 
 
 def _p_values_against(baseline: float, bootstrap: Any, randomisation: Any) -> tuple[float, float]:
