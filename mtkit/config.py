@@ -425,6 +425,9 @@ class TrainConfig:
             ),
         },
     )
+    # recompute each layer's activations in the backward pass instead of keeping them (mtkit.training.recompute): one
+    # layer's activations held at a time, for a second forward pass through each layer; for models of 600M+ parameters
+    checkpoint_activations: bool = False
     # where a compiled step's compiler cache is kept between runs (mtkit.training.compile_cache): a folder, auto
     # ($MTKIT_CACHE_DIR/compile, else ~/.cache/mtkit/compile) or false (off)
     compile_cache: str = field(default="auto", metadata={"words": ("false",)})

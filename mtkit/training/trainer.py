@@ -64,6 +64,7 @@ from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
 from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
 from mtkit.training.progress import Progress
+from mtkit.training.recompute import recompute_blocks
 from mtkit.training.regional import compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
@@ -113,6 +114,8 @@ def training_forward(
     so token-budget batches do not each compile): validation and decoding stay eager.
     """
     amp_dtype = autocast_dtype(device, config.precision)
+    if config.checkpoint_activations:
+        recompute_blocks(model)
     forward: torch.nn.Module = (
         FusedTeacherForcing(model, config.label_smoothing, amp_dtype)
         if fused_loss_on(config, device)
