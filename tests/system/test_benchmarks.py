@@ -15,13 +15,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HELPERS = {"__init__", "common", "opennmt", "onmt_config", "peers_measure"}  # modules the scripts import, not scripts
+# modules the scripts import or run, not scripts
+HELPERS = {"__init__", "common", "comet_build", "opennmt", "onmt_config", "peers_measure"}
 SCRIPTS = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem not in HELPERS)
 # The top-level keys of each script's report (besides "smoke", which every one has in smoke mode).
 KEYS = {
     "abuse": {"date", "model", "server_options", "machine", "matmul_gflop_per_s", "alone", "with_abusers", "throughput_kept"},
     "adaptation": {"date", "machine", "models"},
     "budget": {"date", "machine", "matmul_gflop_per_s", "rows"},
+    "comet_speed": {"machine", "checkpoint", "sentences", "sentences_per_s", "system_scores", "ratio_mtkit_over_comet"},
     "distill": {"date", "machine", "matmul_gflop_per_s", "teacher", "students", "sentences", "rounds", "rows"},
     "multilingual": {"supervised", "zero_shot"},
     "ops": {"threads", "torch", "ops"},
