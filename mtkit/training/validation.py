@@ -134,8 +134,9 @@ class ValidationMetric:
         if config.validate_metric == "bleu":
             return None
         model, encoder = config.comet_model or "", Path(config.comet_encoder).expanduser() if config.comet_encoder else None
-        try:
-            scorer = CometScorer.load(CometOptions(model=model, encoder=encoder, device=str(device)))
+        try:  # the encoder is built (randomly initialised) before its weights are read: the run's seeded RNG is kept
+            with torch.random.fork_rng(devices=[]):
+                scorer = CometScorer.load(CometOptions(model=model, encoder=encoder, device=str(device)))
         except MtkitError as err:  # the scorer names evaluate's options; here they are recipe keys
             said = str(err).replace("--comet-model", "train.comet_model").replace("--comet-encoder", "train.comet_encoder")
             raise MtkitError(said) from None
