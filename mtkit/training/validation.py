@@ -48,7 +48,7 @@ class Quality:
         return record | {f"valid_{self.metric}_{way}": round(score, 4) for way, score in self.directions.items()}
 
     def describe(self) -> str:
-        """'COMET 0.7312 (12.3 s)', as the training log prints it."""
+        """'COMET 0.7312 (T s)', as the training log prints it."""
         return f"{QUALITY_METRICS[self.metric]} {self.score:.4f} ({self.seconds:.1f} s)"
 
 
@@ -91,7 +91,7 @@ class Validation:
 
 def validation_line(progress: Progress, result: Validation) -> str:
     """The training log's line for a validation that `progress` has recorded: 'step 500: valid loss 3.100,
-    BLEU 20.10, COMET 0.7312 (12.3 s) (best COMET 0.7312 at step 500)'; with BLEU, '(best 20.10 at step 500)'."""
+    BLEU 20.10, COMET 0.7312 (T s) (best COMET 0.7312 at step 500)'; with BLEU, '(best 20.10 at step 500)'."""
     per_direction = f" (mean of {result.describe()})" if result.directions else ""
     quality = f", {result.quality.describe()}" if result.quality is not None else ""
     best = f"{progress.best_bleu:.2f}" if progress.metric == "bleu" else f"{QUALITY_METRICS[progress.metric]} {progress.best:.4f}"
