@@ -75,8 +75,9 @@ class Progress:
         return {f"best_{self.metric}": round(self.best_score, 4)}
 
     def early_stopping_state(self) -> list[float]:
-        """What every rank must agree on after a validation (rank 0's is broadcast): see `take_early_stopping_state`."""
+        """What every rank must agree on after a validation (only rank 0 validates; it broadcasts this)."""
         return [self.best_bleu, self.best_step, self.bad_validations, self.best_score]
 
     def take_early_stopping_state(self, state: list[float]) -> None:
+        """Adopt rank 0's `early_stopping_state()`."""
         self.best_bleu, self.best_step, self.bad_validations, self.best_score = state
