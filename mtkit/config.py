@@ -325,6 +325,13 @@ class ModelConfig:
     input_feed: bool = field(default=False, metadata=_RNN | _relation(_input_feed_needs_luong))
 
 
+def _comet_key_needs_metric(train: TrainConfig) -> str | None:
+    """The COMET keys are read with train.validate_metric comet or qe only: alone they would change nothing."""
+    if train.validate_metric != "bleu":
+        return None
+    return "it is read with train.validate_metric comet (or qe, reference-free): set that too, or leave this key out"
+
+
 @dataclass
 class TrainConfig:
     """The training loop: batching, optimiser, schedule, stopping."""
@@ -367,6 +374,29 @@ class TrainConfig:
     )
     validate_every: int = field(default=1000, metadata=_at_least(1))  # updates between validations (and checkpoints)
     valid_beam: int = field(default=1, metadata=_at_least(1))  # beam used to decode the valid set for BLEU
+    # what chooses best.pt and drives train.patience: bleu, or the COMET model train.comet_model's score, against the
+    # references (comet) or from the source alone (qe); BLEU is validated and logged with either
+    validate_metric: str = field(
+        default="bleu",
+        metadata={
+            **_choice("bleu", "comet", "qe"),
+            **_relation(
+                lambda t: None
+                if t.validate_metric == "bleu" or t.comet_model
+                else "give train.comet_model, a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, "
+                "such as Unbabel/wmt22-comet-da for comet or Unbabel/wmt22-cometkiwi-da for qe"
+            ),
+        },
+    )
+    # with validate_metric comet or qe: the COMET model (as `mtkit evaluate --comet-model`), loaded once per training
+    comet_model: str | None = field(default=None, metadata=_relation(_comet_key_needs_metric))
+    # offline: the folder of the encoder the COMET model's hparams.yaml names (as `mtkit evaluate --comet-encoder`)
+    comet_encoder: str | None = field(default=None, metadata=_relation(_comet_key_needs_metric))
+    # COMET scores the first N lines of each validation set (it costs more than decoding them); 0 = all
+    validate_lines: int = field(
+        default=0,
+        metadata={**_at_least(0, 500), **_relation(lambda t: None if t.validate_lines == 0 else _comet_key_needs_metric(t))},
+    )
     # stop after this many validations without a better BLEU; 0 = never
     patience: int = field(default=0, metadata=_at_least(0, 10))
     log_every: int = field(default=100, metadata=_at_least(1))

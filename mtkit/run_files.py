@@ -15,7 +15,7 @@ which also says which checkpoint `-m RUN` means.
     RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
 
 Which checkpoint `-m RUN` means is decided here (`RunFiles.chosen_weights`, `checkpoint_file`); the
-validation BLEU it compares is read from the checkpoints by `mtkit.models.checkpoint.resolve_checkpoint`,
+validation score it compares is read from the checkpoints by `mtkit.models.checkpoint.resolve_checkpoint`,
 and a training writes the directory through `mtkit.training.run_writer.RunWriter`.
 """
 
@@ -106,22 +106,22 @@ class RunFiles:
         named = [self.last, self.best, self.ema, self.average, self.log, self.curves]
         return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
 
-    def chosen_weights(self, validated_bleu: Callable[[Path], float | None]) -> Path:
+    def chosen_weights(self, validated_score: Callable[[Path], float | None]) -> Path:
         """Which checkpoint `-m RUN` means: its best-validated final weights. best.pt, or ema.pt (train.ema) or
-        average.pt (train.average_last) where their validation BLEU is at least as high (a tie goes to an
-        average); last.pt when nothing was validated. `validated_bleu(path)` is the BLEU a checkpoint records
-        (None: not validated as it is)."""
+        average.pt (train.average_last) where their validation score (BLEU, or the run's train.validate_metric)
+        is at least as high (a tie goes to an average); last.pt when nothing was validated.
+        `validated_score(path)` is the score a checkpoint records (None: not validated as it is)."""
         if not self.best.is_file():
             if self.last.is_file():
                 return self.last
             raise MtkitError(
                 f"{self.path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first"
             )
-        chosen, top = self.best, validated_bleu(self.best)
+        chosen, top = self.best, validated_score(self.best)
         for path in (self.ema, self.average):
-            bleu = validated_bleu(path) if path.is_file() else None
-            if bleu is not None and bleu >= top:
-                chosen, top = path, bleu
+            score = validated_score(path) if path.is_file() else None
+            if score is not None and (top is None or score >= top):
+                chosen, top = path, score
         return chosen
 
     def write_config(self, recipe: dict[str, Any]) -> None:
@@ -140,10 +140,10 @@ class RunFiles:
         write_file(self.scores, json.dumps(scores, indent=1) + "\n")
 
 
-def checkpoint_file(path: Path, validated_bleu: Callable[[Path], float | None]) -> Path:
+def checkpoint_file(path: Path, validated_score: Callable[[Path], float | None]) -> Path:
     """Which file `-m PATH` means: a run directory's chosen weights (`RunFiles.chosen_weights`); a file as it is."""
     if path.is_dir():
-        return RunFiles(path).chosen_weights(validated_bleu)
+        return RunFiles(path).chosen_weights(validated_score)
     if not path.is_file():
         raise MtkitError(f"{path}: no such run directory or checkpoint; pass the run_dir of a trained recipe")
     return path

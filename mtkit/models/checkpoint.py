@@ -2,7 +2,8 @@
 
 A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
 position, so `mtkit translate -m RUN_DIR` needs nothing else. `last.pt` also holds the optimiser
-and scheduler for `--resume`; `best.pt` holds the weights with the best validation BLEU.
+and scheduler for `--resume`; `best.pt` holds the weights with the best validation score (BLEU, or the COMET
+of `train.validate_metric`).
 Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never run code.
 """
 
@@ -62,15 +63,20 @@ def checkpoint_tokenizers(payload: dict[str, Any]) -> TokenizerPair:
 
 def resolve_checkpoint(path: Path) -> Path:
     """The checkpoint file `-m path` means: a file as it is; of a run directory, the weights
-    `RunFiles.chosen_weights` chooses (its best-validated final checkpoint), by the BLEU read here."""
-    return checkpoint_file(path, validated_bleu)
+    `RunFiles.chosen_weights` chooses (its best-validated final checkpoint), by the score read here."""
+    return checkpoint_file(path, validated_score)
 
 
-def validated_bleu(path: Path) -> float | None:
-    """The validation BLEU a run's checkpoint records: best.pt the best of its run; an end-of-training
-    average.pt or ema.pt its own (None until the end of training has validated it)."""
+def validated_score(path: Path) -> float | None:
+    """The validation score a run's checkpoint records, by the metric that chose its best.pt (the progress'
+    `metric`: BLEU in runs without one): best.pt the best of its run; an end-of-training average.pt or ema.pt
+    its own, valid_bleu or valid_comet (None until the end of training has validated it)."""
     payload = read_checkpoint(path)
-    return payload["progress"]["best_bleu"] if path == RunFiles.of(path).best else payload.get("valid_bleu")
+    progress = payload["progress"]
+    metric = progress.get("metric", "bleu")
+    if path == RunFiles.of(path).best:
+        return progress["best_bleu"] if metric == "bleu" else progress.get("best_score")
+    return payload.get(f"valid_{metric}")
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

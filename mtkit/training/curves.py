@@ -1,7 +1,8 @@
 """Learning curves (`mtkit plot RUN [RUN ...] -o curves.png`, and RUN/curves.png at each validation).
 
-From each run's log.jsonl: training loss, validation loss and validation BLEU, against updates (top
-row) and against training wall-clock time (bottom row), the runs overlaid and labelled by their
+From each run's log.jsonl: training loss, validation loss and validation BLEU (and the COMET or
+COMET-QE of a run validated by it, `train.validate_metric`), against updates (top row) and against
+training wall-clock time (bottom row), the runs overlaid and labelled by their
 directory names. Validation records carry the elapsed training time; a training-loss record's time
 is interpolated between them (and extrapolated at the last validation's pace). matplotlib draws
 off-screen (Agg), and the image replaces the previous one only once complete.
@@ -21,6 +22,8 @@ from mtkit.run_files import RunFiles
 from mtkit.textio import atomic_file, file_lines
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
+# a panel of its own when a run validated by COMET has the score (train.validate_metric)
+QUALITY_PANELS = (("valid_comet", "validation COMET"), ("valid_qe", "validation COMET-QE"))
 DIRECTION_BLEU = "valid_bleu_"  # a multilingual run's BLEU of one direction: valid_bleu_de-en, drawn dashed with the mean
 
 
@@ -58,7 +61,7 @@ def read_curves(run: Path) -> RunCurves:
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise MtkitError(f"{log}:{number}: not a training log record (no step); give a run directory `mtkit train` wrote")
         directions = [key for key in record if key.startswith(DIRECTION_BLEU) and isinstance(record[key], (int, float))]
-        for key in [name for name, _ in PANELS] + directions:
+        for key in [name for name, _ in PANELS + QUALITY_PANELS] + directions:
             if key in record:
                 steps, values = curves.points.setdefault(key, ([], []))
                 steps.append(record["step"])
@@ -77,11 +80,13 @@ def plot_curves(runs: Sequence[RunCurves], output: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(2, len(PANELS), figsize=(15, 8), squeeze=False)
+    panels = PANELS + tuple(panel for panel in QUALITY_PANELS if any(panel[0] in run.points for run in runs))
+    bleu = len(PANELS) - 1  # the BLEU column, where a multilingual run's directions are drawn too
+    figure, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 8), squeeze=False)
     longest = max((run.clock[1][-1] for run in runs), default=0.0)
     unit, per_unit = ("hours", 3600) if longest > 3 * 3600 else ("minutes", 60)
     for run in runs:
-        for column, (key, title) in enumerate(PANELS):
+        for column, (key, title) in enumerate(panels):
             steps, values = run.points.get(key, ([], []))
             marker = "." if key != "train_loss" else None  # validations are few: show each
             axes[0][column].plot(steps, values, marker=marker, label=run.label)
@@ -90,12 +95,12 @@ def plot_curves(runs: Sequence[RunCurves], output: Path) -> list[str]:
         for key in sorted(key for key in run.points if key.startswith(DIRECTION_BLEU)):
             steps, values = run.points[key]
             label = f"{run.label} {key.removeprefix(DIRECTION_BLEU)}"
-            axes[0][-1].plot(steps, values, linestyle="--", linewidth=1, label=label)
-            axes[1][-1].plot(run.seconds(steps) / per_unit, values, linestyle="--", linewidth=1, label=label)
-    for column in range(len(PANELS)):
+            axes[0][bleu].plot(steps, values, linestyle="--", linewidth=1, label=label)
+            axes[1][bleu].plot(run.seconds(steps) / per_unit, values, linestyle="--", linewidth=1, label=label)
+    for column in range(len(panels)):
         axes[0][column].set_xlabel("updates")
         axes[1][column].set_xlabel(f"training time ({unit})")
-    handles, labels = axes[0][-1].get_legend_handles_labels()
+    handles, labels = axes[0][bleu].get_legend_handles_labels()
     figure.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4))
     figure.tight_layout(rect=(0, 0, 1, 0.94))
     _save(figure, output)

@@ -69,7 +69,14 @@ from mtkit.training.regional import compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.update import UpdateGuard
-from mtkit.training.validation import check_valid_sets, validate
+from mtkit.training.validation import (
+    ValidationMetric,
+    best_text,
+    check_valid_sets,
+    final_weights_report,
+    validate,
+    validation_line,
+)
 
 # fused Adam on CPU came with torch 2.4; the package allows 2.3
 _FUSED_ADAM_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -176,8 +183,9 @@ class Trainer:
     """
 
     def __init__(
-        self, config: Config, device: torch.device, distributed: Distributed | None = None, run_dir: RunWriter | None = None
-    ) -> None:
+        self, config: Config, device: torch.device, distributed: Distributed | None = None, run_dir: RunWriter | None = None,
+        *, metric: ValidationMetric | None = None,  # train.validate_metric's COMET model, if loaded already
+    ) -> None:  # fmt: skip
         self.config, self.train_config = config, config.train
         self.device, self.distributed, self.run_dir = device, distributed or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
@@ -185,16 +193,18 @@ class Trainer:
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
-        self.validate_model = partial(  # a model's loss and BLEU on the validation set, decoded as the recipe says
-            eager(validate), valid=self.valid, tokenizers=self.tokenizers, config=config, device=device, amp_dtype=self.amp_dtype
-        )
+        metric = metric or (ValidationMetric.load(config.train, device) if run_dir is not None else None)
+        self.validate_model = partial(  # a model's loss, BLEU (and COMET) on the validation set, decoded as the recipe says
+            eager(validate), valid=self.valid, tokenizers=self.tokenizers, config=config, device=device,
+            amp_dtype=self.amp_dtype, metric=metric,
+        )  # fmt: skip
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device, weights_dtype(self.train_config))
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = Levers.of(self.train_config, device)
         self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
-        self.progress = Progress()
+        self.progress = Progress(metric=self.train_config.validate_metric)
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
         self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.schedule_clock)
@@ -210,7 +220,7 @@ class Trainer:
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
-        self.progress = Progress(**payload["progress"])
+        self.progress = Progress.resumed(payload["progress"], self.train_config.validate_metric)
         torch.set_rng_state(payload["rng"])
         if payload.get("scaler"):
             self.scaler.load_state_dict(payload["scaler"])
@@ -369,20 +379,13 @@ class Trainer:
         progress = self.progress
         if self.run_dir is not None:
             result = self.validate_model(self.model)
-            improved = progress.record_validation(result.bleu)
-            best, elapsed = round(progress.best_bleu, 2), round(progress.elapsed, 1)
-            self.run_dir.append_log(
-                {"step": progress.step, "epoch": progress.epoch + 1, **result.record(), "best_bleu": best, "elapsed_s": elapsed}
-            )
-            per_direction = f" (mean of {result.describe()})" if result.directions else ""
-            say(
-                f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f}{per_direction} "
-                f"(best {progress.best_bleu:.2f} at step {progress.best_step})"
-            )
+            improved = progress.record_validation(result.bleu, result.quality_score)
+            scores, elapsed = {**result.record(), **progress.best_record()}, round(progress.elapsed, 1)
+            self.run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **scores, "elapsed_s": elapsed})
+            say(validation_line(progress, result))
             self.run_dir.save(self.checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
             self.run_dir.draw_curves()
-        shared = [progress.best_bleu, progress.best_step, progress.bad_validations]
-        progress.best_bleu, progress.best_step, progress.bad_validations = broadcast_from_main(shared, self.distributed)
+        progress.take_early_stopping_state(broadcast_from_main(progress.early_stopping_state(), self.distributed))
 
     def _take_due_snapshots(self) -> None:
         """Write at_<time>.pt for each snapshot time training has now run (after an update)."""
@@ -407,17 +410,16 @@ class Trainer:
             self._validate_weights(ema, "ema", f"moving average of the weights (decay {self.ema.decay:g})")
 
     def _validate_weights(self, payload: dict[str, Any], stem: str, what: str, record: dict[str, Any] | None = None) -> None:
-        """Validate `payload`'s weights, store the BLEU in RUN/<stem>.pt, log it next to best.pt's and say which -m RUN uses."""
+        """Validate `payload`'s weights, store the BLEU (and COMET) in RUN/<stem>.pt, log them next to best.pt's
+        and say which -m RUN uses."""
         assert self.run_dir is not None
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
         result = self.validate_model(self.model)
-        payload["valid_bleu"] = result.bleu
-        save_checkpoint(payload, self.run_dir.files.weights(stem))
-        best = self.progress.best_bleu
-        scores = {f"{stem}_valid_bleu": result.bleu, "best_valid_bleu": best}
+        save_checkpoint(payload | result.weights_record(), self.run_dir.files.weights(stem))
+        scores, said = final_weights_report(stem, result, self.progress)
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
-        say(f"{what}: valid BLEU {result.bleu:.2f}, best.pt {best:.2f}; -m RUN uses {chosen}")
+        say(f"{what}: {said}; -m RUN uses {chosen}")
 
 
 def report_overflow(run_dir: RunWriter | None, distributed: Distributed, step: int, scale: float) -> None:
@@ -500,9 +502,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     """
     distributed, device = setup_process(config.train)
     main = distributed.is_main  # rank 0 owns the run directory
+    metric = ValidationMetric.load(config.train, device) if main else None  # a wrong COMET model: one line, nothing written
     run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if main else None
     barrier(distributed)
-    trainer = Trainer(config, device, distributed, run_dir)
+    trainer = Trainer(config, device, distributed, run_dir, metric=metric)
     if resume:
         trainer.restore(read_checkpoint(RunFiles(config.run_path).last))
     elif config.train.init_from:
@@ -559,7 +562,7 @@ def _final_message(trainer: Trainer) -> None:
     reason = "stopped on request" if trainer.stop_requested else "finished"
     say(
         f"training {reason} at step {progress.step} (epoch {progress.epoch + 1}, {progress.elapsed / 60:.1f} min); "
-        f"best valid BLEU {progress.best_bleu:.2f} at step {progress.best_step}; run directory {run_path}"
+        f"best valid {best_text(progress)} at step {progress.best_step}; run directory {run_path}"
     )
     if trainer.stop_requested:
         say(f"resume with: mtkit train RECIPE --resume --set run_dir={run_path}")
