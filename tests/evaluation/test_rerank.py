@@ -75,7 +75,7 @@ def test_qe_picks_the_candidate_the_reference_free_model_scores_highest():
     reranker = Reranker.load(qe_options())
     assert reranker is not None and reranker.scorer is not None
     sources = ["Ein Hund läuft.", "Zwei Kinder spielen."]
-    lines = [candidates("A dog runs.", "A dog is running.", "Dog."), candidates("Two kids play.", "Children", "Two children play.")]
+    lines = [candidates("A dog runs.", "A dog is running.", "Dog."), candidates("Two kids play.", "Kids", "Two children play.")]
     for source, line, picked in zip(sources, lines, reranker.choose(sources, lines), strict=True):
         scores = reranker.scorer.score([source] * len(line), [t.text for t in line])
         assert picked[0].text == line[scores.index(max(scores))].text
