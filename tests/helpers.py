@@ -545,3 +545,32 @@ def assert_close_to_scale(found: torch.Tensor, expected: torch.Tensor, relative:
     """max |found - expected| <= relative x max |expected|: summation order differs, so compare to the tensor's scale."""
     difference = (found.double() - expected.double()).abs().max().item()
     assert difference <= relative * expected.double().abs().max().item(), f"{name}: {difference}"
+
+
+def noisy_multi30k(clean: int, noise: int, seed: int = 0) -> tuple[list[tuple[str, str]], dict[str, set[int]]]:
+    """The first `clean` German-English Multi30k pairs with `noise` pairs of each kind of crawl noise mixed in at
+    random places: shuffled (a target of another pair), copy (the source as its target), wrong_language (the
+    French target), truncated (the target's first third); and where each kind went (indices into the pairs)."""
+    sides = {lang: read_gz_lines(MULTI30K / f"train.{lang}.gz")[: clean + 4 * noise] for lang in ("de", "en", "fr")}
+    rng = random.Random(seed)
+    pairs = list(zip(sides["de"][:clean], sides["en"][:clean], strict=True))
+    extra = range(clean, clean + 4 * noise)
+    made = {
+        "shuffled": [(sides["de"][i], sides["en"][rng.randrange(clean)]) for i in extra[:noise]],
+        "copy": [(sides["de"][i], sides["de"][i]) for i in extra[noise : 2 * noise]],
+        "wrong_language": [(sides["de"][i], sides["fr"][i]) for i in extra[2 * noise : 3 * noise]],
+        "truncated": [(sides["de"][i], " ".join(words[: max(1, len(words) // 3)]))
+                      for i in extra[3 * noise :] for words in [sides["en"][i].split()]],
+    }  # fmt: skip
+    labelled = [(pair, None) for pair in pairs] + [(pair, kind) for kind, made_pairs in made.items() for pair in made_pairs]
+    rng.shuffle(labelled)
+    where: dict[str, set[int]] = {kind: set() for kind in made}
+    for index, (_, kind) in enumerate(labelled):
+        if kind is not None:
+            where[kind].add(index)
+    return [pair for pair, _ in labelled], where
+
+
+def read_gz_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
