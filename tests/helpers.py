@@ -48,7 +48,7 @@ MULTI30K = Path(__file__).resolve().parent / "corpus" / "multi30k"
 # The fixtures that train a model or start a server or a browser: a test that uses one is slow.
 SLOW_FIXTURES = {
     *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid", "tagged_run"),
-    *("cli_workspace", "de_en_run", "marian_child", "server", "browser"),
+    *("cli_workspace", "de_en_run", "marian_child", "server", "browser", "noisy_corpus"),
 }
 # The folders of the slow tiers: end-to-end commands and trained models; processes, servers and browsers.
 SLOW_TIERS = ("integration", "system")
