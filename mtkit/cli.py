@@ -132,6 +132,9 @@ MbrUtilityOption = Annotated[
 RerankCometModel = Annotated[
     Optional[str], typer.Option(help="With --rerank qe or --mbr-utility comet: a COMET folder or hub id (docs/evaluation.md).")
 ]
+ServeCometModel = Annotated[
+    Optional[str], typer.Option(help="The COMET model of requests' rerank qe (or mbr_utility comet): a folder or hub id.")
+]
 RerankCometEncoder = Annotated[
     Optional[Path], typer.Option(help="With --comet-model, offline: a folder with its encoder's config.json and tokenizer.")
 ]
@@ -328,6 +331,8 @@ def serve_command(
     ] = None,
     engine: Annotated[EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory.")] = EngineName.AUTO,
     device: Device = "auto",
+    comet_model: ServeCometModel = None,
+    comet_encoder: RerankCometEncoder = None,
 ) -> None:
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serving.app import run_server
@@ -338,7 +343,8 @@ def serve_command(
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
         workers=workers, api_key=api_key,
     )  # fmt: skip
-    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits)
+    comet = CometOptions(model=comet_model, encoder=comet_encoder, device=device) if comet_model is not None else None
+    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits, comet=comet)
 
 
 def _renamed_flag(old: str, old_value: int | None, new: str, new_value: int, default: int) -> int:

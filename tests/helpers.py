@@ -41,6 +41,7 @@ from mtkit.training.fused_loss import output_layer_loss
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from mtkit.evaluation.comet.scorer import CometScorer
     from mtkit.serving.app import ServeLimits
 
 # The first lines of Multi30k, de, en and fr ({train,val,test_2016_flickr}.{de,en,fr}.gz; tests/corpus/README.md).
@@ -437,14 +438,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(translator: Translator, limits: ServeLimits, name: str = "model") -> Iterator[tuple[int, FastAPI]]:
-    """`mtkit serve`'s app over `translator` on a free loopback port, in a background thread; yields (port, app)."""
+def serving(
+    translator: Translator, limits: ServeLimits, name: str = "model", comet: CometScorer | None = None
+) -> Iterator[tuple[int, FastAPI]]:
+    """`mtkit serve`'s app over `translator` (and the COMET model of `rerank`, if any) on a free loopback port, in a
+    background thread; yields (port, app)."""
     import uvicorn
 
     from mtkit.serving.app import create_app, model_info
 
     port = free_port()
-    web_app = create_app(translator, limits, model_info(translator, name))
+    web_app = create_app(translator, limits, model_info(translator, name), comet=comet)
     server = uvicorn.Server(uvicorn.Config(web_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

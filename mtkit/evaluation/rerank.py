@@ -41,16 +41,17 @@ class Reranker:
         self.options, self.scorer = options, scorer
 
     @classmethod
-    def load(cls, options: RerankOptions, *, nbest: int = 1) -> Reranker | None:
-        """The reranker the options ask for, its COMET model loaded and checked to be of the right kind; None
-        without a method. Every mistake in the options is one line, before any model is loaded."""
+    def load(cls, options: RerankOptions, *, nbest: int = 1, scorer: CometScorer | None = None) -> Reranker | None:
+        """The reranker the options ask for, its COMET model loaded (or `scorer`, loaded already for `options.comet`)
+        and checked to be of the right kind; None without a method. Every mistake in the options is one line, before
+        any model is loaded."""
         if options.method is None:
             _check_unused(options)
             return None
         _check_options(options, nbest)
         if options.comet is None:
             return cls(options)
-        scorer = CometScorer.load(options.comet)
+        scorer = scorer or CometScorer.load(options.comet)
         model = options.comet.model
         if options.method == "qe" and scorer.needs_references:
             raise MtkitError(
