@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mtkit.decoding.translator import Decoding, Translation, Translator
-from mtkit.errors import MtkitError, OptionError
+from mtkit.errors import OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
 
@@ -54,14 +54,18 @@ class Reranker:
         scorer = scorer or CometScorer.load(options.comet)
         model = options.comet.model
         if options.method == "qe" and scorer.needs_references:
-            raise MtkitError(
-                f"--comet-model {model} scores against references; --rerank qe needs a reference-free (QE) model such as "
-                "Unbabel/wmt22-cometkiwi-da, or use it with --rerank mbr --mbr-utility comet"
+            raise OptionError(
+                "comet_model",
+                "{comet_model} {model} scores against references; {rerank} qe needs a reference-free (QE) model such as "
+                "Unbabel/wmt22-cometkiwi-da, or use it with {rerank} mbr {mbr_utility} comet",
+                model=model,
             )
         if options.method == "mbr" and not scorer.needs_references:
-            raise MtkitError(
-                f"--comet-model {model} is reference-free (QE); --mbr-utility comet needs a reference-based model such as "
-                "Unbabel/wmt22-comet-da, or use it with --rerank qe"
+            raise OptionError(
+                "comet_model",
+                "{comet_model} {model} is reference-free (QE); {mbr_utility} comet needs a reference-based model such as "
+                "Unbabel/wmt22-comet-da, or use it with {rerank} qe",
+                model=model,
             )
         return cls(options, scorer)
 

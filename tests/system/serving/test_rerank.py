@@ -60,7 +60,7 @@ def test_rerank_mbr_answers_the_consensus_candidate(server):
         ({"rerank": "mbr", "candidates": 4, "beam": 2}, "candidates 4 with a beam of 2: a beam search finds at most its size"),
         ({"rerank": "mbr", "candidates": 2, "nbest": 2}, "nbest 2 with rerank: reranking returns one translation"),
         ({"candidates": 3}, "candidates 3 without rerank"),
-        ({"rerank": "mbr", "candidates": 2, "mbr_utility": "comet"}, "is reference-free (QE); --mbr-utility comet needs"),
+        ({"rerank": "mbr", "candidates": 2, "mbr_utility": "comet"}, "is reference-free (QE); mbr_utility comet needs"),
     ],
 )  # fmt: skip
 def test_a_reranking_the_server_cannot_do_is_a_400_in_one_line(server, body, said):
