@@ -165,7 +165,9 @@ def prepare_command(
     extend_vocab: Annotated[
         int, typer.Option(help="With train.init_from: add the pieces of an N-piece vocabulary learnt from the new data.")
     ] = 0,
-    device: Annotated[str, typer.Option(help="Where models write synthetic corpora: auto, cpu, cuda or cuda:N.")] = "auto",
+    device: Annotated[
+        str, typer.Option(help="Where models write synthetic corpora and filter pairs: auto, cpu, cuda or cuda:N.")
+    ] = "auto",
 ) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data. A synthetic corpus
     (translate_with, back_translate_with) is first written by its model, once: it is cached in the data directory.
