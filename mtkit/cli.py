@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -18,9 +18,23 @@ from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.problems import parse_rules
 from mtkit.evaluation.significance import PairedTests
-from mtkit.options import BadBytes, CometPrecision, ConstraintOrder, EngineName, ExportFormat, QualityMetric, Quantization, Split
+from mtkit.options import (
+    BadBytes,
+    CometPrecision,
+    ConstraintOrder,
+    EngineName,
+    ExportFormat,
+    MbrUtility,
+    QualityMetric,
+    Quantization,
+    RerankMethod,
+    Split,
+)
 from mtkit.run_files import RunFiles
 from mtkit.serving.limits import ServeLimits
+
+if TYPE_CHECKING:
+    from mtkit.evaluation.rerank import Reranker  # loads torch: imported by the command that uses it
 
 # Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
 _UsageError = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "UsageError")
@@ -105,6 +119,25 @@ SamplingOption = Annotated[
 Alignments = Annotated[
     bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
 ]
+Rerank = Annotated[
+    Optional[RerankMethod],
+    typer.Option(help="Choose each line's translation among --candidates: qe (a COMET-QE model's best) or mbr (the consensus)."),
+]
+Candidates = Annotated[
+    Optional[int], typer.Option(help="With --rerank: translations to choose among, a beam's n-best (up to --beam) or N samples.")
+]
+MbrUtilityOption = Annotated[
+    Optional[MbrUtility], typer.Option(help="With --rerank mbr: how candidates agree, by sentence chrF (default) or COMET.")
+]
+RerankCometModel = Annotated[
+    Optional[str], typer.Option(help="With --rerank qe or --mbr-utility comet: a COMET folder or hub id (docs/evaluation.md).")
+]
+ServeCometModel = Annotated[
+    Optional[str], typer.Option(help="The COMET model of requests' rerank qe (or mbr_utility comet): a folder or hub id.")
+]
+RerankCometEncoder = Annotated[
+    Optional[Path], typer.Option(help="With --comet-model, offline: a folder with its encoder's config.json and tokenizer.")
+]
 
 
 def _config(recipe: Path, overrides: list[str] | None, init_from: Path | None = None):
@@ -132,7 +165,9 @@ def prepare_command(
     extend_vocab: Annotated[
         int, typer.Option(help="With train.init_from: add the pieces of an N-piece vocabulary learnt from the new data.")
     ] = 0,
-    device: Annotated[str, typer.Option(help="Where models write synthetic corpora: auto, cpu, cuda or cuda:N.")] = "auto",
+    device: Annotated[
+        str, typer.Option(help="Where models write synthetic corpora and filter pairs: auto, cpu, cuda or cuda:N.")
+    ] = "auto",
 ) -> None:
     """Read, normalise, clean, encode and store every split as memory-mapped Arrow data. A synthetic corpus
     (translate_with, back_translate_with) is first written by its model, once: it is cached in the data directory.
@@ -185,29 +220,51 @@ def translate_command(
     constraints_order: ConstraintsOrder = ConstraintOrder.ANY,
     glossary: GlossaryFile = None,
     tgt_lang: TgtLang = None,
+    rerank: Rerank = None,
+    candidates: Candidates = None,
+    mbr_utility: MbrUtilityOption = None,
+    comet_model: RerankCometModel = None,
+    comet_encoder: RerankCometEncoder = None,
 ) -> None:
-    """Translate text: one output line per input line, in order, written as soon as each window is done.
-
-    Under `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines.
-    """
+    """Translate text: one output line per input line, in order, written as soon as each window is done. Under
+    `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines."""
     from mtkit.decoding.files import FileOptions, translate_file
     from mtkit.decoding.sampling import Sampling
     from mtkit.decoding.translator import Decoding, Translator
     from mtkit.distributed import distributed_translation
     from mtkit.runtime import resolve_device
 
+    reranker, nbest = _reranker(rerank, candidates=candidates, utility=mbr_utility, model=comet_model, encoder=comet_encoder,
+                                device=device, nbest=nbest)  # fmt: skip
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
     in_order = constraints_order is ConstraintOrder.GIVEN
-    decoding = Decoding(
-        beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
-        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=in_order, tgt_lang=tgt_lang,
-    )  # fmt: skip
-    options = FileOptions(
-        input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention,
-        plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints, glossary=glossary,
-    )  # fmt: skip
+    decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
+        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=in_order, tgt_lang=tgt_lang)  # fmt: skip
+    options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
+        plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
+        constraints=constraints, glossary=glossary)  # fmt: skip
     with distributed_translation(resolve_device(device)) as (distributed, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, distributed)
+        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, distributed, chooser=reranker)
+
+
+def _reranker(
+    method: RerankMethod | None,
+    *,
+    candidates: int | None,
+    utility: MbrUtility | None,
+    model: str | None,
+    encoder: Path | None,
+    device: str,
+    nbest: int,
+) -> tuple[Reranker | None, int]:
+    """`--rerank` and its options: the reranker (its COMET model loaded, None without --rerank), and the number of
+    translations to search for each line (its candidates, else --nbest)."""
+    from mtkit.evaluation.rerank import Reranker, RerankOptions
+
+    comet = CometOptions(model=model, encoder=encoder, device=device) if model is not None else None
+    options = RerankOptions(method=method and method.value, candidates=candidates, utility=utility and utility.value, comet=comet)
+    reranker = Reranker.load(options, nbest=nbest)
+    return reranker, reranker.candidates if reranker is not None else nbest
 
 
 @app.command("score")
@@ -276,6 +333,8 @@ def serve_command(
     ] = None,
     engine: Annotated[EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory.")] = EngineName.AUTO,
     device: Device = "auto",
+    comet_model: ServeCometModel = None,
+    comet_encoder: RerankCometEncoder = None,
 ) -> None:
     """Serve translations over HTTP: POST /translate, GET /health, /info, /docs, and a page at /."""
     from mtkit.serving.app import run_server
@@ -286,7 +345,8 @@ def serve_command(
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
         workers=workers, api_key=api_key,
     )  # fmt: skip
-    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits)
+    comet = CometOptions(model=comet_model, encoder=comet_encoder, device=device) if comet_model is not None else None
+    run_server(model, engine=engine, device=device, host=host, port=port, limits=limits, comet=comet)
 
 
 def _renamed_flag(old: str, old_value: int | None, new: str, new_value: int, default: int) -> int:

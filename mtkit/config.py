@@ -241,6 +241,28 @@ def _languages(text: str) -> list[str]:
     return [lang.strip() for lang in text.split(",") if lang.strip()]
 
 
+def _dual_xent_rule(data: DataConfig) -> str | None:
+    """Both models of the dual cross-entropy rule, and one way to drop pairs with them."""
+    models = data.dual_xent_forward, data.dual_xent_backward
+    if None in models:
+        missing = "data.dual_xent_backward" if data.dual_xent_forward is not None else "data.dual_xent_forward"
+        if models == (None, None):
+            return "it needs data.dual_xent_forward and data.dual_xent_backward: the run directories of the two models"
+        return f"the rule reads a model of each direction: set {missing} too"
+    if (data.dual_xent_max is None) == (data.dual_xent_drop is None):
+        return "set one of data.dual_xent_max (a score, such as 3.0) or data.dual_xent_drop (a share, such as 0.1)"
+    return None
+
+
+def _qe_rule(data: DataConfig) -> str | None:
+    """A COMET-QE model and its threshold, together."""
+    if data.qe_model is None:
+        return "it needs data.qe_model: a reference-free COMET folder or hub id, such as Unbabel/wmt22-cometkiwi-da"
+    if data.qe_min is None:
+        return "set data.qe_min too: pairs scoring below it are dropped, such as 0.5"
+    return None
+
+
 @dataclass
 class DataConfig:
     """Corpora and the cleaning rules applied to the training split.
@@ -268,6 +290,23 @@ class DataConfig:
     max_ratio: float = field(default=3.0, metadata=_range(1.0))
     dedup: bool = True  # drop repeated (source, target) pairs
     drop_copies: bool = True  # drop pairs whose target equals the source
+    # drop pairs whose source py3langid does not identify as the source language, or target as the target's
+    # (pip install 'mtkit[langid]')
+    langid: bool = False
+    # dual conditional cross-entropy (Junczys-Dowmunt 2018): mtkit models (run directories) of the two directions,
+    # source->target and target->source; each pair scores |H_fwd - H_bwd| + (H_fwd + H_bwd) / 2 in nats a token
+    dual_xent_forward: str | None = field(default=None, metadata=_relation(_dual_xent_rule))
+    dual_xent_backward: str | None = field(default=None, metadata=_relation(_dual_xent_rule))
+    # with the two models, one of: drop pairs scoring above this, or this share of each chunk, the worst first
+    dual_xent_max: float | None = field(default=None, metadata=_range(0.0, example=3.0) | _relation(_dual_xent_rule))
+    dual_xent_drop: float | None = field(
+        default=None, metadata=_range(0.0, 1.0, open_low=True, open_high=True, example=0.1) | _relation(_dual_xent_rule)
+    )
+    # a reference-free COMET model (a folder or hub id; offline, its encoder's folder in qe_encoder): drop pairs
+    # scoring below qe_min
+    qe_model: str | None = field(default=None, metadata=_relation(_qe_rule))
+    qe_encoder: str | None = field(default=None, metadata=_relation(_qe_rule))
+    qe_min: float | None = field(default=None, metadata=_range(example=0.5) | _relation(_qe_rule))
 
 
 @dataclass

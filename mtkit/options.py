@@ -65,3 +65,17 @@ class QualityMetric(str, Enum):
 class CometPrecision(str, Enum):
     FP32 = "fp32"
     BF16 = "bf16"
+
+
+class RerankMethod(str, Enum):
+    """How `translate --rerank` chooses among candidates: a COMET-QE model's best, or minimum Bayes risk (the consensus)."""
+
+    QE = "qe"
+    MBR = "mbr"
+
+
+class MbrUtility(str, Enum):
+    """How minimum-Bayes-risk reranking measures two candidates' agreement."""
+
+    CHRF = "chrf"
+    COMET = "comet"

@@ -22,6 +22,7 @@ from helpers import (
     cli_said,
     de_en_task_config,
     invoke,
+    noisy_multi30k,
     prepared_reverse_task,
     recipe,
     reversal_margin,
@@ -33,6 +34,7 @@ from helpers import (
     trained_past_the_edge,
     write_multi30k_slice,
     write_reverse_task,
+    write_text_lines,
 )
 from hypothesis import settings
 
@@ -260,6 +262,40 @@ def de_en_run(tmp_path_factory: pytest.TempPathFactory) -> Config:
     prepare_corpus(config)
     train(config)
     return config
+
+
+@pytest.fixture(scope="module")
+def noisy_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """2,000 Multi30k pairs with 50 of each kind of noise mixed in (`helpers.noisy_multi30k`), written as corpus
+    files, and two tiny Transformers trained on the 2,000 clean pairs, German->English and English->German: the dual
+    cross-entropy rule's models. Keys: src, tgt, pairs, where (each kind of noise's indices), forward, backward."""
+    from mtkit.config import config_from_dict
+    from mtkit.data.prepare import prepare_corpus, train_tokenizers
+    from mtkit.training.trainer import train
+
+    root = tmp_path_factory.mktemp("noisy_corpus")
+    pairs, where = noisy_multi30k(2000, 50)
+    noise = set().union(*where.values())
+    clean = [pair for index, pair in enumerate(pairs) if index not in noise]
+    found = {"pairs": pairs, "where": where}
+    for side, lines in (("src", [s for s, _ in pairs]), ("tgt", [t for _, t in pairs])):
+        found[side] = write_text_lines(root / f"noisy.{side}", lines)
+    sides = {lang: write_text_lines(root / f"clean.{lang}", [pair[n] for pair in clean]) for n, lang in enumerate(("de", "en"))}
+    valid = {"de": str(MULTI30K / "val.de.gz"), "en": str(MULTI30K / "val.en.gz")}
+    for name, (src, tgt) in (("forward", ("de", "en")), ("backward", ("en", "de"))):
+        data = {
+            "train": {"src": str(sides[src]), "tgt": str(sides[tgt])},
+            "valid": {"src": valid[src], "tgt": valid[tgt], "limit": 20},
+        }
+        config = config_from_dict(
+            recipe(name, root / name, src_lang=src, tgt_lang=tgt, data=data, tokenizer={"vocab_size": 1000},
+                   model={"layers": 1}, train={"batch_tokens": 2000, "max_steps": 400, "validate_every": 400})
+        )  # fmt: skip
+        train_tokenizers(config)
+        prepare_corpus(config)
+        train(config)
+        found[name] = config.run_path
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ from mtkit.training.fused_loss import output_layer_loss
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from mtkit.evaluation.comet.scorer import CometScorer
     from mtkit.serving.app import ServeLimits
 
 # The first lines of Multi30k, de, en and fr ({train,val,test_2016_flickr}.{de,en,fr}.gz; tests/corpus/README.md).
@@ -48,7 +49,7 @@ MULTI30K = Path(__file__).resolve().parent / "corpus" / "multi30k"
 # The fixtures that train a model or start a server or a browser: a test that uses one is slow.
 SLOW_FIXTURES = {
     *("reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "model_translator", "model_valid", "tagged_run"),
-    *("cli_workspace", "de_en_run", "marian_child", "server", "browser"),
+    *("cli_workspace", "de_en_run", "marian_child", "server", "browser", "noisy_corpus"),
 }
 # The folders of the slow tiers: end-to-end commands and trained models; processes, servers and browsers.
 SLOW_TIERS = ("integration", "system")
@@ -437,14 +438,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(translator: Translator, limits: ServeLimits, name: str = "model") -> Iterator[tuple[int, FastAPI]]:
-    """`mtkit serve`'s app over `translator` on a free loopback port, in a background thread; yields (port, app)."""
+def serving(
+    translator: Translator, limits: ServeLimits, name: str = "model", comet: CometScorer | None = None
+) -> Iterator[tuple[int, FastAPI]]:
+    """`mtkit serve`'s app over `translator` (and the COMET model of `rerank`, if any) on a free loopback port, in a
+    background thread; yields (port, app)."""
     import uvicorn
 
     from mtkit.serving.app import create_app, model_info
 
     port = free_port()
-    web_app = create_app(translator, limits, model_info(translator, name))
+    web_app = create_app(translator, limits, model_info(translator, name), comet=comet)
     server = uvicorn.Server(uvicorn.Config(web_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -545,3 +549,32 @@ def assert_close_to_scale(found: torch.Tensor, expected: torch.Tensor, relative:
     """max |found - expected| <= relative x max |expected|: summation order differs, so compare to the tensor's scale."""
     difference = (found.double() - expected.double()).abs().max().item()
     assert difference <= relative * expected.double().abs().max().item(), f"{name}: {difference}"
+
+
+def noisy_multi30k(clean: int, noise: int, seed: int = 0) -> tuple[list[tuple[str, str]], dict[str, set[int]]]:
+    """The first `clean` German-English Multi30k pairs with `noise` pairs of each kind of crawl noise mixed in at
+    random places: shuffled (a target of another pair), copy (the source as its target), wrong_language (the
+    French target), truncated (the target's first third); and where each kind went (indices into the pairs)."""
+    sides = {lang: read_gz_lines(MULTI30K / f"train.{lang}.gz")[: clean + 4 * noise] for lang in ("de", "en", "fr")}
+    rng = random.Random(seed)
+    pairs = list(zip(sides["de"][:clean], sides["en"][:clean], strict=True))
+    extra = range(clean, clean + 4 * noise)
+    made = {
+        "shuffled": [(sides["de"][i], sides["en"][rng.randrange(clean)]) for i in extra[:noise]],
+        "copy": [(sides["de"][i], sides["de"][i]) for i in extra[noise : 2 * noise]],
+        "wrong_language": [(sides["de"][i], sides["fr"][i]) for i in extra[2 * noise : 3 * noise]],
+        "truncated": [(sides["de"][i], " ".join(words[: max(1, len(words) // 3)]))
+                      for i in extra[3 * noise :] for words in [sides["en"][i].split()]],
+    }  # fmt: skip
+    labelled = [(pair, None) for pair in pairs] + [(pair, kind) for kind, made_pairs in made.items() for pair in made_pairs]
+    rng.shuffle(labelled)
+    where: dict[str, set[int]] = {kind: set() for kind in made}
+    for index, (_, kind) in enumerate(labelled):
+        if kind is not None:
+            where[kind].add(index)
+    return [pair for pair, _ in labelled], where
+
+
+def read_gz_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]

@@ -11,10 +11,10 @@ import dataclasses
 import itertools
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mtkit.config import DataConfig, SplitConfig, TrainSource, choices
 from mtkit.data.dedup import SeenHashes, pair_hashes
@@ -207,7 +207,9 @@ def _load_hub(split: SplitConfig, recipe_key: str) -> Any:
 
 @dataclass
 class CleanReport:
-    """How many training pairs each cleaning rule removed (each pair counted under the first rule)."""
+    """How many training pairs each cleaning rule removed (each pair counted under the first rule); `filters` counts
+    the recipe's filter rules (`PairFilter`: langid, dual_xent, qe), only those it sets, so a report without them
+    reads as before."""
 
     total: int = 0
     empty: int = 0
@@ -216,40 +218,83 @@ class CleanReport:
     duplicate: int = 0
     copy: int = 0
     kept: int = 0
+    filters: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        counts = dataclasses.asdict(self)
+        filters = counts.pop("filters")
+        return {**counts, **filters}
+
+    @classmethod
+    def from_dict(cls, counts: dict[str, int]) -> CleanReport:
+        """The report `to_dict` gave: the rules' fields, and any other count a filter's."""
+        rules = {key: value for key, value in counts.items() if key in cls.__dataclass_fields__}
+        return cls(**rules, filters={key: value for key, value in counts.items() if key not in rules})
 
     @classmethod
     def total_of(cls, reports: list[CleanReport]) -> CleanReport:
         """One report counting what all of `reports` count."""
-        return cls(**{key: sum(getattr(report, key) for report in reports) for key in cls.__dataclass_fields__})
+        fields = [key for key in cls.__dataclass_fields__ if key != "filters"]
+        total = cls(**{key: sum(getattr(report, key) for report in reports) for key in fields})
+        for report in reports:
+            for rule, count in report.filters.items():
+                total.filters[rule] = total.filters.get(rule, 0) + count
+        return total
 
 
 def clean_table(reports: dict[str, dict[str, int]]) -> str:
     """What cleaning removed, a column per corpus (`CleanReport.to_dict()` by name) and a total when several."""
     if len(reports) > 1:
-        reports = {**reports, "total": CleanReport.total_of([CleanReport(**r) for r in reports.values()]).to_dict()}
+        reports = {**reports, "total": CleanReport.total_of([CleanReport.from_dict(r) for r in reports.values()]).to_dict()}
     width = max(9, *(len(name) for name in reports))
-    rows = ["empty", "too_long", "ratio", "copy", "duplicate", "kept", "total"]  # in the order the rules apply
+    filters = list(dict.fromkeys(key for report in reports.values() for key in CleanReport.from_dict(report).filters))
+    rows = ["empty", "too_long", "ratio", "copy", "duplicate", *filters, "kept", "total"]  # in the order the rules apply
     lines = [f"{'removed by':<10}" + "".join(f" {name:>{width}}" for name in reports)]
-    lines += [f"{row:<10}" + "".join(f" {report[row]:>{width}}" for report in reports.values()) for row in rows]
+    lines += [f"{row:<10}" + "".join(f" {report.get(row, 0):>{width}}" for report in reports.values()) for row in rows]
     return "\n".join(lines)
+
+
+class PairFilter(Protocol):
+    """A cleaning rule that judges pairs with a model (`data.langid`, `data.dual_xent_*`, `data.qe_*`), built above
+    data by `mtkit.evaluation.filters` and handed to the `Cleaner`; `name` is its row in the cleaning report."""
+
+    name: str
+
+    def drops(self, pairs: list[Pair], languages: tuple[str, str]) -> list[str | None]:
+        """Per pair: None to keep it, else why it goes (a score, the language found), written beside the report."""
+
+
+@dataclass(frozen=True)
+class DroppedPair:
+    """A pair a filter rule removed, as `mtkit prepare` lists it in dropped.tsv."""
+
+    corpus: str
+    rule: str
+    why: str
+    pair: Pair
+
+    def line(self) -> str:
+        fields = [self.corpus, self.rule, self.why, *self.pair]
+        return "\t".join(field.replace("\t", " ").replace("\n", " ") for field in fields) + "\n"
 
 
 class Cleaner:
     """The recipe's cleaning rules over a stream of chunks, counted per report (one per corpus).
 
     Repeated pairs are found across every chunk given to one `Cleaner` (so across corpora too) by
-    a 64-bit hash of the pair, so memory holds 8 bytes per kept pair, not the pairs.
+    a 64-bit hash of the pair, so memory holds 8 bytes per kept pair, not the pairs. The filter rules
+    (`filters`) judge what the others keep, in order, so a model never scores a pair already dropped.
     """
 
-    def __init__(self, config: DataConfig) -> None:
+    def __init__(self, config: DataConfig, filters: Sequence[PairFilter] = ()) -> None:
         self.config = config
+        self.filters = list(filters)
         self.seen = SeenHashes()
 
-    def clean(self, pairs: list[Pair], report: CleanReport) -> list[Pair]:
-        """The pairs to keep, in order; `report` counts each removed pair under the first rule it breaks."""
+    def clean(self, pairs: list[Pair], report: CleanReport, *, languages: tuple[str, str] = ("", ""),
+              dropped: list[DroppedPair] | None = None, corpus: str = "train") -> list[Pair]:  # fmt: skip
+        """The pairs to keep, in order; `report` counts each removed pair under the first rule it breaks, and
+        `dropped` (when given) receives the pairs the filter rules removed, of `corpus` in `languages`."""
         report.total += len(pairs)
         candidates = []
         for pair in pairs:
@@ -262,6 +307,13 @@ class Cleaner:
             new = self.seen.add_new(pair_hashes(candidates))
             report.duplicate += len(candidates) - int(new.sum())
             candidates = list(itertools.compress(candidates, new))
+        for rule in self.filters:
+            verdicts = rule.drops(candidates, languages) if candidates else []
+            gone = [DroppedPair(corpus, rule.name, why, pair) for pair, why in zip(candidates, verdicts, strict=True) if why]
+            report.filters[rule.name] = report.filters.get(rule.name, 0) + len(gone)
+            if dropped is not None:
+                dropped += gone
+            candidates = [pair for pair, why in zip(candidates, verdicts, strict=True) if not why]
         report.kept += len(candidates)
         return candidates
 

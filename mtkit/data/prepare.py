@@ -8,14 +8,14 @@ one per core) runs in the background while the next chunk is read and cleaned.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
 
 from mtkit.config import Config, SplitConfig, corpus_tags, recipe_key, split_languages, tag_languages
-from mtkit.data.corpora import Cleaner, CleanReport, Pair, corpus_names, iter_side, iter_split
+from mtkit.data.corpora import Cleaner, CleanReport, DroppedPair, Pair, PairFilter, corpus_names, iter_side, iter_split
 from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import (
     Tag,
@@ -85,17 +85,18 @@ def save_tokenizers(tokenizers: TokenizerPair, config: Config) -> None:
         tokenizers.tgt.save(tgt_path)
 
 
-def prepare_corpus(config: Config) -> dict:
-    """Clean the training corpora, encode every split and write them under the data directory.
+def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
+    """Clean the training corpora (with the recipe's filter rules, `filters`, built by `mtkit.evaluation.filters`),
+    encode every split and write them under the data directory.
 
-    Writes data_dir/{train,valid,test} and data_dir/prepare_report.json, replacing the old ones
-    only when every split is written; returns the report: {"clean": CleanReport.to_dict() of all
-    corpora, "corpora": [{"name", "weight", "clean"}], "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
+    Writes data_dir/{train,valid,test} and data_dir/prepare_report.json (and, with filters, data_dir/dropped.tsv),
+    replacing the old ones only when every split is written; returns the report: {"clean": CleanReport.to_dict() of
+    all corpora, "corpora": [{"name", "weight", "clean"}], "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
     """
     tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
     with PreparedWrite(config.data_path) as output, ThreadPoolExecutor(max_workers=1) as encoder:
         pipeline = _Pipeline(tokenizers, encoder)
-        report = {"splits": {"train": _prepare_train(config, output.split("train", TRAIN_FEATURES), pipeline)}}
+        report = {"splits": {"train": _prepare_train(config, output, pipeline, Cleaner(config.data, filters))}}
         report |= report["splits"]["train"].pop("report")
         tests = {"valid": config.data.valid} | ({"test": config.data.test} if config.data.test is not None else {})
         for name, splits in tests.items():
@@ -134,16 +135,22 @@ class _Pipeline:
         return writer.close()
 
 
-def _prepare_train(config: Config, writer: SplitWriter, pipeline: _Pipeline) -> dict:
-    """Stream every training corpus through one `Cleaner` (duplicates are found across corpora)."""
-    cleaner = Cleaner(config.data)
+def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, cleaner: Cleaner) -> dict:
+    """Stream every training corpus through one `Cleaner` (duplicates are found across corpora); the pairs its
+    filter rules drop listed as they go."""
+    writer = output.split("train", TRAIN_FEATURES)
     names = corpus_names(config.data.train)
     reports = [CleanReport() for _ in names]
+    if cleaner.filters:
+        output.start_dropped()
     for index, source in enumerate(config.data.train):
         key = recipe_key(config.data, "train", index)
-        tag = corpus_tag(config, pipeline.tokenizers, source, key)
+        tag, languages = corpus_tag(config, pipeline.tokenizers, source, key), split_languages(config, source)
         for chunk in _chunks(_pairs(config, key, source), f"train {names[index]}"):
-            kept = cleaner.clean(chunk, reports[index])
+            dropped: list[DroppedPair] = []
+            kept = cleaner.clean(chunk, reports[index], languages=languages, dropped=dropped, corpus=names[index])
+            if dropped:
+                output.add_dropped([pair.line() for pair in dropped])
             if kept:
                 pipeline.put(writer, kept, corpus=index, tag=tag)
         if not reports[index].total:

@@ -3,6 +3,7 @@
     data_dir/spm.model                    from `mtkit tokenizer train`
     data_dir/{train,valid,test}/data.arrow one Arrow stream file per split, and an `id` file
     data_dir/prepare_report.json          written last; its "id" matches every split's `id`
+    data_dir/dropped.tsv                  the training pairs the recipe's filter rules removed (with filters only)
 
 `PreparedWrite` writes every split into data_dir/.prepare-partial/ and moves them into place only
 when all are written, so an interrupted or failed prepare leaves the previous data (or none).
@@ -31,6 +32,8 @@ REPORT_FILE = "prepare_report.json"
 DATA_FILE = "data.arrow"
 ID_FILE = "id"
 PARTIAL_DIR = ".prepare-partial"
+DROPPED_FILE = "dropped.tsv"
+DROPPED_HEADER = "corpus\trule\twhy\tsource\ttarget\n"
 # Sequence (a List in datasets >= 4) keeps older datasets releases working too.
 FEATURES = datasets.Features(
     {
@@ -93,9 +96,22 @@ class PreparedWrite:
         self.splits.append(name)
         return SplitWriter(self.partial / name, features)
 
+    def start_dropped(self) -> None:
+        """Begin the list of the pairs filter rules remove (`add_dropped`), with its header."""
+        (self.partial / DROPPED_FILE).write_text(DROPPED_HEADER, encoding="utf-8")
+
+    def add_dropped(self, lines: list[str]) -> None:
+        """Append lines (corpus, rule, why, source, target, tab-separated) to the list `start_dropped` began."""
+        with open(self.partial / DROPPED_FILE, "a", encoding="utf-8") as listing:
+            listing.writelines(lines)
+
     def commit(self, report: dict[str, Any]) -> None:
-        """Move the written splits into place, replacing the old ones, and write the report (with `id`) last."""
+        """Move the written splits (and the list of dropped pairs, if begun; an older one goes) into place, replacing
+        the old ones, and write the report (with `id`) last."""
         report["id"] = self.id
+        (self.data_dir / DROPPED_FILE).unlink(missing_ok=True)
+        if (self.partial / DROPPED_FILE).is_file():
+            (self.partial / DROPPED_FILE).rename(self.data_dir / DROPPED_FILE)
         for name in self.splits:
             write_file(self.partial / name / ID_FILE, self.id)
         write_file(self.partial / REPORT_FILE, json.dumps(report, indent=2) + "\n")

@@ -14,10 +14,11 @@ score line per pair (`mtkit.decoding.pair_scores`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -52,15 +53,26 @@ class FileOptions:
     glossary: Path | None = None  # source term TAB target term(s)
 
 
-def translate_file(translator: Translator, options: FileOptions, distributed: Distributed | None = None) -> int:
-    """Translate `options.input` into `options.output`, one output line per input line, in order.
+class Chooser(Protocol):
+    """Picks each line's translation among the candidates the search found (`mtkit.evaluation.rerank.Reranker`,
+    which lives above decoding: it scores with evaluation's metrics)."""
 
-    Under torchrun (`distributed`), every rank reads the input file and translates every N-th line of each
-    window; rank 0 gathers the translations and writes them in input order. Returns the number of
-    lines translated.
-    """
+    def check(self, translator: Translator, decoding: Decoding) -> None:
+        """One line when `decoding` cannot give the candidates."""
+
+    def choose(self, sources: Sequence[str], candidates: list[list[Translation]]) -> list[list[Translation]]:
+        """Each line's candidates, the chosen one first."""
+
+
+def translate_file(
+    translator: Translator, options: FileOptions, distributed: Distributed | None = None, *, chooser: Chooser | None = None
+) -> int:
+    """Translate `options.input` into `options.output`, one output line per input line, in order (with `chooser`: the one
+    it picks among each line's `options.decoding.nbest` candidates); returns the number of lines translated. Under torchrun
+    (`distributed`), every rank reads the input file and translates every N-th line of each window; rank 0 gathers the
+    translations and writes them in input order."""
     distributed = distributed or Distributed()
-    _check(translator, options, distributed)
+    _check(translator, options, distributed, chooser)
     glossary = _checked_terms(translator, options)
     windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
     prefixes = _side_lines(options.prefix, "--prefix", options.input, "target prefix")
@@ -68,6 +80,7 @@ def translate_file(translator: Translator, options: FileOptions, distributed: Di
     done = plotted = split_lines = lacking = 0
     bar = tqdm(unit=" lines", disable=None if options.output is not None and distributed.is_main else True, file=sys.stderr)
     mine = slice(distributed.rank, None, distributed.world_size)  # this rank's lines of a window
+    shown = 1 if chooser is not None else options.decoding.nbest  # translations printed per line
     with atomic_output(options.output, discard=not distributed.is_main) as out:
         for window in windows:
             window_prefixes = _take(prefixes, len(window), options.prefix, "--prefix")
@@ -76,10 +89,10 @@ def translate_file(translator: Translator, options: FileOptions, distributed: Di
             terms = _window_terms(window, given, options.constraints, glossary, translator.normalize)
             terms_share = terms[mine] if terms is not None else None
             plan = translator.plan(window[mine], options.decoding, shares, terms_share)
-            results = gather_in_order(translator.search(plan), distributed)
+            results = gather_in_order(_chosen(translator.search(plan), window[mine], chooser), distributed)
             split_lines += plan.split_lines
             lacking += sum(bool(best[0].unmet) for best in results if best)
-            out.write("".join(render(best, options.decoding.nbest, options.decoding.alignments) + "\n" for best in results))
+            out.write("".join(render(best, shown, options.decoding.alignments) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:
                 plotted += _plot(translator, window, results, done, options.plot_count - plotted, options)
@@ -115,8 +128,14 @@ def render(translations: list[Translation], nbest: int, alignments: bool = False
     return "\t".join(fields)
 
 
-def _check(translator: Translator, options: FileOptions, distributed: Distributed) -> None:
+def _chosen(found: list[list[Translation]], sources: Sequence[str], chooser: Chooser | None) -> list[list[Translation]]:
+    return chooser.choose(sources, found) if chooser is not None else found
+
+
+def _check(translator: Translator, options: FileOptions, distributed: Distributed, chooser: Chooser | None) -> None:
     """Refuse impossible options before reading or translating anything."""
+    if chooser is not None:
+        chooser.check(translator, options.decoding)
     if distributed.enabled and options.input is None:
         raise MtkitError("under torchrun every process reads the input itself: give it as a file with -i FILE")
     if distributed.enabled and options.plot_attention is not None:

@@ -16,7 +16,7 @@ from mtkit.errors import MtkitError, OptionError
 
 def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[str] = ()) -> float:
     """The percentage of non-empty `hypotheses` whose identified language is not `lang`."""
-    identifier = _identifier()
+    identifier = language_identifier("--off-target")
     known = set(identifier.nb_classes)
     code = base_language(lang)
     if code not in known:
@@ -38,11 +38,12 @@ def base_language(lang: str) -> str:
     return lang.replace("-", "_").split("_")[0].lower()
 
 
-def _identifier() -> Any:
+def language_identifier(needed_by: str) -> Any:
+    """py3langid's identifier over all its languages; without the `langid` extra, one line naming `needed_by`."""
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier  # its model ships in the package
     except ImportError:
         raise MtkitError(
-            "--off-target needs the language identifier py3langid: pip install 'mtkit[langid]' (or pip install py3langid)"
+            f"{needed_by} needs the language identifier py3langid: pip install 'mtkit[langid]' (or pip install py3langid)"
         ) from None
     return LanguageIdentifier.from_model_file(MODEL_FILE)

@@ -35,6 +35,9 @@ from mtkit.decoding.sampling import SEED_LIMIT, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
+from mtkit.evaluation.comet.options import CometOptions
+from mtkit.evaluation.comet.scorer import CometScorer
+from mtkit.evaluation.rerank import Reranker, RerankOptions
 from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
@@ -69,10 +72,15 @@ class TranslateRequest(BaseModel):
     tgt_lang: str | None = Field(
         None, max_length=32, description="The language to translate into, for a model of several (see /info target_languages)."
     )
+    rerank: Literal["qe", "mbr"] | None = Field(
+        None, description="Choose each translation among `candidates`: qe (the server's COMET-QE model) or mbr (the consensus)."
+    )
+    candidates: int | None = Field(None, ge=1, le=64, description="With rerank: the beam's n-best (up to beam) or samples.")
+    mbr_utility: Literal["chrf", "comet"] | None = Field(None, description="With rerank mbr: chrf (default) or comet.")
 
 
-def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
-    """The application: the routes over one translator and its batcher."""
+def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any], *, comet: CometScorer | None = None) -> FastAPI:
+    """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any)."""
     limits = batching_for(translator, limits)
     batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
                       batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
@@ -107,7 +115,8 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
 
     @app.post("/translate", dependencies=[Depends(authorised)])
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-        decoding, line_work = _decoding(translator, body, limits)
+        reranker = _reranker(body, comet)
+        decoding, line_work = _decoding(translator, body, limits, reranker)
         try:
             pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
             found = await _unless_gone(request, pending, limits.request_timeout)
@@ -115,12 +124,31 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except MtkitError as err:
             raise HTTPException(400, worded(err)) from None
-        answer: dict[str, Any] = {"translations": [_render(translations, body) for translations in found]}
-        if body.constraints is not None:  # the terms each best translation lacks (its output cap came first)
-            answer["unmet"] = [translations[0].unmet if translations else [] for translations in found]
-        return answer
+        return await _answer(body, found, reranker)
 
     return app
+
+
+async def _answer(body: TranslateRequest, found: list[list[Translation]], reranker: Reranker | None) -> dict[str, Any]:
+    """The response: each sentence's translation (or n-best), the one `reranker` chooses first when there is one
+    (scored off the event loop), and the terms each lacks when the request gave constraints."""
+    if reranker is not None:
+        found = await asyncio.to_thread(reranker.choose, body.text, found)
+    answer: dict[str, Any] = {"translations": [_render(translations, body) for translations in found]}
+    if body.constraints is not None:  # the terms each best translation lacks (its output cap came first)
+        answer["unmet"] = [translations[0].unmet if translations else [] for translations in found]
+    return answer
+
+
+def _reranker(body: TranslateRequest, comet: CometScorer | None) -> Reranker | None:
+    """The request's reranking, checked (400 in one line); the server's COMET model where the method reads one."""
+    reads_comet = body.rerank == "qe" or (body.rerank == "mbr" and body.mbr_utility == "comet")
+    options = RerankOptions(method=body.rerank, candidates=body.candidates, utility=body.mbr_utility,
+                            comet=comet.options if comet is not None and reads_comet else None)  # fmt: skip
+    try:
+        return Reranker.load(options, nbest=body.nbest, scorer=comet)
+    except MtkitError as err:
+        raise HTTPException(400, worded(err)) from None
 
 
 def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
@@ -139,9 +167,11 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
     return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
 
 
-def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimits) -> tuple[Decoding, list[int]]:
-    """The request's decoding and each line's work (`Plan.line_work`), checked against the limits and the engine
-    before queueing."""
+def _decoding(
+    translator: Translator, body: TranslateRequest, limits: ServeLimits, reranker: Reranker | None
+) -> tuple[Decoding, list[int]]:
+    """The request's decoding (its candidates with a `reranker`) and each line's work (`Plan.line_work`), checked
+    against the limits and the engine before queueing."""
     if len(body.text) > limits.max_lines:
         raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
     characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
@@ -159,10 +189,13 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
     try:
         sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
+        nbest = reranker.candidates if reranker is not None else body.nbest
         decoding = Decoding(
-            beam=body.beam, nbest=body.nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
+            beam=body.beam, nbest=nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
             alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang,
         )  # fmt: skip
+        if reranker is not None:
+            reranker.check(translator, decoding)
         plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
@@ -314,17 +347,20 @@ def model_info(translator: Translator, path: str) -> dict[str, Any]:
     }
 
 
-def run_server(models: list[Path], *, engine: str, device: str, host: str, port: int, limits: ServeLimits) -> None:
-    """Load the model(s), then serve until SIGINT or SIGTERM (graceful: in-flight requests are answered).
+def run_server(
+    models: list[Path], *, engine: str, device: str, host: str, port: int, limits: ServeLimits, comet: CometOptions | None = None
+) -> None:
+    """Load the model(s) (and the COMET model that `rerank` requests read, if any), then serve until SIGINT or
+    SIGTERM (graceful: in-flight requests are answered).
 
     The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.
     """
-
+    scorer = CometScorer.load(comet) if comet is not None else None
     translator = Translator.load(models, engine, str(resolve_device(device)), fast_paths=True)
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
-    app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)))
+    app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()

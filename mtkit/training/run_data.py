@@ -18,6 +18,7 @@ from mtkit.data.corpora import clean_table
 from mtkit.data.prepare import prepare_corpus, train_tokenizers
 from mtkit.data.store import REPORT_FILE
 from mtkit.data.tokenizer import TokenizerPair
+from mtkit.evaluation.filters import corpus_filters
 from mtkit.synthetic.generate import synthesize
 from mtkit.training.finetune import inherit_tokenizers, refuse_tokenizer_training
 
@@ -75,11 +76,15 @@ def prepare_run_data(
 ) -> PreparedData:
     """`mtkit prepare`: with `train.init_from`, the parent's tokenizers (grown by an `extend_vocab`-piece
     vocabulary of the new data when > 0); each synthetic corpus written by its model on `device`, once
-    (cached in the data directory); then every split read, cleaned, encoded and stored. `fast_paths`: the
+    (cached in the data directory); then every split read, cleaned (the filter rules' models on `device` too),
+    encoded and stored. `fast_paths`: the
     translating models load with the CPU fast paths (process-wide; see `Translator.load`).
 
     Under torchrun every rank writes its share of the synthetic corpora and rank 0 alone prepares the splits.
     """
     inherited = inherit_tokenizers(config, extend_vocab)  # a bad --extend-vocab is refused before anything is written
     ready = synthesize(config, device, fast_paths=fast_paths)
-    return PreparedData(config=config, inherited=inherited, report=prepare_corpus(ready) if ready is not None else None)
+    if ready is None:
+        return PreparedData(config=config, inherited=inherited, report=None)
+    filters = corpus_filters(ready, device=device, fast_paths=fast_paths)  # checked before a pair is prepared
+    return PreparedData(config=config, inherited=inherited, report=prepare_corpus(ready, filters))
