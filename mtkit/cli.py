@@ -68,7 +68,18 @@ TranslateModels = Annotated[
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 TgtLang = Annotated[
-    Optional[str], typer.Option(help="The language to translate into, for a model of several (data.lang_tag: target).")
+    Optional[str],
+    typer.Option(
+        help="The language to translate into, for a model of several (data.lang_tag: target), or the target's code for "
+        "an imported NLLB-200, M2M-100 or mBART-50 model (deu_Latn; de where it names one code)."
+    ),
+]
+SrcLang = Annotated[
+    Optional[str],
+    typer.Option(
+        help="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model (deu_Latn; de where it "
+        "names one code; default: the recipe's src_lang)."
+    ),
 ]
 InitFrom = Annotated[
     Optional[Path],
@@ -183,6 +194,7 @@ def translate_command(
     constraints_order: ConstraintsOrder = ConstraintOrder.ANY,
     glossary: GlossaryFile = None,
     tgt_lang: TgtLang = None,
+    src_lang: SrcLang = None,
 ) -> None:
     """Translate text: one output line per input line, in order, written as soon as each window is done.
 
@@ -199,6 +211,7 @@ def translate_command(
     decoding = Decoding(
         beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
         alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=in_order, tgt_lang=tgt_lang,
+        src_lang=src_lang,
     )  # fmt: skip
     options = FileOptions(
         input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention,

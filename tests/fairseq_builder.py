@@ -22,6 +22,9 @@ import torch
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "multi30k"
 NLLB_CODES = ["deu_Latn", "eng_Latn", "fra_Latn"]  # a few of NLLB's 202, enough for two target languages
+# how much likelier </s> is made (nats, after the decoder's last norm) so that most beams end before the output cap,
+# where mtkit forces </s> and transformers stops without it
+EOS_BOOST = {"nllb": 6.0, "m2m100": 8.0, "mbart": 8.0}
 # each family's names of the source language and two target languages
 LANGUAGES = {
     "nllb": ("deu_Latn", ("eng_Latn", "fra_Latn")),
@@ -102,8 +105,11 @@ def _model(family: str, vocab_size: int, seed: int):  # noqa: ANN202 - transform
             norm = "norm" in name
             tensor.copy_(torch.randn_like(tensor) * (0.2 if norm else 0.5) + (1.0 if norm and name.endswith("weight") else 0.0))
         model.model.shared.weight[1].zero_()  # the pad row, as transformers leaves it
+        eos = model.model.shared.weight[2]
+        model.model.decoder.layer_norm.bias.add_(EOS_BOOST[family] * eos / eos.dot(eos))
         if family == "mbart":
             model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
+            model.final_logits_bias[0, 2] = 0.0
     return model.eval()
 
 

@@ -127,7 +127,7 @@ def _check(translator: Translator, options: FileOptions, distributed: Distribute
         raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         check_can_plot(translator)
-    translator.language_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
+    translator.leads(options.decoding)  # a missing or unknown --tgt-lang (or --src-lang)
 
 
 def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
