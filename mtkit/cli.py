@@ -233,6 +233,7 @@ def score_command(
     ] = EngineName.AUTO,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
+    src_lang: SrcLang = None,
 ) -> None:
     """Score given translations: per pair, the total log-probability, its per-token average and the token count."""
     from mtkit.decoding.files import score_files
@@ -240,7 +241,7 @@ def score_command(
     from mtkit.runtime import resolve_device
 
     translator = Translator.load(model, engine, str(resolve_device(device)), fast_paths=True)
-    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang)
+    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang, src_lang=src_lang)
     if truncated:
         typer.echo(
             f"mtkit: warning: {len(truncated)} pairs (lines {', '.join(map(str, truncated[:5]))}"

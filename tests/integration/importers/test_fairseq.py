@@ -153,6 +153,13 @@ def test_the_cli_imports_and_translates_with_language_flags(imported, tmp_path: 
     ]
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [*expected, ""]
     assert_one_line_error(invoke("translate", "-m", str(tmp_path / "run"), *flags[:4], "--tgt-lang", "qqq_Zzzz"), "qqq_Zzzz")
+    (tmp_path / "ref.txt").write_text("\n".join(TARGETS[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "src.txt").write_text("\n".join(SOURCES[:3]) + "\n", encoding="utf-8")
+    scored = cli_output(
+        "score", "-m", str(tmp_path / "run"), "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "ref.txt"), *flags[4:]
+    )
+    expected_scores = translator.score(SOURCES[:3], TARGETS[:3], tgt_lang=lang, src_lang=built.src_lang)
+    assert scored.splitlines() == [score.line() for score in expected_scores]
 
 
 def test_weights_that_do_not_fit_config_json_are_one_line(imported, tmp_path: Path) -> None:
