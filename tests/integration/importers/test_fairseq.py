@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from fairseq_builder import Built, build
-from helpers import assert_one_line_error, cli_output, invoke
+from helpers import assert_one_line_error, cli_output, invoke, recipe
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.engine import output_cap
@@ -184,3 +185,15 @@ def test_an_export_is_refused_in_one_line(imported, tmp_path: Path, form: str) -
     refused = invoke("export", "-m", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--format", form)
     assert_one_line_error(refused, "NLLB-200, M2M-100 or mBART-50", "mtkit translate")
     assert not (tmp_path / "out").exists()
+
+
+def test_fine_tuning_an_imported_run_is_refused_in_one_line(imported, tmp_path: Path) -> None:
+    built, _, _ = imported
+    cli_output("import", "auto", str(built.folder), "-o", str(tmp_path / "run"))
+    corpus = {"src": str(tmp_path / "in.de"), "tgt": str(tmp_path / "in.en")}
+    for side in ("de", "en"):
+        (tmp_path / f"in.{side}").write_text("Ein Hund.\n", encoding="utf-8")
+    values = recipe("child", tmp_path / "child", src_lang="de", tgt_lang="en", data={"train": corpus, "valid": corpus})
+    values |= {"model": None, "train": {"init_from": str(tmp_path / "run"), "threads": 1}}
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump({k: v for k, v in values.items() if v is not None}), encoding="utf-8")
+    assert_one_line_error(invoke("prepare", str(tmp_path / "child.yaml")), "cannot be fine-tuned")
