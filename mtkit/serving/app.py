@@ -69,6 +69,9 @@ class TranslateRequest(BaseModel):
     tgt_lang: str | None = Field(
         None, max_length=32, description="The language to translate into, for a model of several (see /info target_languages)."
     )
+    src_lang: str | None = Field(
+        None, max_length=32, description="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model."
+    )
 
 
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]) -> FastAPI:
@@ -161,7 +164,7 @@ def _decoding(translator: Translator, body: TranslateRequest, limits: ServeLimit
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
         decoding = Decoding(
             beam=body.beam, nbest=body.nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
-            alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang,
+            alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang, src_lang=body.src_lang,
         )  # fmt: skip
         plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
     except MtkitError as err:
