@@ -77,6 +77,14 @@ class Languages:
         if not self.coded or self.config is None:
             return self.tag(tgt_lang), []
         codes = self.tokenizers.tgt.codes
+        if tgt_lang is None and self.config.tgt_lang not in codes:  # the import found no target language to default to
+            example = next((code for code in ("fra_Latn", "fr_XX", "fr") if code in codes), next(iter(codes)))
+            raise OptionError(
+                "tgt_lang",
+                "this model writes {count} languages: choose one with {tgt_lang}, such as {tgt_lang} {example}",
+                count=len(codes),
+                example=example,
+            )
         source = code_id(codes, src_lang or self.config.src_lang, "src_lang")
         return source, [code_id(codes, tgt_lang or self.config.tgt_lang, "tgt_lang")]
 

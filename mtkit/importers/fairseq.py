@@ -181,12 +181,12 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     codes = list(tokenizer.codes)
     english = next((code for code in ("eng_Latn", "en_XX", "en") if code in tokenizer.codes), codes[0])
     src_lang = code_name(str(settings.get("src_lang") or english))
-    tgt_lang = code_name(str(settings.get("tgt_lang") or next(code for code in codes if code != src_lang)))
+    tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
     beam = generation.get("num_beams", 5)
     return Config(
         name=name,
         src_lang=src_lang if src_lang in tokenizer.codes else english,
-        tgt_lang=tgt_lang if tgt_lang in tokenizer.codes else codes[0],
+        tgt_lang=tgt_lang if tgt_lang in tokenizer.codes else "tgt",
         data=DataConfig(normalize="none", lang_tag="code"),
         tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size),
         model=model,

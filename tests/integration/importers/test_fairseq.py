@@ -138,7 +138,9 @@ def test_language_flags_take_iso_639_1_codes_and_name_the_closest(imported) -> N
         translator.translate(SOURCES[:1], tgt_lang="xx_Latn")
     assert "\n" not in str(raised.value)
     with pytest.raises(OptionError, match="--src-lang"):
-        translator.translate_nbest(SOURCES[:1], Decoding(src_lang="qq"))
+        translator.translate_nbest(SOURCES[:1], Decoding(src_lang="qq", tgt_lang="fr"))
+    with pytest.raises(OptionError, match=r"this model writes \d+ languages: choose one with --tgt-lang, such as --tgt-lang fr"):
+        translator.translate(SOURCES[:1])  # the tokenizer named no target language
 
 
 def test_the_cli_imports_and_translates_with_language_flags(imported, tmp_path: Path) -> None:
