@@ -352,6 +352,7 @@ def evaluate_command(
     ] = True,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
+    src_lang: SrcLang = None,
     off_target: Annotated[
         bool, typer.Option(help="Report the share of outputs not in the target language (pip install 'mtkit[langid]').")
     ] = False,
@@ -366,7 +367,7 @@ def evaluate_command(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
         output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
-        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True,
+        tgt_lang=tgt_lang, src_lang=src_lang, off_target=off_target, fast_paths=True,
     )  # fmt: skip
     report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

@@ -146,13 +146,15 @@ class Translator:
         progress: bool = False,
         constraints: TermLists = None,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
 
         constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
-        tgt_lang: the language to translate into, for a model of several (`target_languages`).
+        tgt_lang: the language to translate into, for a model of several (`target_languages`); src_lang: the source's
+        language, for a model with language codes.
         """
-        decoding = Decoding(beam=beam, tgt_lang=tgt_lang)
+        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang)
         best = self.translate_nbest(lines, decoding, progress=progress, constraints=constraints)
         return [translations[0].text for translations in best]
 

@@ -163,6 +163,9 @@ def test_the_cli_imports_and_translates_with_language_flags(imported, tmp_path: 
     )
     expected_scores = translator.score(SOURCES[:3], TARGETS[:3], tgt_lang=lang, src_lang=built.src_lang)
     assert scored.splitlines() == [score.line() for score in expected_scores]
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    evaluated = cli_output("evaluate", "-m", str(tmp_path / "run"), *files, *flags[4:])
+    assert "BLEU" in evaluated and lang in evaluated
 
 
 def test_weights_that_do_not_fit_config_json_are_one_line(imported, tmp_path: Path) -> None:
