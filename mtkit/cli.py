@@ -84,7 +84,18 @@ TranslateModels = Annotated[
 ]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 TgtLang = Annotated[
-    Optional[str], typer.Option(help="The language to translate into, for a model of several (data.lang_tag: target).")
+    Optional[str],
+    typer.Option(
+        help="The language to translate into, for a model of several (data.lang_tag: target), or the target's code for "
+        "an imported NLLB-200, M2M-100 or mBART-50 model (deu_Latn; de where it names one code)."
+    ),
+]
+SrcLang = Annotated[
+    Optional[str],
+    typer.Option(
+        help="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model (deu_Latn; de where it "
+        "names one code; default: the recipe's src_lang)."
+    ),
 ]
 InitFrom = Annotated[
     Optional[Path],
@@ -225,9 +236,9 @@ def translate_command(
     mbr_utility: MbrUtilityOption = None,
     comet_model: RerankCometModel = None,
     comet_encoder: RerankCometEncoder = None,
+    src_lang: SrcLang = None,
 ) -> None:
-    """Translate text: one output line per input line, in order, written as soon as each window is done. Under
-    `torchrun --nproc_per_node N -m mtkit translate ... -i FILE`, N processes share the lines."""
+    """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
     from mtkit.decoding.files import FileOptions, translate_file
     from mtkit.decoding.sampling import Sampling
     from mtkit.decoding.translator import Decoding, Translator
@@ -237,9 +248,9 @@ def translate_command(
     reranker, nbest = _reranker(rerank, candidates=candidates, utility=mbr_utility, model=comet_model, encoder=comet_encoder,
                                 device=device, nbest=nbest)  # fmt: skip
     drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
-    in_order = constraints_order is ConstraintOrder.GIVEN
     decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
-        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=in_order, tgt_lang=tgt_lang)  # fmt: skip
+        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=constraints_order is ConstraintOrder.GIVEN,
+        tgt_lang=tgt_lang, src_lang=src_lang)  # fmt: skip
     options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
         plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
         constraints=constraints, glossary=glossary)  # fmt: skip
@@ -279,6 +290,7 @@ def score_command(
     ] = EngineName.AUTO,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
+    src_lang: SrcLang = None,
 ) -> None:
     """Score given translations: per pair, the total log-probability, its per-token average and the token count."""
     from mtkit.decoding.files import score_files
@@ -286,7 +298,7 @@ def score_command(
     from mtkit.runtime import resolve_device
 
     translator = Translator.load(model, engine, str(resolve_device(device)), fast_paths=True)
-    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang)
+    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang, src_lang=src_lang)
     if truncated:
         typer.echo(
             f"mtkit: warning: {len(truncated)} pairs (lines {', '.join(map(str, truncated[:5]))}"
@@ -408,15 +420,11 @@ def evaluate_command(
     beam: Annotated[Optional[int], typer.Option(min=1, help="With -m: beam size (default: the recipe's).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With -m: also write the translations here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
-    record_scores: Annotated[
-        bool,
-        typer.Option(
-            "--save-scores/--no-save-scores",
-            help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).",
-        ),
-    ] = True,
+    record_scores: Annotated[bool, typer.Option("--save-scores/--no-save-scores",
+        help="With one -m RUN_DIR and --split: record the scores in RUN_DIR/scores.json (for serve).")] = True,  # fmt: skip
     device: Device = "auto",
     tgt_lang: TgtLang = None,
+    src_lang: SrcLang = None,
     off_target: Annotated[
         bool, typer.Option(help="Report the share of outputs not in the target language (pip install 'mtkit[langid]').")
     ] = False,
@@ -433,7 +441,7 @@ def evaluate_command(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
         output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
-        tgt_lang=tgt_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
+        tgt_lang=tgt_lang, src_lang=src_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
         comet=_comet_options(comet_model, encoder=comet_encoder, device=device, precision=comet_precision),
     )  # fmt: skip
     report = evaluate(request)

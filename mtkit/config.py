@@ -274,8 +274,10 @@ class DataConfig:
     # one split or a list of them (a multilingual recipe: one per direction, each with src_lang/tgt_lang)
     valid: list[SplitConfig] = field(default_factory=lambda: [SplitConfig()])
     test: list[SplitConfig] | None = None
-    # target: every source starts with a tag (one reserved piece, <2xx>) naming its target language
-    lang_tag: str = field(default="none", metadata=_choice("none", "target"))
+    # target: every source starts with a tag (one reserved piece, <2xx>) naming its target language; code: an
+    # imported M2M-100, NLLB-200 or mBART-50 model's own language codes, the source's in front of the source and
+    # the target's forced as the translation's first token (written by `mtkit import`)
+    lang_tag: str = field(default="none", metadata=_choice("none", "target", "code"))
     # more languages to reserve tags for (to be added later by fine-tuning), separated by commas
     langs: str = field(
         default="", metadata=_pattern(rf"\s*|\s*{LANGUAGE}\s*(,\s*{LANGUAGE}\s*)*", "language codes separated by commas", "de,fr")
@@ -331,7 +333,7 @@ class ModelConfig:
 
     Shared: layers, dropout, tie_embeddings. Transformer only: d_model, heads, ffn_dim,
     attention_dropout, norm, positions, max_positions, activation, encoder_layers, decoder_layers,
-    output_bias. RNN only: cell .. input_feed. A recipe that
+    output_bias, embedding_norm, scale_embedding. RNN only: cell .. input_feed. A recipe that
     sets a key of the other architecture is an error; saved configs hold only the chosen one's keys.
     """
 
@@ -344,8 +346,12 @@ class ModelConfig:
     attention_dropout: float = field(default=0.0, metadata=_TRANSFORMER | _range(0.0, 1.0, open_high=True, example=0.1))
     norm: str = field(default="pre", metadata=_TRANSFORMER | _choice("pre", "post"))
     # sinusoidal: sine and cosine columns interleaved; sinusoidal_halves: all sines, then all cosines
-    # (Marian's and CTranslate2's layout, tabled in float64); learned: a trained table
-    positions: str = field(default="sinusoidal", metadata=_TRANSFORMER | _choice("sinusoidal", "sinusoidal_halves", "learned"))
+    # (Marian's and CTranslate2's layout, tabled in float64); sinusoidal_fairseq: sines then cosines over half the
+    # dimension minus one, positions counted from 2 (M2M-100's and NLLB's); learned: a trained table
+    positions: str = field(
+        default="sinusoidal",
+        metadata=_TRANSFORMER | _choice("sinusoidal", "sinusoidal_halves", "learned", "sinusoidal_fairseq"),
+    )
     tie_embeddings: bool = True  # share source, target and output embeddings (joint vocab)
     # longest sequence (tokens + EOS) with learned positions; at least one token and its EOS
     max_positions: int = field(default=1024, metadata=_TRANSFORMER | _at_least(2))
@@ -354,6 +360,8 @@ class ModelConfig:
     encoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
     decoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
     output_bias: bool = field(default=False, metadata=_TRANSFORMER)  # a bias on the output logits (Marian's)
+    embedding_norm: bool = field(default=False, metadata=_TRANSFORMER)  # a LayerNorm on embeddings + positions (mBART's)
+    scale_embedding: bool = field(default=True, metadata=_TRANSFORMER)  # embeddings times sqrt(d_model)
     cell: str = field(default="lstm", metadata=_RNN | _choice("lstm", "gru"))
     # RNN state size (a bidirectional encoder gives each direction half)
     hidden_size: int = field(default=512, metadata=_RNN | _at_least(1) | _relation(_even_when_bidirectional))

@@ -23,11 +23,18 @@ BOS_ID = 2
 EOS_ID = 3
 LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a target-language token at the start of a source, e.g. >>fra<<
 TAG = re.compile(r"<2([^<>\s]+)>")  # mtkit's target-language tag, a reserved piece: <2fr>
+# a fairseq-born model's language code, a piece of its table: __de__ (M2M-100), deu_Latn (NLLB-200), de_DE (mBART-50)
+LANGUAGE_CODE = re.compile(r"__[a-z]{2,3}__|[a-z]{2,3}_[A-Z][A-Za-z]{1,3}")
 
 
 def corpus_tag_piece(name: str) -> str:
     """The reserved piece of corpus tag `name` (`data.train[i].tag`): <bt>."""
     return f"<{name}>"
+
+
+def code_name(piece: str) -> str:
+    """How a language-code piece is named on the command line: de for M2M-100's __de__, the piece itself otherwise."""
+    return piece[2:-2] if piece.startswith("__") and piece.endswith("__") else piece
 
 
 def tag_piece(lang: str) -> str:
@@ -94,8 +101,9 @@ class Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """The text of `ids` without PAD, BOS and EOS, trimmed as MarianTokenizer decodes it (so a `transformers`
         export gives the same text): a table piece the SentencePiece model lacks (a joint vocab.json holds both
-        sides' pieces) comes back spelled out, its "\u2581" written as a space."""
-        kept = [int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)]
+        sides' pieces) comes back spelled out, its "\u2581" written as a space; language codes are dropped."""
+        dropped = {PAD_ID, BOS_ID, EOS_ID, *self.codes.values()}
+        kept = [int(i) for i in ids if int(i) not in dropped]
         if self.table is None:
             return self._sp.decode(kept).strip()
         return self._sp.decode_pieces([self.table[i] for i in kept]).replace("\u2581", " ").strip()
@@ -114,6 +122,20 @@ class Tokenizer:
             if self._sp.is_control(index) and (match := TAG.fullmatch(self._sp.id_to_piece(index))):
                 found[match.group(1)] = index
         return found
+
+    @functools.cached_property
+    def codes(self) -> dict[str, int]:
+        """The language codes of an imported fairseq-born model's table (`data.lang_tag: code`): name -> id, e.g.
+        deu_Latn, or de for M2M-100's __de__. A code is a table piece the SentencePiece model lacks: text never
+        produces it; it is put in front of a source, or forced as a translation's first token, by its name."""
+        if self.table is None:
+            return {}
+        unknown = self._sp.unk_id()
+        return {
+            code_name(piece): index
+            for index, piece in enumerate(self.table)
+            if LANGUAGE_CODE.fullmatch(piece) and self._sp.piece_to_id(piece) == unknown
+        }
 
     def control_id(self, piece: str) -> int | None:
         """The id of reserved piece `piece` (a tag such as <bt>), or None when the model does not reserve it."""

@@ -114,7 +114,7 @@ class PyTorchEngine(Engine):
         if options.sampling is not None:
             found = self._sample(src, src_mask, caps, batch.prefixes, options)
         else:
-            step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device)
+            step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device, options.forced_lead)
             if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
                 summed = replace(options, length_penalty=0.0)
                 greedy = greedy_search(self.model, src, src_mask, caps, summed, step_rules=step_rules, src_padded=padded)
@@ -170,7 +170,7 @@ class PyTorchEngine(Engine):
         count = options.nbest
         rows = torch.arange(src.size(0), device=self.device).repeat_interleave(count)  # (B*N,)
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
-        step_rules = StepRules.build(repeated, options.no_repeat_ngram, self.device)
+        step_rules = StepRules.build(repeated, options.no_repeat_ngram, self.device, options.forced_lead)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
         drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], options, step_rules=step_rules, pick=pick)

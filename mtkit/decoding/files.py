@@ -146,7 +146,7 @@ def _check(translator: Translator, options: FileOptions, distributed: Distribute
         raise MtkitError(f"--buffer-lines {options.buffer_lines}: give a number of lines >= 1, such as {BUFFER_LINES}")
     if options.plot_attention is not None:
         check_can_plot(translator)
-    translator.language_tag(options.decoding.tgt_lang)  # a missing or unknown --tgt-lang
+    translator.leads(options.decoding)  # a missing or unknown --tgt-lang (or --src-lang)
 
 
 def _side_lines(path: Path | None, option: str, input: Path | None, what: str) -> Iterator[tuple[int, str]] | None:
@@ -218,14 +218,20 @@ def _plot(
 
 
 def score_files(
-    translator: Translator, src: Path, tgt: Path, output: Path | None, as_json: bool = False, tgt_lang: str | None = None
+    translator: Translator,
+    src: Path,
+    tgt: Path,
+    output: Path | None,
+    as_json: bool = False,
+    tgt_lang: str | None = None,
+    src_lang: str | None = None,
 ) -> list[int]:
-    """Write one score line per pair of `src` and `tgt` lines (in `tgt_lang`, for a model of several) into `output`
-    (stdout when None).
+    """Write one score line per pair of `src` and `tgt` lines (in `tgt_lang`, for a model of several; `src_lang` and
+    `tgt_lang`, for a model with language codes) into `output` (stdout when None).
 
     Returns the line numbers (1-based) of pairs scored on their first pieces only.
     """
-    translator.language_tag(tgt_lang)  # a missing or unknown language is refused before anything is read
+    translator.leads(Decoding(src_lang=src_lang, tgt_lang=tgt_lang))  # an unknown language, refused before reading
     for path in (src, tgt):
         if not path.is_file():
             raise MtkitError(f"{path}: no such file; give a text file with one sentence per line")
@@ -238,7 +244,7 @@ def score_files(
     bar = tqdm(total=counts[0], unit=" pairs", disable=None if output is not None else True, file=sys.stderr)
     with atomic_output(output) as out:
         while window := list(islice(pairs, WINDOW_PAIRS)):
-            scores = translator.score([s for (_, s), _ in window], [t for _, (_, t) in window], tgt_lang)
+            scores = translator.score([s for (_, s), _ in window], [t for _, (_, t) in window], tgt_lang, src_lang)
             out.write("".join((score.json() if as_json else score.line()) + "\n" for score in scores))
             truncated += [number for ((number, _), _), score in zip(window, scores, strict=True) if score.truncated]
             bar.update(len(window))

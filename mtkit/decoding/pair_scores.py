@@ -48,15 +48,17 @@ def score_pairs(
     sources: Sequence[str],
     targets: Sequence[str],
     tag: int | None = None,
+    target_lead: Sequence[int] = (),
 ) -> list[PairScore]:
     """The score of each (source, target) pair, in input order (`Translator.score` with its engine and settings);
-    each source after `tag` (a tagged model's target-language tag), if any."""
+    each source after `tag` (a tagged model's target-language tag, or a source-language code), if any, and each
+    target after `target_lead` (a target-language code, scored as part of the target)."""
     require(engine, Capability.SCORE, "mtkit score")
     if len(sources) != len(targets):
         raise MtkitError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
     limit = engine.max_positions - 1  # room for EOS (source) or BOS (target)
     source_ids = tagged([tokenizers.src.encode(model_text(s, normalize)) for s in sources], tag)
-    target_ids = [tokenizers.tgt.encode(model_text(t, normalize)) for t in targets]
+    target_ids = [[*target_lead, *tokenizers.tgt.encode(model_text(t, normalize))] for t in targets]
     truncated = [len(s) > limit or len(t) > limit for s, t in zip(source_ids, target_ids, strict=True)]
     source_ids, target_ids = [s[:limit] for s in source_ids], [t[:limit] for t in target_ids]
     scores: list[PairScore | None] = [None] * len(sources)

@@ -56,6 +56,7 @@ class SearchOptions:
     stop: Stop | None = field(default=None, compare=False, repr=False)  # asked before each step (PyTorch) or batch
     constraints_in_order: bool = False  # lexical constraints in the order given
     never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's tags
+    forced_lead: int = 0  # each prefix's first tokens forced at log-probability 0: a target-language code
 
     @property
     def width(self) -> int:

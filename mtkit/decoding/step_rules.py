@@ -16,10 +16,14 @@ class StepRules:
     """Per-sentence target prefixes and an n-gram size that may not repeat, for one batch of search.
 
     prefixes: target ids each sentence's output must start with (in batch order; [] for none);
-    no_repeat_ngram: 0, or N >= 1: no N-gram may appear twice in an output.
+    no_repeat_ngram: 0, or N >= 1: no N-gram may appear twice in an output;
+    forced_lead: how many of each prefix's first tokens are a language code, forced at log-probability 0 as
+    transformers' `forced_bos_token_id` forces it (the rest of a prefix keeps the model's log-probabilities).
     """
 
-    def __init__(self, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device) -> None:
+    def __init__(
+        self, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device, forced_lead: int = 0
+    ) -> None:
         prefixes = prefixes or []
         self.prefix_length = max((len(p) for p in prefixes), default=0)
         self.prefixes = torch.full((len(prefixes), max(self.prefix_length, 1)), -1, dtype=torch.long)  # (B, P), -1: none
@@ -27,20 +31,24 @@ class StepRules:
             self.prefixes[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
         self.prefixes = self.prefixes.to(device)
         self.no_repeat_ngram = no_repeat_ngram
+        self.forced_lead = forced_lead
 
     @classmethod
-    def build(cls, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device) -> StepRules | None:
+    def build(
+        cls, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device, forced_lead: int = 0
+    ) -> StepRules | None:
         """None when nothing is constrained, so search skips the step entirely."""
         if no_repeat_ngram == 0 and not any(prefixes or []):
             return None
-        return cls(prefixes, no_repeat_ngram, device)
+        return cls(prefixes, no_repeat_ngram, device, forced_lead)
 
     def apply(self, log_probs: Tensor, tokens: Tensor, sentence: Tensor, step: int) -> Tensor:
         """log_probs (R, V) of the next token after `tokens` (R, 1 + step), BOS first, for rows of
         batch sentences `sentence` (R,): n-gram repeats made impossible, then prefix tokens forced."""
         steered = self._block_repeats(log_probs, tokens[:, 1:]) if self.no_repeat_ngram else log_probs
         if step < self.prefix_length:
-            return self._force_prefix(steered, log_probs, self.prefixes[sentence, step])
+            scored = torch.zeros_like(log_probs) if step < self.forced_lead else log_probs
+            return self._force_prefix(steered, scored, self.prefixes[sentence, step])
         return steered
 
     def _block_repeats(self, log_probs: Tensor, generated: Tensor) -> Tensor:

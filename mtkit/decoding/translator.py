@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mtkit.config import Config, DecodeConfig, target_languages
+from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import TokenizerPair, tagged
 from mtkit.decoding.alignment import word_alignment
 from mtkit.decoding.ct2_engine import is_ctranslate2_export, load_export
@@ -36,6 +36,7 @@ from mtkit.decoding.engine import (
     output_cap,
     require,
 )
+from mtkit.decoding.languages import Languages
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
@@ -82,7 +83,8 @@ class Decoding:
     alignments: bool = False
     alignment_layer: int = -1  # the decoder layer whose cross-attention aligns (-1: the last)
     constraints_in_order: bool = False  # lexical constraints must appear in the order given
-    tgt_lang: str | None = None  # the language to write, for a model of several (data.lang_tag: target)
+    tgt_lang: str | None = None  # the language to write, for a model of several (data.lang_tag: target or code)
+    src_lang: str | None = None  # the source's language, for a model with language codes (data.lang_tag: code)
 
 
 class Translator:
@@ -101,6 +103,7 @@ class Translator:
         self.decode = decode
         self.normalize = normalize
         self.config = config  # the training recipe, when loaded from a run or an export
+        self.languages = Languages(config, tokenizers)
 
     @classmethod
     def load(
@@ -143,13 +146,15 @@ class Translator:
         progress: bool = False,
         constraints: TermLists = None,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
 
         constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
-        tgt_lang: the language to translate into, for a model of several (`target_languages`).
+        tgt_lang: the language to translate into, for a model of several (`target_languages`); src_lang: the source's
+        language, for a model with language codes.
         """
-        decoding = Decoding(beam=beam, tgt_lang=tgt_lang)
+        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang)
         best = self.translate_nbest(lines, decoding, progress=progress, constraints=constraints)
         return [translations[0].text for translations in best]
 
@@ -186,49 +191,32 @@ class Translator:
         bar.close()
         return plan.results()
 
-    def score(self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None) -> list[PairScore]:
-        """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source."""
-        return score_pairs(self.engine, tokenizers=self.tokenizers, normalize=self.normalize, tag=self.language_tag(tgt_lang),
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+    ) -> list[PairScore]:
+        """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source
+        (in `src_lang`, for a model with language codes)."""
+        tag, lead = self.leads(Decoding(tgt_lang=tgt_lang, src_lang=src_lang))
+        return score_pairs(self.engine, tokenizers=self.tokenizers, normalize=self.normalize, tag=tag, target_lead=lead,
                            batch_tokens=self.decode.batch_beam_tokens, sources=sources, targets=targets)  # fmt: skip
 
     @property
     def target_languages(self) -> list[str]:
-        """The languages this model writes: several for a tagged model (`data.lang_tag: target`), else its recipe's one."""
-        return target_languages(self.config) if self.config is not None else []
+        """The languages this model writes (`Languages.targets`)."""
+        return self.languages.targets
 
     @property
     def tagged(self) -> bool:
         """Whether every source starts with a target-language tag."""
-        return self.config is not None and self.config.data.lang_tag == "target"
+        return self.languages.tagged
 
     def language_tag(self, tgt_lang: str | None) -> int | None:
-        """The tag id a source starts with to be translated into `tgt_lang` (None: an untagged model);
-        a language the model does not write, or none for a model of several, is an error listing the valid ones."""
-        languages = self.target_languages
-        if tgt_lang is None and self.tagged and len(languages) > 1:
-            raise OptionError(
-                "tgt_lang",
-                "this model translates into {languages}: choose one with {tgt_lang}, such as {tgt_lang} {first}",
-                languages=", ".join(languages),
-                first=languages[0],
-            )
-        if tgt_lang is not None and languages and tgt_lang not in languages:
-            raise OptionError(
-                "tgt_lang",
-                "{tgt_lang} {value}: this model translates into {languages} only; give one of them",
-                value=tgt_lang,
-                languages=", ".join(languages),
-            )
-        if not self.tagged:
-            return None
-        lang = tgt_lang or languages[0]
-        if lang not in self.tokenizers.src.tags:
-            raise OptionError(
-                "tgt_lang",
-                "{tgt_lang} {value}: the model's tokenizer has no tag for it; the model cannot be told to write it",
-                value=lang,
-            )
-        return self.tokenizers.src.tags[lang]
+        """What a source starts with to be translated into `tgt_lang` (`Languages.tag`), checked."""
+        return self.languages.tag(tgt_lang)
+
+    def leads(self, decoding: Decoding) -> tuple[int | None, list[int]]:
+        """What a source and its translation start with, for `decoding`'s languages (`Languages.leads`), checked."""
+        return self.languages.leads(decoding.src_lang, decoding.tgt_lang)
 
     def plan(
         self,
@@ -246,12 +234,14 @@ class Translator:
         if prefixes is not None and any(prefixes):
             self.require(Capability.PREFIX, "prefix")
             prefix_ids = [self.target_prefix(prefix) for prefix in prefixes]
-        tag = self.language_tag((decoding or Decoding()).tgt_lang)
+        tag, lead = self.leads(decoding or Decoding())
+        if lead:
+            self.require(Capability.PREFIX, "tgt_lang")
         segments = [
             self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
             for n, line in enumerate(lines)
         ]
-        return Plan(segments, prefix_ids, options, self, terms)
+        return Plan(segments, prefix_ids, options, self, terms, lead=lead)
 
     def line_terms(
         self, lines: Sequence[str], constraints: Sequence[LineConstraints], options: SearchOptions
@@ -312,7 +302,7 @@ class Translator:
         never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
             beam=beam, nbest=nbest, length_penalty=penalty, sampling=decoding.sampling, no_repeat_ngram=ngram,
-            alignment_layer=layer, constraints_in_order=in_order, never=never,
+            alignment_layer=layer, constraints_in_order=in_order, never=never, forced_lead=int(self.languages.coded),
         )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
@@ -341,8 +331,9 @@ class Plan:
     """One list of lines on its way through an engine, the pipeline's bookkeeping written once.
 
     1. `segments_of_line`: the source ids of each line (none if empty, several if over-long); a
-       line's target prefix goes with its first segment, its constraints with the segment they
-       belong to (`mtkit.decoding.terminology.terms.place_terms`);
+       line's target prefix goes with its first segment (after the target's language code, which
+       every segment starts with, for a model with codes), its constraints with the segment they belong
+       to (`mtkit.decoding.terminology.terms.place_terms`);
     2. `batches()`: the segments sorted by length into batches of `decode.batch_beam_tokens` x beam;
     3. `put()` records what the engine found for a batch; `results()` detokenises and puts
        segments and lines back together, in input order (with word alignments when asked).
@@ -356,14 +347,17 @@ class Plan:
         options: SearchOptions,
         translator: Translator,
         terms_of_line: list[list[Term]] | None = None,
+        *,
+        lead: Sequence[int] = (),
     ) -> None:
         self.segments_of_line = segments_of_line
         self.sources = [segment for segments in segments_of_line for segment in segments]
         self.prefixes = None
-        if prefixes_of_line is not None:
+        if prefixes_of_line is not None or lead:
+            given = prefixes_of_line or [[] for _ in segments_of_line]
             self.prefixes = [
-                prefix if n == 0 else []
-                for segments, prefix in zip(segments_of_line, prefixes_of_line, strict=True)
+                [*lead, *(prefix if n == 0 else [])]
+                for segments, prefix in zip(segments_of_line, given, strict=True)
                 for n in range(len(segments))
             ]
         self.options = options

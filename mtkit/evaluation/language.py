@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mtkit.decoding.languages import ISO_639_3
 from mtkit.errors import MtkitError, OptionError
+
+ISO_639_1 = {three: two for two, three in ISO_639_3.items() if two != "no"}  # NLLB-200's codes: nob -> nb
 
 
 def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[str] = ()) -> float:
@@ -34,8 +37,9 @@ def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[s
 
 
 def base_language(lang: str) -> str:
-    """pt_BR -> pt, zh-Hant -> zh: the code py3langid uses."""
-    return lang.replace("-", "_").split("_")[0].lower()
+    """pt_BR -> pt, zh-Hant -> zh, an NLLB-200 code fra_Latn -> fr: the code py3langid uses."""
+    base = lang.replace("-", "_").split("_")[0].lower()
+    return ISO_639_1.get(base, base)
 
 
 def language_identifier(needed_by: str) -> Any:

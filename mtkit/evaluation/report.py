@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mtkit.config import Config, bleu_band, direction, split_languages, tag_languages
 from mtkit.data.corpora import iter_split
-from mtkit.decoding.translator import Translator
+from mtkit.decoding.translator import Decoding, Translator
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
@@ -43,6 +43,7 @@ class EvaluateRequest:
     rules: FlagRules = field(default_factory=FlagRules)
     tests: PairedTests = field(default_factory=PairedTests)  # the paired significance tests' seed and samples
     tgt_lang: str | None = None  # with models: the language to translate into (a model of several)
+    src_lang: str | None = None  # with models: the source's language code (an imported NLLB-200, M2M-100 or mBART-50)
     off_target: bool = False  # report the share of outputs not in the target language (py3langid)
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (QUALITY_METRICS), from `comet`
@@ -263,7 +264,9 @@ def _translated(request: EvaluateRequest) -> _Systems:
         translated = []
         for way in directions:
             lines = sources[way.start : way.end]
-            translated += translator.translate(lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang)
+            translated += translator.translate(
+                lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang, src_lang=request.src_lang
+            )
         hypotheses.append(translated)
     if request.output is not None:
         write_lines(hypotheses[0], request.output)
@@ -280,7 +283,7 @@ def _sources_and_references(
     if request.src is not None:
         if not refs:
             raise MtkitError("evaluate --src needs at least one --ref FILE to score against")
-        translator.language_tag(request.tgt_lang)  # a missing or unknown --tgt-lang, before translating
+        translator.leads(Decoding(src_lang=request.src_lang, tgt_lang=request.tgt_lang))  # checked before translating
         sources = read_lines(request.src)
         target = request.tgt_lang or (translator.target_languages or [None])[0]
         return sources, refs, [_Direction(f"into {target}", target, 0, len(sources))]

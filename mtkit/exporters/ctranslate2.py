@@ -23,7 +23,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPai
 from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
 from mtkit.decoding.engine import output_cap
 from mtkit.errors import MtkitError
-from mtkit.exporters.folder import check_output_dir, staged
+from mtkit.exporters.folder import check_exportable, check_output_dir, staged
 from mtkit.importers.names import depths
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
@@ -52,6 +52,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
             f"{model_path}: model.arch is {config.model.arch!r}; RNN models are not supported by CTranslate2; "
             f"translate with the PyTorch engine (mtkit translate -m {model_path})"
         )
+    check_exportable(config, model_path, "CTranslate2")
     positions = position_rows(config)
     spec = transformer_spec(ctranslate2, model.eval(), tokenizers, positions)
     spec.validate()

@@ -9,12 +9,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mtkit.config import Config
 from mtkit.decoding.ct2_engine import MANIFEST
 from mtkit.errors import MtkitError
 
 TRANSFORMERS_NOTE = "mtkit_export.json"  # what a transformers export says of where it came from
 # The file each export format writes beside its model: `--force` replaces only a folder holding one.
 MARKERS = (MANIFEST, TRANSFORMERS_NOTE)
+
+
+def check_exportable(config: Config, model_path: Path, form: str) -> None:
+    """What neither format can hold: an imported NLLB-200, M2M-100 or mBART-50 model (its language codes, fairseq's
+    positions, the LayerNorm on its embeddings, unscaled embeddings), refused in one line before anything is written."""
+    model = config.model
+    fairseq = model.positions == "sinusoidal_fairseq" or model.embedding_norm or not model.scale_embedding
+    if config.data.lang_tag == "code" or fairseq:
+        raise MtkitError(
+            f"{model_path}: an imported NLLB-200, M2M-100 or mBART-50 model (language codes, fairseq's positions or "
+            f"embeddings) cannot be exported to {form}; translate and serve it with mtkit (mtkit translate -m {model_path})"
+        )
 
 
 def check_output_dir(output_dir: Path, force: bool) -> None:

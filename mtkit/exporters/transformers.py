@@ -29,7 +29,7 @@ import torch
 from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TAG, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, OptionError
-from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_output_dir, staged
+from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_exportable, check_output_dir, staged
 from mtkit.exporters.model_card import model_card
 from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
@@ -60,6 +60,7 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
             "so only Transformers are exported; translate with mtkit itself (mtkit translate / mtkit serve)"
         )
+    check_exportable(config, model_path, "transformers")
     form = "marian" if marian_form(config.model) else "remote-code"
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     with staged(output_dir) as staging:

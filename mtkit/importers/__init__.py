@@ -1,6 +1,7 @@
 """Importers: models trained elsewhere turned into ordinary mtkit run directories.
 
-One module per foreign family (marian.py, ...) over the shared loader (loader.py): the family's
+One module per foreign family (marian.py, m2m100.py, mbart.py; fairseq.py what the last two share) over
+the shared loader (loader.py): the family's
 `Family` says how config.json names it and reads its folder directly (no foreign library at run
 time), refusing what mtkit cannot represent with one line naming the key; the loader finds the
 folder or hub id and writes `best.pt` and `config.yaml`, which every mtkit command then accepts.
@@ -15,10 +16,12 @@ from pathlib import Path
 from mtkit.config import Config
 from mtkit.errors import MtkitError
 from mtkit.importers.loader import Family, check_output, family_of, import_family, locate, read_json
+from mtkit.importers.m2m100 import M2M100
 from mtkit.importers.marian import MARIAN
+from mtkit.importers.mbart import MBART
 from mtkit.models.base import EncoderDecoder
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (MARIAN,)}
+FAMILIES: dict[str, Family] = {family.name: family for family in (MARIAN, M2M100, MBART)}
 AUTO = "auto"  # the family read from config.json
 
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from mtkit.config import Config, ModelConfig, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import MtkitError, one_line
-from mtkit.importers.names import SAFETENSORS_DTYPES
+from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
@@ -152,6 +152,34 @@ def read_safetensors(path: Path) -> dict[str, Tensor]:
     except (struct.error, ValueError, KeyError, TypeError, RuntimeError) as err:
         raise MtkitError(f"{path}: not a readable safetensors file ({one_line(err)})") from None
     return tensors
+
+
+def transformer_sizes(settings: dict[str, Any], where: Path, activation: str) -> dict[str, Any]:
+    """The `model` keys every Hugging Face encoder-decoder's config.json gives alike (depths, sizes, dropout, the
+    activation, `activation` where it names none); encoder and decoder sizes that differ are refused by their keys."""
+    pairs = (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"))
+    for encoder_key, decoder_key in pairs:
+        if settings.get(encoder_key) != settings.get(decoder_key):
+            raise MtkitError(f"{where}: {encoder_key} and {decoder_key} differ; mtkit's encoder and decoder share them")
+    named = str(settings.get("activation_function", activation))
+    if named not in ACTIVATIONS:
+        raise MtkitError(f"{where}: activation_function={named!r} cannot be represented; mtkit has {', '.join(ACTIVATIONS)}")
+    try:
+        return {
+            "arch": "transformer",
+            "layers": int(settings["encoder_layers"]),
+            "encoder_layers": int(settings["encoder_layers"]),
+            "decoder_layers": int(settings["decoder_layers"]),
+            "d_model": int(settings["d_model"]),
+            "heads": int(settings["encoder_attention_heads"]),
+            "ffn_dim": int(settings["encoder_ffn_dim"]),
+            "dropout": float(settings.get("dropout", 0.1)),
+            "attention_dropout": float(settings.get("attention_dropout", 0.0)),
+            "max_positions": int(settings.get("max_position_embeddings", 1024)),
+            "activation": ACTIVATIONS[named],
+        }
+    except (KeyError, TypeError, ValueError) as err:
+        raise MtkitError(f"{where}: {err} is missing or not a number; is this a transformers config.json?") from None
 
 
 def build_imported(

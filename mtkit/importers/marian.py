@@ -26,8 +26,8 @@ from torch import Tensor
 from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError
-from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights
-from mtkit.importers.names import ACTIVATIONS, layer_names
+from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights, transformer_sizes
+from mtkit.importers.names import layer_names
 from mtkit.models.base import EncoderDecoder
 
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
@@ -83,30 +83,11 @@ def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
     for key, (wanted, what) in refusals.items():
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
-    for encoder_key, decoder_key in (
-        ("encoder_attention_heads", "decoder_attention_heads"),
-        ("encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if settings.get(encoder_key) != settings.get(decoder_key):
-            raise MtkitError(f"{where}: {encoder_key} and {decoder_key} differ; mtkit's encoder and decoder share them")
-    activation = str(settings.get("activation_function", "swish"))
-    if activation not in ACTIVATIONS:
-        raise MtkitError(f"{where}: activation_function={activation!r} cannot be represented; mtkit has {', '.join(ACTIVATIONS)}")
     return ModelConfig(
-        arch="transformer",
-        layers=int(settings["encoder_layers"]),
-        encoder_layers=int(settings["encoder_layers"]),
-        decoder_layers=int(settings["decoder_layers"]),
-        d_model=int(settings["d_model"]),
-        heads=int(settings["encoder_attention_heads"]),
-        ffn_dim=int(settings["encoder_ffn_dim"]),
-        dropout=float(settings.get("dropout", 0.1)),
-        attention_dropout=float(settings.get("attention_dropout", 0.0)),
+        **transformer_sizes(settings, where, "swish"),
         norm="post",
         positions="sinusoidal_halves",
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
-        max_positions=int(settings.get("max_position_embeddings", 1024)),
-        activation=ACTIVATIONS[activation],
         output_bias=True,
     )
 

@@ -56,15 +56,16 @@ class Dropout(nn.Module):
 
 
 class ScaledEmbedding(nn.Module):
-    """Token embeddings multiplied by sqrt(d_model), as in Vaswani et al. (2017)."""
+    """Token embeddings multiplied by sqrt(d_model), as in Vaswani et al. (2017); `scale=False` leaves them as they
+    are (`model.scale_embedding: false`, fairseq's and transformers' `scale_embedding`)."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[pad_id].zero_()
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     @property
     def weight(self) -> Tensor:
@@ -108,6 +109,24 @@ class SinusoidalPositions(nn.Module):
         return self.table[offset : offset + length]  # (T, D)
 
 
+class FairseqPositions(SinusoidalPositions):
+    """fairseq's sinusoids (M2M-100, NLLB-200): the sines, then the cosines, of frequencies spread over half the
+    dimension minus one, for positions counted from fairseq's pad id + 1 (2); tabled in float32 with the very
+    operations of transformers' `M2M100SinusoidalPositionalEmbedding`, so an imported model's values are its own."""
+
+    OFFSET = 2  # the first position of a sequence is fairseq's padding_idx + 1
+
+    def _table(self, length: int) -> Tensor:
+        half = self.d_model // 2
+        step = math.log(10000) / max(half - 1, 1)
+        frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -step)
+        angle = torch.arange(length + self.OFFSET, dtype=torch.int64).float().unsqueeze(1) * frequency.unsqueeze(0)
+        table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)  # (L + 2, 2 * half)
+        if self.d_model % 2:
+            table = torch.cat([table, torch.zeros(length + self.OFFSET, 1)], dim=1)
+        return table[self.OFFSET :]  # (L, D)
+
+
 class LearnedPositions(nn.Module):
     """Trained position embeddings for at most `max_positions` positions."""
 
@@ -127,7 +146,9 @@ class LearnedPositions(nn.Module):
 
 
 def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    """`model.positions`: sinusoidal, sinusoidal_halves or learned."""
+    """`model.positions`: sinusoidal, sinusoidal_halves, sinusoidal_fairseq or learned."""
+    if kind == "sinusoidal_fairseq":
+        return FairseqPositions(d_model, max_positions)
     if kind in ("sinusoidal", "sinusoidal_halves"):
         return SinusoidalPositions(d_model, max_positions, halves=kind == "sinusoidal_halves")
     return LearnedPositions(d_model, max_positions)

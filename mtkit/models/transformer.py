@@ -1,7 +1,8 @@
 """The Transformer encoder-decoder (Vaswani et al., 2017) behind the shared model contract.
 
-Pre- or post-norm residual blocks, sinusoidal (interleaved or in halves) or learned positions, a
-ReLU, GELU or swish feed-forward, encoder and decoder depths of their own, tied embeddings, an
+Pre- or post-norm residual blocks, sinusoidal (interleaved, in halves, or fairseq's) or learned positions,
+an optional LayerNorm on the embeddings (mBART's), unscaled embeddings where asked, a ReLU, GELU or swish
+feed-forward, encoder and decoder depths of their own, tied embeddings, an
 optional bias on the output logits, and
 incremental decoding: the decoder state caches self-attention keys/values per layer and the
 cross-attention keys/values of the memory, computed once per sentence. The heatmaps'
@@ -92,17 +93,22 @@ class Transformer(EncoderDecoder):
         encoder_layers: int = 0,
         decoder_layers: int = 0,
         output_bias: bool = False,
+        embedding_norm: bool = False,
+        scale_embedding: bool = True,
         pad_id: int = 0,
     ) -> None:
         super().__init__()
         pre_norm = norm == "pre"
         self.positions_kind = positions
         self.position_limit = max_positions
-        self.src_embed = ScaledEmbedding(src_vocab_size, d_model, pad_id)
+        self.src_embed = ScaledEmbedding(src_vocab_size, d_model, pad_id, scale_embedding)
         share = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
-        self.tgt_embed = self.src_embed if share else ScaledEmbedding(tgt_vocab_size, d_model, pad_id)
+        self.tgt_embed = self.src_embed if share else ScaledEmbedding(tgt_vocab_size, d_model, pad_id, scale_embedding)
         self.src_positions = make_positions(positions, d_model, max_positions)
         self.tgt_positions = make_positions(positions, d_model, max_positions)
+        # mBART's layernorm_embedding: a LayerNorm over embeddings + positions, before dropout (no parameters without it)
+        self.src_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
+        self.tgt_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
         self.dropout = Dropout(dropout)
         block = (d_model, heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*block) for _ in range(encoder_layers or layers))
@@ -134,13 +140,15 @@ class Transformer(EncoderDecoder):
             "tgt_embed": "embeddings",
             "src_positions": "embeddings",
             "tgt_positions": "embeddings",
+            "src_embed_norm": "embeddings",
+            "tgt_embed_norm": "embeddings",
         }
         parts |= {"encoder_layers": "encoder", "encoder_norm": "encoder", "decoder_layers": "decoder", "decoder_norm": "decoder"}
         return parts.get(top, "output")
 
     def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
-        x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))
+        x = self.dropout(self.src_embed_norm(self.src_embed(src) + self.src_positions(src.size(1))))
         key_bias = key_padding_bias(src_mask, src_padded, x)  # (B, 1, 1, S) or None, for every layer
         for layer in self.encoder_layers:
             x = layer(x, key_bias)
@@ -183,7 +191,7 @@ class Transformer(EncoderDecoder):
         """The decoder stack: hidden states (B, T, D) and the cross-attention weights (B, H, T, S)
         of layer `weights_of` (None: no weights)."""
         offset = 0 if state is None or "0.self_k" not in state else state["0.self_k"].size(2)
-        x = self.dropout(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset))
+        x = self.dropout(self.tgt_embed_norm(self.tgt_embed(tgt) + self.tgt_positions(tgt.size(1), offset)))
         memory_bias = self._memory_bias(src_mask, src_padded, state, memory)
         weights = None
         for index, layer in enumerate(self.decoder_layers):

@@ -77,6 +77,9 @@ class TranslateRequest(BaseModel):
     )
     candidates: int | None = Field(None, ge=1, le=64, description="With rerank: the beam's n-best (up to beam) or samples.")
     mbr_utility: Literal["chrf", "comet"] | None = Field(None, description="With rerank mbr: chrf (default) or comet.")
+    src_lang: str | None = Field(
+        None, max_length=32, description="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model."
+    )
 
 
 def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any], *, comet: CometScorer | None = None) -> FastAPI:
@@ -192,7 +195,7 @@ def _decoding(
         nbest = reranker.candidates if reranker is not None else body.nbest
         decoding = Decoding(
             beam=body.beam, nbest=nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
-            alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang,
+            alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang, src_lang=body.src_lang,
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)

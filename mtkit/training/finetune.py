@@ -46,6 +46,11 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
         raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
     if not config.train.init_from:
         return None
+    if config.data.lang_tag == "code":  # prepare would write the pairs without the codes the model reads and writes
+        raise MtkitError(
+            f"train.init_from {config.train.init_from}: an imported NLLB-200, M2M-100 or mBART-50 model (data.lang_tag: "
+            "code) cannot be fine-tuned by mtkit; translate with it (mtkit translate --src-lang ... --tgt-lang ...)"
+        )
     parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
     tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
     save_tokenizers(tokenizers, config)

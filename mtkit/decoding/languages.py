@@ -1,0 +1,121 @@
+"""How a model is told which language to write: mtkit's target-language tags (`data.lang_tag: target`, a
+reserved piece <2xx> in front of the source), or the language codes of an imported M2M-100, NLLB-200 or
+mBART-50 model (`data.lang_tag: code`).
+
+Such a model reads its source after the source language's code and writes its translation after the
+target language's: the decoder starts from </s> (mtkit's BOS takes its row) and its first token is
+forced to the target code, at log-probability 0 as transformers' `forced_bos_token_id` forces it.
+`--src-lang` and `--tgt-lang` name a code as the model does (deu_Latn, de for M2M-100's __de__, de_DE),
+or by its ISO 639-1 code where that names one code only (de for deu_Latn or de_DE); a code the model
+lacks is one line naming the closest codes it has.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from mtkit.config import Config, target_languages
+from mtkit.data.tokenizer import TokenizerPair
+from mtkit.errors import OptionError
+
+# ISO 639-1 -> the ISO 639-3 code NLLB-200 writes it with (its macrolanguages by their main member: ar -> arb)
+ISO_639_3 = dict(
+    pair.split(":")
+    for pair in (
+        "af:afr am:amh ar:arb as:asm az:azj be:bel bg:bul bn:ben bo:bod bs:bos ca:cat cs:ces cy:cym da:dan de:deu el:ell "
+        "en:eng eo:epo es:spa et:est eu:eus fa:pes fi:fin fj:fij fo:fao fr:fra ga:gle gd:gla gl:glg gn:grn gu:guj ha:hau "
+        "he:heb hi:hin hr:hrv ht:hat hu:hun hy:hye id:ind ig:ibo is:isl it:ita ja:jpn jv:jav ka:kat kk:kaz km:khm kn:kan "
+        "ko:kor ku:kmr ky:kir lb:ltz lg:lug ln:lin lo:lao lt:lit lv:lvs mg:plt mi:mri mk:mkd ml:mal mn:khk mr:mar ms:zsm "
+        "mt:mlt my:mya nb:nob ne:npi nl:nld nn:nno no:nob ny:nya oc:oci om:gaz or:ory pa:pan pl:pol ps:pbt pt:por ro:ron "
+        "ru:rus rw:kin sd:snd si:sin sk:slk sl:slv sm:smo sn:sna so:som sq:als sr:srp st:sot su:sun sv:swe sw:swh ta:tam "
+        "te:tel tg:tgk th:tha ti:tir tk:tuk tl:tgl tn:tsn tr:tur ts:tso tt:tat ug:uig uk:ukr ur:urd uz:uzn vi:vie wo:wol "
+        "xh:xho yi:ydd yo:yor zh:zho zu:zul"
+    ).split()
+)
+
+
+def code_id(codes: Mapping[str, int], name: str, option: str) -> int:
+    """The id of the code `name` gives (`option`: the flag, for the error): the code itself, or the one code of
+    that ISO 639-1 or 639-3 language; none, or several, is one line naming the closest codes."""
+    if name in codes:
+        return codes[name]
+    language = name.replace("-", "_").split("_")[0].lower()
+    matching = [code for code in codes if code.split("_")[0] in (language, ISO_639_3.get(language))]
+    if len(matching) == 1:
+        return codes[matching[0]]
+    flag = "{" + option + "}"
+    if matching:
+        raise OptionError(
+            option, flag + " {value} names several of the model's codes: {codes}; give one", value=name, codes=", ".join(matching)
+        )
+    closest = ", ".join(difflib.get_close_matches(name, list(codes), n=4, cutoff=0.0))
+    raise OptionError(
+        option, flag + " {value}: the model has no such language code; the closest it has: {codes}", value=name, codes=closest
+    )
+
+
+class Languages:
+    """The languages a loaded model reads and writes, from its recipe (None: an engine alone) and tokenizers."""
+
+    def __init__(self, config: Config | None, tokenizers: TokenizerPair) -> None:
+        self.config, self.tokenizers = config, tokenizers
+        self.tagged = config is not None and config.data.lang_tag == "target"  # every source starts with a tag
+        self.coded = config is not None and config.data.lang_tag == "code"  # sources and outputs start with codes
+
+    @property
+    def targets(self) -> list[str]:
+        """The languages this model writes: several for a tagged model, its codes for a model with codes, else its
+        recipe's one."""
+        if self.coded:
+            return list(self.tokenizers.tgt.codes)
+        return target_languages(self.config) if self.config is not None else []
+
+    def leads(self, src_lang: str | None, tgt_lang: str | None) -> tuple[int | None, list[int]]:
+        """What every source starts with (a tag, a language code, or nothing: None) and what every translation must
+        start with (a language code, or nothing), for these languages or else the recipe's."""
+        if not self.coded or self.config is None:
+            return self.tag(tgt_lang), []
+        codes = self.tokenizers.tgt.codes
+        if tgt_lang is None and self.config.tgt_lang not in codes:  # the import found no target language to default to
+            example = next((code for code in ("fra_Latn", "fr_XX", "fr") if code in codes), next(iter(codes)))
+            raise OptionError(
+                "tgt_lang",
+                "this model writes {count} languages: choose one with {tgt_lang}, such as {tgt_lang} {example}",
+                count=len(codes),
+                example=example,
+            )
+        source = code_id(codes, src_lang or self.config.src_lang, "src_lang")
+        return source, [code_id(codes, tgt_lang or self.config.tgt_lang, "tgt_lang")]
+
+    def tag(self, tgt_lang: str | None) -> int | None:
+        """The id a source starts with to be translated into `tgt_lang`: its tag (None: an untagged model), or the
+        recipe's source-language code; a language the model does not write, or none for a model of several, is an
+        error listing the valid ones."""
+        if self.coded:
+            return self.leads(None, tgt_lang)[0]
+        languages = self.targets
+        if tgt_lang is None and self.tagged and len(languages) > 1:
+            raise OptionError(
+                "tgt_lang",
+                "this model translates into {languages}: choose one with {tgt_lang}, such as {tgt_lang} {first}",
+                languages=", ".join(languages),
+                first=languages[0],
+            )
+        if tgt_lang is not None and languages and tgt_lang not in languages:
+            raise OptionError(
+                "tgt_lang",
+                "{tgt_lang} {value}: this model translates into {languages} only; give one of them",
+                value=tgt_lang,
+                languages=", ".join(languages),
+            )
+        if not self.tagged:
+            return None
+        lang = tgt_lang or languages[0]
+        if lang not in self.tokenizers.src.tags:
+            raise OptionError(
+                "tgt_lang",
+                "{tgt_lang} {value}: the model's tokenizer has no tag for it; the model cannot be told to write it",
+                value=lang,
+            )
+        return self.tokenizers.src.tags[lang]

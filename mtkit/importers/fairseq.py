@@ -1,0 +1,206 @@
+"""What the fairseq-born families (M2M-100 and NLLB-200, mBART-50) share: their id layout, language codes and
+weights, read into mtkit's terms. m2m100.py and mbart.py keep only their config.json keys and their `Family`.
+
+fairseq numbers a vocabulary <s> 0, <pad> 1, </s> 2, <unk> 3, then the SentencePiece pieces, then the
+language codes (`deu_Latn`, `__de__`, `de_DE`) and <mask>; the table comes from tokenizer.json, else from
+vocab.json with tokenizer_config.json's added tokens. The decoder starts from </s> and is forced to the
+target-language code. mtkit's ids are fixed (pad 0, unk 1, bos 2, eos 3), so, as for Marian, the rows are
+reordered: mtkit's BOS takes the row of </s> (the decoder start), and its logit a bias of -10,000 so that
+every log-probability is the original's; fairseq's <s> becomes an ordinary piece after the specials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
+from mtkit.data.tokenizer import BOS_ID, Tokenizer, TokenizerPair, code_name
+from mtkit.errors import MtkitError
+from mtkit.importers.loader import Family, Imported, build_imported, read_json, read_weights, transformer_sizes
+from mtkit.importers.marian import UNREACHABLE_BIAS, MarianVocab
+from mtkit.importers.names import layer_names
+
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's ids 0..3
+SENTENCEPIECE = "sentencepiece.bpe.model"  # the name every family's folder gives its SentencePiece model
+FILLER = "<madeupword{}>"  # the rows past the tokenizer's table (M2M-100's eight), as fairseq names them
+# M2M100Tokenizer's language codes (tokenizer_config.json's `language_codes`), numbered from the end of vocab.json
+M2M100_CODES = {
+    "m2m100": (
+        "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr ht hu "
+        "hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no ns oc or pa pl ps pt "
+        "ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu"
+    ).split(),
+    "wmt21": "en ha is ja cs ru zh de".split(),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FairseqSettings:
+    """What differs between the fairseq-born families' config.json, as mtkit's model keys."""
+
+    positions: str  # sinusoidal_fairseq (M2M-100, NLLB) or learned (mBART, offset 2)
+    embedding_norm: bool  # mBART's layernorm_embedding
+    scale_embedding: bool  # the family's default where config.json leaves it out
+
+
+def fairseq_family(
+    settings: FairseqSettings, *, name: str, title: str, model_type: str, architecture: str, example: str
+) -> Family:
+    """A fairseq-born family's row of `FAMILIES`: its names, what its folder holds, and its reader."""
+    family = Family(
+        name=name,
+        title=title,
+        model_types=(model_type,),
+        architectures=(architecture,),
+        holds=f"config.json, model.safetensors (or pytorch_model.bin), {SENTENCEPIECE} and tokenizer.json (or vocab.json)",
+        example=example,
+        hub_files=("config.json", "generation_config.json", "tokenizer*.json", "vocab.json", "*.model", "*.safetensors"),
+        read=lambda folder, run: read_fairseq_run(folder, run, family, settings),
+    )
+    return family
+
+
+def fairseq_model_config(settings: dict[str, Any], where: Path, family: FairseqSettings) -> ModelConfig:
+    """mtkit's `model` keys for a fairseq-born config.json: pre-norm with final layer norms, tied embeddings, and the
+    output bias that keeps mtkit's BOS unreachable; special ids other than fairseq's are refused by their keys."""
+    for key, wanted in (("pad_token_id", 1), ("decoder_start_token_id", 2), ("eos_token_id", 2)):
+        if settings.get(key, wanted) != wanted:
+            raise MtkitError(f"{where}: {key}={settings[key]!r}; mtkit imports fairseq's layout only, where it is {wanted}")
+    return ModelConfig(
+        **transformer_sizes(settings, where, "relu"),
+        norm="pre",
+        positions=family.positions,
+        tie_embeddings=True,
+        output_bias=True,
+        embedding_norm=family.embedding_norm,
+        scale_embedding=bool(settings.get("scale_embedding", family.scale_embedding)),
+    )
+
+
+def fairseq_pieces(folder: Path, family: Family, vocab_size: int) -> list[str]:
+    """fairseq's table (index = id) of `vocab_size` pieces: tokenizer.json's, else vocab.json's with M2M-100's
+    language codes; rows past the tokenizer's (M2M-100's made-up words) named as fairseq names them."""
+    if (folder / "tokenizer.json").is_file():
+        found = _tokenizer_json(read_json(folder / "tokenizer.json", family))
+    elif (folder / "vocab.json").is_file():
+        found = {int(index): str(piece) for piece, index in read_json(folder / "vocab.json", family).items()}
+        found |= _added_tokens(folder, family, len(found))
+    else:
+        raise MtkitError(f"{folder}: no tokenizer.json or vocab.json; a {family.title} folder holds {family.holds}")
+    if [found.get(index) for index in range(4)] != list(SPECIALS):
+        raise MtkitError(f"{folder}: ids 0-3 are not fairseq's <s>, <pad>, </s>, <unk>; is this a {family.title} tokenizer?")
+    top = max(found) + 1
+    if top > vocab_size or len(found) != top:
+        raise MtkitError(
+            f"{folder}: the tokenizer's ids run to {top - 1} with {top - len(found)} gaps, for config.json's vocab_size "
+            f"{vocab_size}; the tokenizer files and config.json must belong to one model"
+        )
+    return [found[index] for index in range(top)] + [FILLER.format(k) for k in range(vocab_size - top)]
+
+
+def _tokenizer_json(data: dict[str, Any]) -> dict[int, str]:
+    """id -> piece of a tokenizers file: the model's vocabulary (BPE's {piece: id}, Unigram's [[piece, score]]) and its
+    added tokens."""
+    vocab = data.get("model", {}).get("vocab", {})
+    found = {int(index): piece for piece, index in vocab.items()} if isinstance(vocab, dict) else {}
+    if isinstance(vocab, list):
+        found = {index: entry[0] for index, entry in enumerate(vocab)}
+    return found | {int(token["id"]): str(token["content"]) for token in data.get("added_tokens", [])}
+
+
+def _added_tokens(folder: Path, family: Family, first: int) -> dict[int, str]:
+    """M2M100Tokenizer's language codes, numbered from the end of vocab.json as it numbers them: those of
+    tokenizer_config.json's `language_codes` (m2m100, wmt21), or its `additional_special_tokens`."""
+    path = folder / "tokenizer_config.json"
+    settings = read_json(path, family) if path.is_file() else {}
+    listed = [str(code) for code in settings.get("additional_special_tokens") or [] if str(code).startswith("__")]
+    named = settings.get("language_codes", "m2m100")
+    if not listed and named not in M2M100_CODES:
+        raise MtkitError(f"{path}: language_codes={named!r} is not one mtkit knows; it knows {', '.join(M2M100_CODES)}")
+    codes = listed or [f"__{code}__" for code in M2M100_CODES[named]]
+    return {first + index: code for index, code in enumerate(codes)}
+
+
+def fairseq_vocab(pieces: list[str]) -> MarianVocab:
+    """mtkit's order of fairseq's ids: pad, unk, </s> as BOS (the decoder start), </s> as EOS, then <s> and the rest."""
+    return MarianVocab(pieces, [1, 3, 2, 2, 0, *range(4, len(pieces))])
+
+
+def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> TokenizerPair:
+    """One tokenizer for both sides: the folder's SentencePiece model with fairseq's table in mtkit's order."""
+    path = folder / SENTENCEPIECE
+    if not path.is_file():
+        raise MtkitError(f"{path}: missing; a {family.title} folder holds {family.holds}")
+    tokenizer = Tokenizer(path.read_bytes(), vocab.table())
+    if not tokenizer.codes:
+        raise MtkitError(f"{folder}: the tokenizer holds no language codes; is this a {family.title} tokenizer?")
+    return TokenizerPair(tokenizer, tokenizer)
+
+
+def fairseq_weights(weights: dict[str, Tensor], model: ModelConfig, vocab: MarianVocab) -> dict[str, Tensor]:
+    """mtkit's state dict from the checkpoint's tensors, rows of the vocabulary in mtkit's id order."""
+    shared = _tensor(weights, "shared.weight")
+    if shared.size(0) != len(vocab.pieces):
+        raise MtkitError(
+            f"the weights do not fit config.json: shared.weight has {shared.size(0)} rows for vocab_size {len(vocab.pieces)}"
+        )
+    embedding = vocab.rows(shared)
+    bias = vocab.rows(weights.get("final_logits_bias", torch.zeros(1, len(vocab.pieces))).reshape(-1))
+    bias[BOS_ID] = UNREACHABLE_BIAS
+    state = {"src_embed.embedding.weight": embedding, "tgt_embed.embedding.weight": embedding, "output.weight": embedding}
+    state["output.bias"] = bias
+    for stack, side in (("encoder", "src"), ("decoder", "tgt")):
+        for part in ("weight", "bias"):
+            state[f"{stack}_norm.{part}"] = _tensor(weights, f"{stack}.layer_norm.{part}")
+            if model.embedding_norm:
+                state[f"{side}_embed_norm.{part}"] = _tensor(weights, f"{stack}.layernorm_embedding.{part}")
+        if model.positions == "learned":  # transformers' learned table has two rows before position 0
+            state[f"{side}_positions.embedding.weight"] = _tensor(weights, f"{stack}.embed_positions.weight")[2:]
+    for mine, theirs in layer_names(model):
+        state[mine] = torch.cat([_tensor(weights, name) for name in theirs])
+    return state
+
+
+def _tensor(weights: dict[str, Tensor], name: str) -> Tensor:
+    if name not in weights:
+        raise MtkitError(f"the weights have no tensor {name!r}; do the weights belong to this config.json's model?")
+    return weights[name]
+
+
+def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
+    """The run's config: the model keys, the language codes (`data.lang_tag: code`), the tokenizer's languages and
+    the beam of generation_config.json, text passed to SentencePiece as it is."""
+    tokenizer = tokenizers.src
+    settings = read_json(folder / "tokenizer_config.json", family) if (folder / "tokenizer_config.json").is_file() else {}
+    generation = read_json(folder / "generation_config.json", family) if (folder / "generation_config.json").is_file() else {}
+    codes = list(tokenizer.codes)
+    english = next((code for code in ("eng_Latn", "en_XX", "en") if code in tokenizer.codes), codes[0])
+    src_lang = code_name(str(settings.get("src_lang") or english))
+    tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
+    beam = generation.get("num_beams", 5)
+    return Config(
+        name=name,
+        src_lang=src_lang if src_lang in tokenizer.codes else english,
+        tgt_lang=tgt_lang if tgt_lang in tokenizer.codes else "tgt",
+        data=DataConfig(normalize="none", lang_tag="code"),
+        tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size),
+        model=model,
+        decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
+    )
+
+
+def read_fairseq_run(folder: Path, name: str, family: Family, settings: FairseqSettings) -> Imported:
+    """A fairseq-born family's reader: its config.json's keys, the tokenizer in mtkit's order, the weights reordered."""
+    where = folder / "config.json"
+    config_json = read_json(where, family)
+    model = fairseq_model_config(config_json, where, settings)
+    vocab = fairseq_vocab(fairseq_pieces(folder, family, int(config_json.get("vocab_size", 0))))
+    tokenizers = fairseq_tokenizers(folder, family, vocab)
+    weights = read_weights(folder)
+    built = build_imported(model, tokenizers, lambda: fairseq_weights(weights, model, vocab))
+    return Imported(config=fairseq_config(folder, family, model, tokenizers, name), tokenizers=tokenizers, model=built)
