@@ -17,6 +17,7 @@ from mtkit.data.tokenizer import BOS_ID
 from mtkit.decoding.engine import output_cap
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.importers.fairseq import fairseq_vocab
+from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
 
 pytest.importorskip("transformers")
 
@@ -137,3 +138,29 @@ def test_an_export_replaces_an_earlier_one_only_with_force(exported: Exported, t
     flags = ["--format", "transformers", "--force"]
     cli_output("export", "-m", str(exported.run), "-o", str(tmp_path / "again"), *flags)
     assert json.loads((tmp_path / "again" / "mtkit_export.json").read_text())["form"] in CLASSES
+
+
+def _changed_run(run: Path, folder: Path, name: str, change: float) -> Path:
+    """A copy of the run's checkpoint with one tensor's row changed: BOS's embedding row, or an output bias."""
+    payload = read_checkpoint(run / "best.pt")
+    weights = payload["model"]
+    key, row = ("src_embed.embedding.weight", BOS_ID) if name == "bos" else ("output.bias", 10)
+    for tied in {key} | ({"tgt_embed.embedding.weight", "output.weight"} if name == "bos" else set()):
+        if tied in weights:
+            weights[tied] = weights[tied].clone()
+            weights[tied][row] += change
+    save_checkpoint(payload, folder / "changed.pt")
+    return folder / "changed.pt"
+
+
+@pytest.mark.parametrize("name", ["bos", "bias"])
+def test_what_the_class_cannot_hold_is_refused_in_one_line(exported: Exported, tmp_path: Path, name: str, request) -> None:
+    family = request.node.callspec.params["exported"]
+    checkpoint = _changed_run(exported.run, tmp_path, name, 0.5)
+    export = ["export", "-m", str(checkpoint), "-o", str(tmp_path / "out"), "--format", "transformers"]
+    if name == "bias" and family == "mbart":  # its class holds an output bias (final_logits_bias)
+        cli_output(*export)
+        assert (tmp_path / "out" / "model.safetensors").is_file()
+        return
+    assert_one_line_error(invoke(*export), "BOS and EOS rows differ" if name == "bos" else "output bias")
+    assert not (tmp_path / "out").exists()
