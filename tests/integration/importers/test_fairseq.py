@@ -181,7 +181,7 @@ def test_weights_that_do_not_fit_config_json_are_one_line(imported, tmp_path: Pa
         assert "\n" not in str(raised.value) and not (tmp_path / f"{key}-run").exists()
 
 
-@pytest.mark.parametrize("form", ["ctranslate2", "transformers"])
+@pytest.mark.parametrize("form", ["ctranslate2"])  # --format transformers exports them (tests/integration/exporters)
 def test_an_export_is_refused_in_one_line(imported, tmp_path: Path, form: str) -> None:
     if form == "ctranslate2":
         pytest.importorskip("ctranslate2")
