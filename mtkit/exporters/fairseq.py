@@ -80,6 +80,8 @@ def tokenizer_files(family: str, config: Config, tokenizer: Tokenizer, pieces: l
         processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
         shifted = [processor.id_to_piece(index) for index in range(3, processor.get_piece_size())]
         expected = [*SPECIALS, *shifted, *codes, "<mask>"]
+        if family == "mbart":  # as the hub's mBART-50 names it (CTranslate2's converter reads it)
+            settings["bos_token"] = "<s>"
         if family == "nllb":  # the codes and <mask> at the table's ids, in whatever order the table holds them
             added = pieces[len(SPECIALS) + len(shifted) :]
             expected = [*SPECIALS, *shifted, *added] if sorted(added) == sorted([*codes, "<mask>"]) else []
@@ -124,7 +126,10 @@ def fairseq_config(family: str, m: ModelConfig, vocab_size: int) -> dict[str, An
         "scale_embedding": m.scale_embedding,
         "tie_word_embeddings": True,
         "is_encoder_decoder": True,
+        "tokenizer_class": CLASSES[family][2],
         **fairseq_ids(),
+        # what mBART-50's own config.json says of its layout, and CTranslate2's converter reads
+        **({"normalize_before": True, "add_final_layer_norm": True, "normalize_embedding": True} if family == "mbart" else {}),
     }
 
 

@@ -27,14 +27,16 @@ MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own c
 
 
 def check_exportable(config: Config, model_path: Path, form: str) -> None:
-    """What neither format can hold: an imported NLLB-200, M2M-100 or mBART-50 model (its language codes, fairseq's
-    positions, the LayerNorm on its embeddings, unscaled embeddings), refused in one line before anything is written."""
+    """What a MarianMTModel or mtkit's own modeling code cannot hold (fairseq's positions, the LayerNorm on the
+    embeddings, unscaled embeddings), outside an imported NLLB-200, M2M-100 or mBART-50 run, which goes to its own
+    class; refused in one line before anything is written."""
     model = config.model
-    fairseq = model.positions == "sinusoidal_fairseq" or model.embedding_norm or not model.scale_embedding
-    if config.data.lang_tag == "code" or fairseq:
+    if model.positions == "sinusoidal_fairseq" or model.embedding_norm or not model.scale_embedding:
         raise MtkitError(
-            f"{model_path}: an imported NLLB-200, M2M-100 or mBART-50 model (language codes, fairseq's positions or "
-            f"embeddings) cannot be exported to {form}; translate and serve it with mtkit (mtkit translate -m {model_path})"
+            f"{model_path}: model.positions {model.positions}, embedding_norm {model.embedding_norm} or scale_embedding "
+            f"{model.scale_embedding} cannot be exported to {form} without the language codes of an imported "
+            f"NLLB-200, M2M-100 or mBART-50 model; export with --format ctranslate2 or translate with mtkit "
+            f"(mtkit translate -m {model_path})"
         )
 
 

@@ -164,3 +164,24 @@ def test_what_the_class_cannot_hold_is_refused_in_one_line(exported: Exported, t
         return
     assert_one_line_error(invoke(*export), "BOS and EOS rows differ" if name == "bos" else "output bias")
     assert not (tmp_path / "out").exists()
+
+
+def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_path: Path) -> None:
+    """`ct2-transformers-converter` of the export, given the family's tokens, writes mtkit's greedy text."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    TransformersConverter(str(exported.folder)).convert(str(tmp_path / "ct2"))
+    converted, tokenizer, src_lang = ctranslate2.Translator(str(tmp_path / "ct2")), exported.tokenizer, exported.built.src_lang
+    tokenizer.src_lang = src_lang
+    for lang in exported.built.tgt_langs:
+        found = exported.translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=src_lang))
+        for source, (best,) in zip(SOURCES, found, strict=True):
+            ids = tokenizer(source)["input_ids"]
+            cap = output_cap(len(ids), exported.translator.decode, 10**6)
+            prefix = [tokenizer.convert_ids_to_tokens(_code(tokenizer, lang))]
+            result = converted.translate_batch(
+                [tokenizer.convert_ids_to_tokens(ids)], target_prefix=[prefix], beam_size=1, max_decoding_length=cap
+            )
+            hypothesis = tokenizer.convert_tokens_to_ids(result[0].hypotheses[0])
+            assert tokenizer.decode(hypothesis, skip_special_tokens=True) == best.text
