@@ -90,7 +90,8 @@ def tokenizer_files(family: str, config: Config, tokenizer: Tokenizer, pieces: l
     if expected != pieces:
         raise MtkitError(
             f"the model's table ({len(pieces)} pieces) is not what {CLASSES[family][2]} builds from its SentencePiece "
-            "model and language codes (pieces or codes were added after the import); translate it with mtkit"
+            "model and language codes (pieces or codes were added after the import); export it with --format ctranslate2 "
+            "or translate it with mtkit"
         )
     return files
 
@@ -143,13 +144,19 @@ def fairseq_weights(family: str, model: Transformer, m: ModelConfig) -> dict[str
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     embedding, bias = weights["src_embed.embedding.weight"], weights["output.bias"]
     if (embedding[BOS_ID] - embedding[EOS_ID]).abs().max() > ROW_TOLERANCE:
-        raise MtkitError("the model's BOS and EOS rows differ; transformers' class starts the decoder from </s>'s own row")
+        raise MtkitError(
+            "the model's BOS and EOS rows differ, and transformers' class starts the decoder from </s>'s own row; "
+            "export it with --format ctranslate2 or translate it with mtkit"
+        )
     order = torch.tensor(fairseq_order(embedding.size(0)))
     out = {"model.shared.weight": embedding.index_select(0, order)}
     if family == "mbart":
         out["final_logits_bias"] = bias.index_select(0, order).reshape(1, -1)
     elif bias.index_select(0, order).abs().max() > ROW_TOLERANCE:
-        raise MtkitError("the model's output bias is not zero; M2M100ForConditionalGeneration has no output bias")
+        raise MtkitError(
+            "the model's output bias is not zero and M2M100ForConditionalGeneration has none; export it with "
+            "--format ctranslate2 or translate it with mtkit"
+        )
     for stack, side in (("encoder", "src"), ("decoder", "tgt")):
         for part in ("weight", "bias"):
             out[f"model.{stack}.layer_norm.{part}"] = weights[f"{stack}_norm.{part}"]
