@@ -153,6 +153,20 @@ def _changed_run(run: Path, folder: Path, name: str, change: float) -> Path:
     return folder / "changed.pt"
 
 
+def test_a_piece_added_after_the_import_is_refused_in_one_line(exported: Exported, tmp_path: Path) -> None:
+    """What `--extend-vocab` does: a piece after the table's last, which the family's tokenizer would not build."""
+    payload = read_checkpoint(exported.run / "best.pt")
+    for side in ("src_pieces", "tgt_pieces"):
+        payload["tokenizers"][side] = [*payload["tokenizers"][side], "\u2581Fahrradweg"]
+    for name, tensor in payload["model"].items():
+        if name in ("src_embed.embedding.weight", "tgt_embed.embedding.weight", "output.weight", "output.bias"):
+            payload["model"][name] = torch.cat([tensor, tensor[-1:]])
+    save_checkpoint(payload, tmp_path / "extended.pt")
+    export = ["export", "-m", str(tmp_path / "extended.pt"), "-o", str(tmp_path / "out"), "--format", "transformers"]
+    assert_one_line_error(invoke(*export), "builds from its SentencePiece model", "--format ctranslate2")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name", ["bos", "bias"])
 def test_what_the_class_cannot_hold_is_refused_in_one_line(exported: Exported, tmp_path: Path, name: str, request) -> None:
     family = request.node.callspec.params["exported"]
