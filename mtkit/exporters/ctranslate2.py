@@ -118,25 +118,30 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
 
     with torch.no_grad():
         encoder, decoder = spec.encoder, spec.decoder
-        # ScaledEmbedding: x sqrt(d_model), or as they are (an imported mBART-50's `scale_embedding: false`)
-        encoder.scale_embeddings = decoder.scale_embeddings = model.src_embed.scale != 1.0
-        encoder.embeddings[0].weight = _array(model.src_embed.weight)
-        decoder.embeddings.weight = _array(model.tgt_embed.weight)
-        # mtkit's own tables: CTranslate2's built-in sinusoids use another layout (sin half, then cos half).
-        encoder.position_encodings.encodings = _array(model.src_positions(positions))
-        decoder.position_encodings.encodings = _array(model.tgt_positions(positions))
+        _set_embeddings(encoder, decoder, model, positions)
         for layer_spec, layer in zip(encoder.layer, model.encoder_layers, strict=True):
             _set_encoder_layer(layer_spec, layer)
         for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
             _set_decoder_layer(layer_spec, layer)
-        if not isinstance(model.src_embed_norm, nn.Identity):
-            _set_layer_norm(encoder.layernorm_embedding, model.src_embed_norm)
-            _set_layer_norm(decoder.layernorm_embedding, model.tgt_embed_norm)
         if pre_norm:
             _set_layer_norm(encoder.layer_norm, model.encoder_norm)
             _set_layer_norm(decoder.layer_norm, model.decoder_norm)
         _set_linear(decoder.projection, model.output)  # tied weights are stored once (spec aliases); the bias if any
     return spec
+
+
+def _set_embeddings(encoder: Any, decoder: Any, model: Transformer, positions: int) -> None:
+    """Both sides' tokens, positions and (mBART's) LayerNorm on their sum."""
+    # ScaledEmbedding: x sqrt(d_model), or as they are (an imported mBART-50's `scale_embedding: false`)
+    encoder.scale_embeddings = decoder.scale_embeddings = model.src_embed.scale != 1.0
+    encoder.embeddings[0].weight = _array(model.src_embed.weight)
+    decoder.embeddings.weight = _array(model.tgt_embed.weight)
+    # mtkit's own tables: CTranslate2's built-in sinusoids use another layout (sin half, then cos half).
+    encoder.position_encodings.encodings = _array(model.src_positions(positions))
+    decoder.position_encodings.encodings = _array(model.tgt_positions(positions))
+    if not isinstance(model.src_embed_norm, nn.Identity):
+        _set_layer_norm(encoder.layernorm_embedding, model.src_embed_norm)
+        _set_layer_norm(decoder.layernorm_embedding, model.tgt_embed_norm)
 
 
 def _set_encoder_layer(spec: Any, layer: EncoderLayer) -> None:
