@@ -3,7 +3,10 @@
 The weights are written into CTranslate2's `TransformerSpec` one by one (the way its own fairseq
 and OpenNMT-py converters do), next to both SentencePiece models and `mtkit.json`, which holds
 what `translate` needs (normalisation, decoding defaults, languages) and the recipe for `evaluate`.
-`mtkit.decoding.ct2_engine.CT2Engine` translates with the result.
+`mtkit.decoding.ct2_engine.CT2Engine` translates with the result. An imported NLLB-200, M2M-100 or
+mBART-50 model is written the same way, in mtkit's ids (its piece table beside the SentencePiece model),
+with fairseq's position table, mBART's LayerNorm on the embeddings and its embedding scale; `mtkit translate`
+puts its language codes in front of the source and forces the target's, as with the PyTorch engine.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPai
 from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
 from mtkit.decoding.engine import output_cap
 from mtkit.errors import MtkitError
-from mtkit.exporters.folder import check_exportable, check_output_dir, staged
+from mtkit.exporters.folder import check_output_dir, staged
 from mtkit.importers.names import depths
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
@@ -52,7 +55,6 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
             f"{model_path}: model.arch is {config.model.arch!r}; RNN models are not supported by CTranslate2; "
             f"translate with the PyTorch engine (mtkit translate -m {model_path})"
         )
-    check_exportable(config, model_path, "CTranslate2")
     positions = position_rows(config)
     spec = transformer_spec(ctranslate2, model.eval(), tokenizers, positions)
     spec.validate()
@@ -98,6 +100,7 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
         activation=activation,
         alignment_layer=-1,
         alignment_heads=0,
+        layernorm_embedding=not isinstance(model.src_embed_norm, nn.Identity),  # mBART's LayerNorm on the embeddings
     )
     # Special pieces are the tokenizer's own at mtkit's fixed ids; decoding starts from BOS.
     src_pieces, tgt_pieces = _pieces(tokenizers.src), _pieces(tokenizers.tgt)
@@ -115,12 +118,7 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
 
     with torch.no_grad():
         encoder, decoder = spec.encoder, spec.decoder
-        encoder.scale_embeddings = decoder.scale_embeddings = True  # ScaledEmbedding: x sqrt(d_model)
-        encoder.embeddings[0].weight = _array(model.src_embed.weight)
-        decoder.embeddings.weight = _array(model.tgt_embed.weight)
-        # mtkit's own tables: CTranslate2's built-in sinusoids use another layout (sin half, then cos half).
-        encoder.position_encodings.encodings = _array(model.src_positions(positions))
-        decoder.position_encodings.encodings = _array(model.tgt_positions(positions))
+        _set_embeddings(encoder, decoder, model, positions)
         for layer_spec, layer in zip(encoder.layer, model.encoder_layers, strict=True):
             _set_encoder_layer(layer_spec, layer)
         for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
@@ -130,6 +128,20 @@ def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: To
             _set_layer_norm(decoder.layer_norm, model.decoder_norm)
         _set_linear(decoder.projection, model.output)  # tied weights are stored once (spec aliases); the bias if any
     return spec
+
+
+def _set_embeddings(encoder: Any, decoder: Any, model: Transformer, positions: int) -> None:
+    """Both sides' tokens, positions and (mBART's) LayerNorm on their sum."""
+    # ScaledEmbedding: x sqrt(d_model), or as they are (an imported mBART-50's `scale_embedding: false`)
+    encoder.scale_embeddings = decoder.scale_embeddings = model.src_embed.scale != 1.0
+    encoder.embeddings[0].weight = _array(model.src_embed.weight)
+    decoder.embeddings.weight = _array(model.tgt_embed.weight)
+    # mtkit's own tables: CTranslate2's built-in sinusoids use another layout (sin half, then cos half).
+    encoder.position_encodings.encodings = _array(model.src_positions(positions))
+    decoder.position_encodings.encodings = _array(model.tgt_positions(positions))
+    if not isinstance(model.src_embed_norm, nn.Identity):
+        _set_layer_norm(encoder.layernorm_embedding, model.src_embed_norm)
+        _set_layer_norm(decoder.layernorm_embedding, model.tgt_embed_norm)
 
 
 def _set_encoder_layer(spec: Any, layer: EncoderLayer) -> None:

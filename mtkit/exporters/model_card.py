@@ -14,19 +14,20 @@ from mtkit.run_files import RunFiles
 
 def model_card(config: Config, model_path: Path, form: str, tokenizers: TokenizerPair) -> str:
     """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe."""
-    languages = sorted(tokenizers.src.tags) if tokenizers.src.tags else [config.tgt_lang]
+    codes = sorted(tokenizers.src.codes)
+    languages = sorted(tokenizers.src.tags) if tokenizers.src.tags else codes or [config.tgt_lang]
     front = {
         "language": sorted({config.src_lang, *languages} - {"src", "tgt"}) or None,
         "library_name": "transformers",
         "pipeline_tag": "translation",
-        "tags": ["translation", "mtkit", "marian" if form == "marian" else "custom_code"],
+        "tags": ["translation", "mtkit", form if form in FAIRSEQ_USAGE or form == "marian" else "custom_code"],
     }
     parts = [
         "---\n" + yaml.safe_dump({k: v for k, v in front.items() if v}, sort_keys=False) + "---",
         f"# {config.name}: {config.src_lang} → {', '.join(languages)}",
         f"A {_architecture(config, tokenizers)} trained with mtkit and exported by "
         f"`mtkit export -m {model_path} --format transformers`.",
-        _usage(form, languages if tokenizers.src.tags else []),
+        _fairseq_usage(form, config, codes) if form in FAIRSEQ_USAGE else _usage(form, languages if tokenizers.src.tags else []),
         _normalisation(config),
         "## Data\n\n" + _data(config),
         "## Scores\n\n" + _scores(RunFiles.of(model_path).read_scores()),
@@ -68,6 +69,31 @@ def _usage(form: str, languages: list[str]) -> str:
             f"such as `>>{languages[0]}<<`."
         )
     return how
+
+
+FAIRSEQ_USAGE = {  # an exported NLLB-200, M2M-100 or mBART-50 model: its classes
+    "nllb": ("M2M100ForConditionalGeneration", "NllbTokenizer"),
+    "m2m100": ("M2M100ForConditionalGeneration", "M2M100Tokenizer"),
+    "mbart": ("MBartForConditionalGeneration", "MBart50Tokenizer"),
+}
+
+
+def _fairseq_usage(form: str, config: Config, codes: list[str]) -> str:
+    """Loading an NLLB-200, M2M-100 or mBART-50 export: the source's code set on the tokenizer, the target's forced."""
+    model_class, tokenizer_class = FAIRSEQ_USAGE[form]
+    target = config.tgt_lang if config.tgt_lang in codes else next((code for code in codes if code != config.src_lang), codes[0])
+    token = f"__{target}__" if form == "m2m100" else target
+    return (
+        f"## Use\n\nA plain `{model_class}` with its `{tokenizer_class}`: no remote code is needed. The source's "
+        "language is the tokenizer's `src_lang`; the target's code is the first token generate() is forced to.\n\n"
+        "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+        f'tokenizer = AutoTokenizer.from_pretrained("PATH", src_lang="{config.src_lang}")\n'
+        'model = AutoModelForSeq2SeqLM.from_pretrained("PATH")\n'
+        'batch = tokenizer(["This text"], return_tensors="pt", padding=True)\n'
+        f'out = model.generate(**batch, forced_bos_token_id=tokenizer.convert_tokens_to_ids("{token}"))\n'
+        "print(tokenizer.batch_decode(out, skip_special_tokens=True))\n```\n\n"
+        f"Its language codes: {', '.join(codes)}."
+    )
 
 
 def _normalisation(config: Config) -> str:

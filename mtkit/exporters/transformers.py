@@ -1,6 +1,8 @@
 """`mtkit export --format transformers`: a folder that Hugging Face `transformers` loads and translates with.
 
-Two forms, chosen by what the model is:
+Three forms, chosen by what the model is:
+- **fairseq-born**: an imported (or fine-tuned) NLLB-200, M2M-100 or mBART-50 model goes back to its own class and
+  tokenizer (mtkit.exporters.fairseq); no remote code.
 - **Marian**: a post-norm Transformer with Marian's sinusoid layout (every imported OPUS-MT model and
   its fine-tuned children) becomes a plain `MarianMTModel` folder; no remote code. Its layer names
   come from the importers' table (`mtkit.importers.names.layer_names`), so the two directions
@@ -9,7 +11,7 @@ Two forms, chosen by what the model is:
   keeps mtkit's own parameter names; `config.json` maps `AutoModelForSeq2SeqLM` to the modeling file
   shipped in the folder (`mtkit/exporters/remote_code/`), loaded with `trust_remote_code=True`.
 
-Both carry `MarianTokenizer` files (source.spm, target.spm, vocab.json in mtkit's id order) and a
+The last two carry `MarianTokenizer` files (source.spm, target.spm, vocab.json in mtkit's id order) and a
 generation config with the recipe's beam and length penalty, and a model card (README.md).
 A target-language tag `<2fr>` is written `>>fr<<` in vocab.json, which MarianTokenizer reads as the
 first token of a text, as mtkit puts the tag first. The decoder's start piece (mtkit's BOS) is `<s>`, declared
@@ -19,7 +21,6 @@ the tokenizer's `bos_token`: generate() puts it first in every output, and only 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,18 +30,26 @@ import torch
 from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TAG, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, OptionError
-from mtkit.exporters.folder import TRANSFORMERS_NOTE, check_exportable, check_output_dir, staged
+from mtkit.exporters.fairseq import write_fairseq_folder
+from mtkit.exporters.folder import (
+    MAX_LENGTH,
+    TRANSFORMERS_NOTE,
+    check_exportable,
+    check_output_dir,
+    staged,
+    write_json,
+    write_safetensors,
+)
 from mtkit.exporters.model_card import model_card
-from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, depths, layer_names
+from mtkit.importers.names import ACTIVATIONS, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
-from mtkit.textio import atomic_file, write_file
+from mtkit.textio import write_file
 
 FORMAT = "mtkit-transformers-1"
 REMOTE_CODE = Path(__file__).resolve().parent / "remote_code"
 MARIAN_ACTIVATIONS = {mine: theirs for theirs, mine in ACTIVATIONS.items() if theirs != "silu"}  # swish -> swish
 SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
-MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
 START_PIECE = "<s>"  # vocab.json's name of the decoder's start (mtkit's BOS), whatever the SentencePiece model holds
 
 
@@ -60,24 +69,35 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
             "so only Transformers are exported; translate with mtkit itself (mtkit translate / mtkit serve)"
         )
-    check_exportable(config, model_path, "transformers")
-    form = "marian" if marian_form(config.model) else "remote-code"
-    weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+    fairseq = config.data.lang_tag == "code"  # an imported NLLB-200, M2M-100 or mBART-50 model: its own class
+    if not fairseq:
+        check_exportable(config, model_path, "transformers")
     with staged(output_dir) as staging:
-        if form == "marian":
-            settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+        if fairseq:
+            form = write_fairseq_folder(staging, config, model, tokenizers.src)
         else:
-            settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
-            for path in REMOTE_CODE.glob("*_mtkit.py"):
-                shutil.copyfile(path, staging / path.name)
-        write_json(staging / "config.json", settings)
-        write_safetensors(tensors, staging / "model.safetensors")
-        write_json(staging / "generation_config.json", generation_config(config, tokenizers))
-        write_tokenizer(staging, config, tokenizers)
+            form = write_mtkit_folder(staging, config, tokenizers, model)
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
         write_file(staging / "README.md", model_card(config, model_path, form, tokenizers))
     return output_dir
+
+
+def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer) -> str:
+    """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written."""
+    form = "marian" if marian_form(config.model) else "remote-code"
+    weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+    if form == "marian":
+        settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+    else:
+        settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
+        for path in REMOTE_CODE.glob("*_mtkit.py"):
+            shutil.copyfile(path, folder / path.name)
+    write_json(folder / "config.json", settings)
+    write_safetensors(tensors, folder / "model.safetensors")
+    write_json(folder / "generation_config.json", generation_config(config, tokenizers))
+    write_tokenizer(folder, config, tokenizers)
+    return form
 
 
 def marian_form(model: ModelConfig) -> bool:
@@ -238,25 +258,3 @@ def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
                 "and </s> at mtkit's ids 0, 1 and 3"
             )
     return table
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_file(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """A .safetensors file (the layout `read_safetensors` reads): header size, JSON header, raw tensors."""
-    names = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset, blobs = 0, []
-    for name, tensor in sorted(tensors.items()):
-        blob = tensor.detach().cpu().contiguous().numpy().tobytes()
-        header[name] = {"dtype": names[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    with atomic_file(path, binary=True) as file:
-        file.write(len(encoded).to_bytes(8, "little") + encoded)
-        for blob in blobs:
-            file.write(blob)

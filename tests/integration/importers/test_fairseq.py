@@ -181,17 +181,6 @@ def test_weights_that_do_not_fit_config_json_are_one_line(imported, tmp_path: Pa
         assert "\n" not in str(raised.value) and not (tmp_path / f"{key}-run").exists()
 
 
-@pytest.mark.parametrize("form", ["ctranslate2", "transformers"])
-def test_an_export_is_refused_in_one_line(imported, tmp_path: Path, form: str) -> None:
-    if form == "ctranslate2":
-        pytest.importorskip("ctranslate2")
-    built, _, _ = imported
-    cli_output("import", "auto", str(built.folder), "-o", str(tmp_path / "run"))
-    refused = invoke("export", "-m", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--format", form)
-    assert_one_line_error(refused, "NLLB-200, M2M-100 or mBART-50", "mtkit translate")
-    assert not (tmp_path / "out").exists()
-
-
 def test_fine_tuning_an_imported_run_is_refused_in_one_line(imported, tmp_path: Path) -> None:
     built, _, _ = imported
     cli_output("import", "auto", str(built.folder), "-o", str(tmp_path / "run"))

@@ -1,0 +1,197 @@
+"""`mtkit export --format transformers` of an imported (or fine-tuned) NLLB-200, M2M-100 or mBART-50 model: the folder
+of its own transformers class (`M2M100ForConditionalGeneration`, `MBartForConditionalGeneration`; no remote code) and
+the family's own tokenizer (`NllbTokenizer`, `M2M100Tokenizer`, `MBart50Tokenizer`).
+
+The import's steps inverted (mtkit.importers.fairseq): mtkit's rows go back to fairseq's id layout (<s> 0, <pad> 1,
+</s> 2, <unk> 3, the SentencePiece pieces shifted by one, the language codes, <mask>); mtkit's BOS, which holds the
+row of </s> (the decoder start), is dropped, and the decoder starts from </s> again. The tokenizer files are the
+SentencePiece model and a tokenizer_config.json naming the class (M2M-100: vocab.json too), from which each class
+builds the table this folder's ids follow; the table is checked against it before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+import torch
+
+from mtkit.config import Config, ModelConfig
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from mtkit.errors import MtkitError
+from mtkit.exporters.folder import MAX_LENGTH, write_json, write_safetensors
+from mtkit.importers.fairseq import FILLER, M2M100_CODES, SENTENCEPIECE, SPECIALS
+from mtkit.importers.names import ACTIVATIONS, depths, layer_names
+from mtkit.models.transformer import Transformer
+from mtkit.textio import write_file
+
+FAIRSEQ_START = 4  # mtkit's id of fairseq's <s>, an ordinary piece after mtkit's four specials
+# mtkit id of each of fairseq's ids 0..3 (<s>, <pad>, </s>, <unk>); fairseq's id k >= 4 is mtkit's k + 1
+FAIRSEQ_SPECIALS = (FAIRSEQ_START, PAD_ID, EOS_ID, UNK_ID)
+# each exported family: (transformers' model class, model_type, tokenizer class)
+CLASSES = {
+    "nllb": ("M2M100ForConditionalGeneration", "m2m_100", "NllbTokenizer"),
+    "m2m100": ("M2M100ForConditionalGeneration", "m2m_100", "M2M100Tokenizer"),
+    "mbart": ("MBartForConditionalGeneration", "mbart", "MBart50Tokenizer"),
+}
+ROW_TOLERANCE = 1e-6  # how far BOS's row may be from EOS's: both are the one row of </s> in transformers
+
+
+def fairseq_family(config: Config, tokenizer: Tokenizer) -> str:
+    """nllb, m2m100 or mbart: mBART's learned positions, else M2M-100's codes (__de__) or NLLB's (deu_Latn)."""
+    if config.model.positions == "learned":
+        return "mbart"
+    table = tokenizer.table or []
+    return "m2m100" if any(table[index].startswith("__") for index in tokenizer.codes.values()) else "nllb"
+
+
+def fairseq_order(vocab_size: int) -> list[int]:
+    """order[fairseq_id] = mtkit_id: the import's reordering inverted, BOS (a copy of </s>) left out."""
+    return [*FAIRSEQ_SPECIALS, *range(FAIRSEQ_START + 1, vocab_size)]
+
+
+def fairseq_pieces(tokenizer: Tokenizer) -> list[str]:
+    """The table in fairseq's id order, checked to be an imported fairseq-born table (<s> at mtkit's ids 2 and 4)."""
+    table = tokenizer.table or []
+    if len(table) <= FAIRSEQ_START or table[BOS_ID] != "<s>" or table[FAIRSEQ_START] != "<s>":
+        raise MtkitError("the model's piece table is not an imported NLLB-200, M2M-100 or mBART-50 one; re-import the model")
+    return [table[index] for index in fairseq_order(len(table))]
+
+
+def tokenizer_files(family: str, config: Config, tokenizer: Tokenizer, pieces: list[str]) -> dict[str, Any]:
+    """The family tokenizer's JSON files by name (tokenizer_config.json; M2M-100: vocab.json), after checking that the
+    class builds `pieces`' ids from them and the SentencePiece model."""
+    code_pieces = {(tokenizer.table or [])[index] for index in tokenizer.codes.values()}
+    codes = [piece for piece in pieces if piece in code_pieces]
+    settings: dict[str, Any] = {"tokenizer_class": CLASSES[family][2], "src_lang": config.src_lang}
+    if config.tgt_lang in tokenizer.codes:
+        settings["tgt_lang"] = config.tgt_lang
+    files: dict[str, Any] = {"tokenizer_config.json": settings}
+    if family == "m2m100":  # vocab.json's pieces in their own order, the codes of a known list, the made-up words
+        vocab = pieces[: pieces.index(codes[0])]
+        listed = [name for name, known in M2M100_CODES.items() if [f"__{code}__" for code in known] == codes]
+        fillers = len(pieces) - len(vocab) - len(codes)
+        expected = [*vocab, *codes, *(FILLER.format(k) for k in range(fillers))] if listed else []
+        settings |= {"language_codes": listed[0] if listed else "", "num_madeup_words": fillers}
+        settings["extra_special_tokens"] = codes  # special, so skip_special_tokens drops the forced code
+        files["vocab.json"] = {piece: index for index, piece in enumerate(vocab)}
+    else:  # the SentencePiece pieces shifted by one, the codes, <mask>
+        processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+        shifted = [processor.id_to_piece(index) for index in range(3, processor.get_piece_size())]
+        expected = [*SPECIALS, *shifted, *codes, "<mask>"]
+        if family == "mbart":  # as the hub's mBART-50 names it (CTranslate2's converter reads it)
+            settings["bos_token"] = "<s>"
+        if family == "nllb":  # the codes and <mask> at the table's ids, in whatever order the table holds them
+            added = pieces[len(SPECIALS) + len(shifted) :]
+            expected = [*SPECIALS, *shifted, *added] if sorted(added) == sorted([*codes, "<mask>"]) else []
+            settings["extra_special_tokens"] = codes
+            settings["added_tokens_decoder"] = {str(pieces.index(piece)): added_token(piece) for piece in added}
+    if expected != pieces:
+        raise MtkitError(
+            f"the model's table ({len(pieces)} pieces) is not what {CLASSES[family][2]} builds from its SentencePiece "
+            "model and language codes (pieces or codes were added after the import); export it with --format ctranslate2 "
+            "or translate it with mtkit"
+        )
+    return files
+
+
+def added_token(piece: str) -> dict[str, Any]:
+    """A special token of tokenizer_config.json's `added_tokens_decoder`, as NllbTokenizer writes its codes and <mask>."""
+    mask = piece == "<mask>"
+    return {"content": piece, "lstrip": mask, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+
+
+def fairseq_config(family: str, m: ModelConfig, vocab_size: int) -> dict[str, Any]:
+    """config.json of the family's class: the import's `fairseq_model_config` and `transformer_sizes` inverted."""
+    encoder_layers, decoder_layers = depths(m)
+    activation = next(theirs for theirs, mine in ACTIVATIONS.items() if mine == m.activation)
+    return {
+        "architectures": [CLASSES[family][0]],
+        "model_type": CLASSES[family][1],
+        "vocab_size": vocab_size,
+        "d_model": m.d_model,
+        "encoder_layers": encoder_layers,
+        "decoder_layers": decoder_layers,
+        "encoder_attention_heads": m.heads,
+        "decoder_attention_heads": m.heads,
+        "encoder_ffn_dim": m.ffn_dim,
+        "decoder_ffn_dim": m.ffn_dim,
+        "activation_function": activation,
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
+        "activation_dropout": 0.0,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "max_position_embeddings": m.max_positions,
+        "scale_embedding": m.scale_embedding,
+        "tie_word_embeddings": True,
+        "is_encoder_decoder": True,
+        "tokenizer_class": CLASSES[family][2],
+        **fairseq_ids(),
+        # what mBART-50's own config.json says of its layout, and CTranslate2's converter reads
+        **({"normalize_before": True, "add_final_layer_norm": True, "normalize_embedding": True} if family == "mbart" else {}),
+    }
+
+
+def fairseq_ids() -> dict[str, int]:
+    """fairseq's special ids: the decoder starts from </s> and stops at it."""
+    return {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
+
+
+def fairseq_weights(family: str, model: Transformer, m: ModelConfig) -> dict[str, torch.Tensor]:
+    """The family's tensors from mtkit's, rows in fairseq's order; what the class cannot hold is refused in one line."""
+    weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+    embedding, bias = weights["src_embed.embedding.weight"], weights["output.bias"]
+    if (embedding[BOS_ID] - embedding[EOS_ID]).abs().max() > ROW_TOLERANCE:
+        raise MtkitError(
+            "the model's BOS and EOS rows differ, and transformers' class starts the decoder from </s>'s own row; "
+            "export it with --format ctranslate2 or translate it with mtkit"
+        )
+    order = torch.tensor(fairseq_order(embedding.size(0)))
+    out = {"model.shared.weight": embedding.index_select(0, order)}
+    if family == "mbart":
+        out["final_logits_bias"] = bias.index_select(0, order).reshape(1, -1)
+    elif bias.index_select(0, order).abs().max() > ROW_TOLERANCE:
+        raise MtkitError(
+            "the model's output bias is not zero and M2M100ForConditionalGeneration has none; export it with "
+            "--format ctranslate2 or translate it with mtkit"
+        )
+    for stack, side in (("encoder", "src"), ("decoder", "tgt")):
+        for part in ("weight", "bias"):
+            out[f"model.{stack}.layer_norm.{part}"] = weights[f"{stack}_norm.{part}"]
+            if m.embedding_norm:
+                out[f"model.{stack}.layernorm_embedding.{part}"] = weights[f"{side}_embed_norm.{part}"]
+        if m.positions == "learned":  # transformers' learned table has two unused rows before position 0
+            table = weights[f"{side}_positions.embedding.weight"]
+            out[f"model.{stack}.embed_positions.weight"] = torch.cat([table.new_zeros(2, table.size(1)), table])
+    for mine, theirs in layer_names(m):
+        for name, part in zip(theirs, weights[mine].chunk(len(theirs)), strict=True):
+            out[f"model.{name}"] = part.contiguous()
+    return out
+
+
+def generation_config(config: Config) -> dict[str, Any]:
+    """generate()'s defaults: the recipe's beam and length penalty; the target code is the user's forced_bos_token_id."""
+    return {
+        **fairseq_ids(),
+        "num_beams": config.decode.beam,
+        "length_penalty": config.decode.length_penalty,
+        "early_stopping": True,
+        "max_length": min(MAX_LENGTH, config.model.max_positions),
+    }
+
+
+def write_fairseq_folder(folder: Path, config: Config, model: Transformer, tokenizer: Tokenizer) -> str:
+    """Write the model, its tokenizer files and generation config into `folder`; the family written."""
+    family = fairseq_family(config, tokenizer)
+    pieces = fairseq_pieces(tokenizer)
+    files = tokenizer_files(family, config, tokenizer, pieces)
+    tensors = fairseq_weights(family, model, config.model)
+    write_json(folder / "config.json", fairseq_config(family, config.model, len(pieces)))
+    write_safetensors(tensors, folder / "model.safetensors")
+    write_json(folder / "generation_config.json", generation_config(config))
+    write_file(folder / SENTENCEPIECE, tokenizer.model_proto)
+    for name, data in files.items():
+        write_json(folder / name, data)
+    return family
