@@ -507,7 +507,7 @@ class TrainConfig:
     checkpoint_activations: bool = False
     # where a compiled step's compiler cache is kept between runs (mtkit.training.compile_cache): a folder, auto
     # ($MTKIT_CACHE_DIR/compile, else ~/.cache/mtkit/compile) or false (off)
-    compile_cache: str = field(default="auto", metadata={"words": ("false",)})
+    compile_cache: str = field(default="auto", metadata={"words": ("false",)} | _relation(lambda t: _a_folder(t.compile_cache)))
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or
@@ -717,7 +717,29 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", saved: bool = 
     `saved=True` reads a config written with a model by any mtkit version: keys of the other
     architecture and retired keys (such as `decode.nbest`) are dropped instead of refused.
     """
-    return _build(Config, raw, prefix="", source=source, saved=saved)
+    config = _build(Config, raw, prefix="", source=source, saved=saved)
+    if not saved:
+        _check_across_sections(config, source)
+    return config
+
+
+def _check_across_sections(config: Config, source: str) -> None:
+    """The rules between keys of two sections: training levers that act on a Transformer's repeated layers."""
+    if config.model.arch != "rnn":
+        return
+    if config.train.compile == "layers":
+        raise MtkitError(f"{source}: 'train.compile' is 'layers'; an RNN has no repeated layers to compile one by one: give true")
+    if config.train.checkpoint_activations:
+        raise MtkitError(
+            f"{source}: 'train.checkpoint_activations' is true; an RNN has no repeated layers to recompute: set it false"
+        )
+
+
+def _a_folder(setting: str) -> str | None:
+    """`train.compile_cache`: auto, false (off) or a folder, never an existing file."""
+    if setting in ("auto", "false", "off") or not Path(setting).is_file():
+        return None
+    return "it is a file: give a folder (made when missing), auto or false"
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

@@ -486,6 +486,25 @@ def test_rules_between_keys_and_architectures(recipe, overrides, message):
     assert message in load_error(recipe, *overrides)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.compile=layers"], "'train.compile' is 'layers'; an RNN has no repeated layers to compile one by one"),
+        (["train.checkpoint_activations=true"], "'train.checkpoint_activations' is true; an RNN has no repeated layers"),
+    ],
+)
+def test_levers_of_a_transformer_s_layers_are_refused_for_an_rnn_at_load(overrides, message):
+    assert message in load_error(RNN_RECIPE, *overrides)
+    load_config(MULTI30K_RECIPE, overrides)  # a Transformer takes them
+
+
+def test_a_compile_cache_that_is_a_file_is_refused_at_load(tmp_path):
+    (tmp_path / "cache").write_text("not a folder")
+    assert "'train.compile_cache' is '" in load_error(MULTI30K_RECIPE, f"train.compile_cache={tmp_path / 'cache'}")
+    for setting in ("auto", "false", str(tmp_path / "new-folder")):
+        load_config(MULTI30K_RECIPE, [f"train.compile_cache={setting}"])
+
+
 def test_relations_hold_once_fixed():
     load_config(RNN_RECIPE, ["model.hidden_size=511", "model.bidirectional=false"])
     load_config(RNN_RECIPE, ["model.input_feed=true", "model.attention=luong_dot"])
