@@ -508,6 +508,9 @@ class TrainConfig:
     # where a compiled step's compiler cache is kept between runs (mtkit.training.compile_cache): a folder, auto
     # ($MTKIT_CACHE_DIR/compile, else ~/.cache/mtkit/compile) or false (off)
     compile_cache: str = field(default="auto", metadata={"words": ("false",)} | _relation(lambda t: _a_folder(t.compile_cache)))
+    # on CUDA, let scaled-dot-product attention use cuDNN's kernel: it plans each new (rows, length) shape (many times
+    # slower on shapes not seen before), so it is meant for bounded shapes (train.shapes); auto: off; the CPU has none
+    cudnn_attention: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # collate and copy the next batch while the GPU works on this one (before the update's one host sync)
     prefetch: str = field(default="auto", metadata=_choice("auto", "true", "false"))
     # compute the output layer inside the loss, chunk by chunk, never holding the (tokens x vocabulary) logits or

@@ -115,16 +115,17 @@ def enable_tf32(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def avoid_per_shape_attention_plans(device: torch.device) -> None:
-    """On CUDA, take cuDNN's kernel out of `scaled_dot_product_attention`'s choices (process-wide).
+def avoid_per_shape_attention_plans(device: torch.device, cudnn: bool = False) -> None:
+    """On CUDA, take cuDNN's kernel out of `scaled_dot_product_attention`'s choices (process-wide), unless
+    `cudnn` (`train.cudnn_attention: true`) keeps it among them.
 
     cuDNN builds an execution plan for every new (batch, length) shape, so training on shapes not
     seen before ran many times slower on an H100 (figures in docs/performance.md); once every shape
     has a plan, both kernels run at the same speed. The flash and memory-efficient kernels have no
-    per-shape cost. On CPU this does nothing.
+    per-shape cost. With bounded shapes (`train.shapes`) the plans are made once each. On CPU this does nothing.
     """
     if device.type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:

@@ -42,6 +42,8 @@ def test_cudnn_attention_is_turned_off_only_for_cuda():
         assert torch.backends.cuda.cudnn_sdp_enabled()
         avoid_per_shape_attention_plans(torch.device("cuda"))
         assert not torch.backends.cuda.cudnn_sdp_enabled()
+        avoid_per_shape_attention_plans(torch.device("cuda"), cudnn=True)  # train.cudnn_attention: true
+        assert torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
 

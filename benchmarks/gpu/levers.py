@@ -42,6 +42,7 @@ LEVERS = {
     # train.length_multiple is not a row: train.shapes takes over from it (the two together are refused).
     "bounded shapes": flag("train.shapes", "16", "0"),  # batches of at most 16 (rows, length) shapes
     "bf16 weights": flag("train.bf16_weights"),  # weights kept in bf16 (fp32 master copy in the optimizer)
+    "cudnn attention": flag("train.cudnn_attention"),  # cuDNN's attention kernel, planned once per bounded shape
     # Not rows, because always on: attention by shape (a batch with no padded source row takes the unmasked
     # path) and the non-finite skip on the device (training/update.py: no host sync per update).
 }

@@ -89,7 +89,7 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
     if device.type == "cpu" and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: off
         retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
-    avoid_per_shape_attention_plans(device)
+    avoid_per_shape_attention_plans(device, cudnn=config.cudnn_attention == "true")
     seed_everything(config.seed)
     return distributed, device
 
