@@ -61,13 +61,44 @@ def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tenso
     return value
 
 
-def count_over_ranks(count: int, distributed: Distributed) -> int:
-    """The sum of an integer count over all ranks, on the host (the ranks meet, no GPU waits); in a single process the count."""
+def tokens_over_ranks(count: int, device: torch.device, distributed: Distributed) -> int | torch.Tensor:
+    """The sum of a token count over all ranks: in a single process the count; under torchrun a tensor on `device`,
+    reduced by the model's own collective, queued like the update's other work (the ranks' hosts do not meet)."""
     if not distributed.enabled:
         return count
-    tensor = torch.tensor([count], dtype=torch.int64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=distributed.host_group)
-    return int(tensor[0])
+    return sum_over_ranks(torch.tensor(count, dtype=torch.int64, device=device), distributed)
+
+
+class StopAgreement:
+    """How the ranks agree to stop at the same update. The limits every rank computes alike (steps, epochs,
+    non-finite updates, patience) need no meeting. A clock limit (`train.max_time`) does: the ranks meet on the
+    host once an update and take the largest clock, which a time-based schedule reads too. A signal (one rank's
+    SIGTERM, say) is a vote sent without waiting and read one update later, so without a clock limit the hosts
+    never wait for each other."""
+
+    def __init__(self, distributed: Distributed, clocked: bool) -> None:
+        self.distributed, self.clocked = distributed, clocked
+        self._vote: tuple[Any, torch.Tensor] | None = None  # the last update's vote: (its work, its tensor)
+
+    def stop(self, limit_reached: bool, signalled: bool, elapsed: float) -> tuple[bool, float]:
+        """Whether every rank stops now, and the clock they agree on (this rank's own unless they met on it)."""
+        if not self.distributed.enabled:
+            return limit_reached or signalled, elapsed
+        if self.clocked:
+            stop, agreed = max_over_ranks([float(limit_reached or signalled), elapsed], self.distributed)
+            return bool(stop), agreed
+        return self._voted(signalled) or limit_reached, elapsed
+
+    def _voted(self, signalled: bool) -> bool:
+        """Whether any rank was signalled by the last update (its vote read now); sends this update's vote."""
+        voted = False
+        if self._vote is not None:
+            work, tensor = self._vote
+            work.wait()
+            voted = bool(tensor.item())
+        tensor = torch.tensor(int(signalled), dtype=torch.int64)
+        self._vote = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.distributed.host_group, async_op=True), tensor
+        return voted
 
 
 def max_over_ranks(values: list[float], distributed: Distributed) -> list[float]:

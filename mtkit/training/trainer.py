@@ -24,13 +24,13 @@ from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
 from mtkit.distributed import (
     Distributed,
+    StopAgreement,
     barrier,
     broadcast_from_main,
-    count_over_ranks,
     init_distributed,
-    max_over_ranks,
     shutdown,
     sum_over_ranks,
+    tokens_over_ranks,
 )
 from mtkit.errors import MtkitError
 from mtkit.models import build_model
@@ -212,6 +212,7 @@ class Trainer:
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, self.train_config.clip_norm)
         self.max_time = parse_duration(self.train_config.max_time)
+        self.agreement = StopAgreement(self.distributed, clocked=self.max_time is not None)
         self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
         self.stop_requested = self.diverged = False  # a signal asked to stop; too many non-finite updates in a row
 
@@ -303,7 +304,7 @@ class Trainer:
         """One optimiser update over `accumulate` batches; its summed loss and target tokens (device tensors, 0
         for a skipped update). No host sync: `while_waiting` runs once the update's work is queued, then
         the previous update's outcome is read (`_settle`; on a GPU that waits for that update only)."""
-        total_tokens = count_over_ranks(sum(b.num_tokens for b in batches), self.distributed)
+        total_tokens = tokens_over_ranks(sum(b.num_tokens for b in batches), self.device, self.distributed)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
@@ -354,15 +355,15 @@ class Trainer:
         """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock).
         A limit is checked again once the last update's outcome is read: a skipped update does not reach max_steps."""
         limit_reached = self._limit_reached()
-        if limit_reached:
+        if limit_reached or self.stop_requested:
             self._settle()
             limit_reached = self._limit_reached()
-        stop, self._agreed_elapsed = max_over_ranks([float(limit_reached), self.elapsed()], self.distributed)
-        return bool(stop)
+        stop, self._agreed_elapsed = self.agreement.stop(limit_reached, self.stop_requested, self.elapsed())
+        return stop
 
     def _limit_reached(self) -> bool:
         config, progress = self.train_config, self.progress
-        if self.stop_requested or self.diverged:
+        if self.diverged:
             return True
         if config.max_steps and progress.step >= config.max_steps:
             return True

@@ -149,6 +149,51 @@ def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
         assert torch.equal(second["model"][name], value), name
 
 
+# One rank of a job where only rank 1 is signalled to stop, as its update 5 ends (its SIGTERM handler's flag).
+SIGNALLED_RANK = """
+import sys
+import torch
+from mtkit.config import load_config
+from mtkit.distributed import shutdown
+from mtkit.training.trainer import Trainer, setup_process
+
+config = load_config(sys.argv[1])
+distributed, device = setup_process(config.train)
+trainer = Trainer(config, device, distributed)
+update = trainer.update
+
+def update_then_signal(*args, **kwargs):
+    result = update(*args, **kwargs)
+    if distributed.rank == 1 and trainer.progress.step == 5:
+        trainer.stop_requested = True
+    return result
+
+trainer.update = update_then_signal
+trainer.run()
+torch.save({"model": trainer.model.state_dict(), "step": trainer.progress.step}, f"{sys.argv[2]}/rank{distributed.rank}.pt")
+shutdown(distributed)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_update(tmp_path):
+    settings = {"max_steps": 1000, "batch_tokens": 300}
+    config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)
+    script = tmp_path / "rank.py"
+    script.write_text(SIGNALLED_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    result = subprocess.run(
+        [*command, str(write_recipe(config, tmp_path / "recipe.yaml")), str(tmp_path)], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+    # Without train.max_time the ranks never wait for each other: the vote sent after update 5 is read after update 6.
+    assert first["step"] == second["step"] == 6
+    for name, value in first["model"].items():
+        assert torch.equal(second["model"][name], value), name
+
+
 def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
     lines = Path(reverse_run.data.valid[0].src).read_text().splitlines()[:45]
     lines[10:10] = ["", "a b c d e f g h i j k l " * 3]  # an empty line and a long one among them
