@@ -79,14 +79,17 @@ browser:
 			|| echo "could not install chromium (see $(BROWSER_LOG)); the browser test will say what is missing"; \
 	fi
 
-# The full suite, all three tiers (what CI runs), with the 15 slowest tests listed at the end.
+# The full suite, all three tiers (what CI runs), with the 15 slowest tests listed at the end. pytest-xdist runs one
+# worker per core, each on a core of its own; a test file's tests, and every user of one trained session fixture,
+# stay in one worker (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= auto
 test: install browser
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The unit tier for the inner loop: tests/ without integration/ and system/ (no training beyond a few updates of
 # a tiny model, no servers, browsers or subprocesses; tests/test_tiers.py keeps it so).
 test-fast: install
-	$(BIN)/python -m pytest -q tests --ignore=tests/integration --ignore=tests/system --durations=5
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests --ignore=tests/integration --ignore=tests/system --durations=5
 
 lint: install
 	$(BIN)/ruff check mtkit tests benchmarks

@@ -44,13 +44,49 @@ from mtkit.decoding.translator import Translator
 TESTS = Path(__file__).resolve().parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), each worker keeps to a core of its own:
+    its torch threads and its subprocesses' (mtkit gives torch one thread per core it may run on) then never
+    wait for the other worker's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    cores = sorted(os.sched_getaffinity(0))
+    if worker.startswith("gw") and len(cores) > 1:
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test under integration/ and system/, and every test that uses a slow fixture
-    (tests/test_tiers.py keeps the second kind out of the unit tier)."""
+    (tests/test_tiers.py keeps the second kind out of the unit tier); and give each test its group for
+    pytest-xdist's `--dist loadgroup` (`worker_group`)."""
+    groups = worker_groups(items)
     for item in items:
         in_slow_tier = item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).parts[0] in SLOW_TIERS
         if in_slow_tier or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+
+
+def worker_groups(items: list[pytest.Item]) -> dict[Path, str]:
+    """Each test file's pytest-xdist group: the first trained session fixture of `SHARED_RUNS` that a test of the
+    file uses, or else the file itself. A file's tests then run in one worker (its module fixtures are built once),
+    and so do all the users of one session fixture (it is trained once)."""
+    groups: dict[Path, str] = {}
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        shared = next((group for group, names in SHARED_RUNS.items() if used & names), None)
+        if shared and groups.get(item.path) not in SHARED_RUNS:
+            groups[item.path] = shared
+        groups.setdefault(item.path, str(item.path.relative_to(TESTS)))
+    return groups
+
+
+# Session fixtures that train, by the group of the tests that use them (a test of one trains what the group needs).
+SHARED_RUNS = {
+    "cli_workspace": {"cli_workspace", "cli_run"},
+    "tagged_run": {"tagged_run"},
+    "reverse_run": {"reverse_run", "reverse_rnn_run", "reverse_export", "model_run", "synthetic_prepared"},
+}
 
 
 # CI explores the same (thousands of) hypothesis cases on every run; locally each run draws new ones.
