@@ -14,7 +14,8 @@ translated into English (source code deu_Latn, target code eng_Latn forced first
 greedy, in the same batches of `--batch` sentences, every output capped at `--cap` tokens with the code (a
 random model rarely ends a sentence, so both decode about the same number of steps), fp32, the systems taking
 turns (A B A B). Then one fine-tuning update (forward, backward, Adam: label smoothing 0.1, the same
-`--batch-pairs` pairs) of each system's model, taking turns, with each process's peak RSS; with
+`--batch-pairs` pairs) of each system's model, taking turns, with each process's peak RSS: mtkit's set up as
+`mtkit train` sets it up (its step module, its Adam, fused on the CPU), transformers' with `torch.optim.Adam`; with
 `--checkpoint-activations` also mtkit's update with `train.checkpoint_activations` on. Every timed run is a
 process of its own (built, warmed up once, timed once): one fp32 Adam update of 600M parameters needs about
 10 GB, and the processes run one after another. Prints the figures and the ratios with the matmul peak of the
