@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.metadata
 import io
 import platform
 import statistics
@@ -266,6 +267,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     result = {**common.smoke_label(args), "date": datetime.date.today().isoformat()}
     result |= {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
     result |= {"matmul_gflops": common.matmul_gflop_per_s(smoke=args.smoke)}
+    result |= {"versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers")}}
     model = {key: value for key, value in args.shape.items() if not key.startswith("spm_")}
     result |= {"model": model, "sentences": len(sources), "batch": args.batch, "cap": args.cap, "repeats": args.repeats}
     with tempfile.TemporaryDirectory() as scratch:
