@@ -151,8 +151,9 @@ def decoding_system(name: str, scratch: Path, task: dict) -> Callable[[list[str]
     return mtkit_translate
 
 
-def transformers_update(scratch: Path, sources: list[str], targets: list[str]) -> Callable[[], object]:
-    """One update of transformers' model: its teacher-forced logits, label-smoothed summed loss, backward, Adam."""
+def transformers_update(scratch: Path, sources: list[str], targets: list[str]) -> tuple[Callable[[], object], int]:
+    """One update of transformers' model (its teacher-forced logits, label-smoothed summed loss, backward, Adam) and
+    the target tokens it learns from."""
     from transformers.models.m2m_100.modeling_m2m_100 import shift_tokens_right
 
     model, tokenizer = hf_parts(scratch / "hf", training=True)
@@ -172,12 +173,13 @@ def transformers_update(scratch: Path, sources: list[str], targets: list[str]) -
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return update
+    return update, int(labels.ne(-100).sum())
 
 
-def mtkit_update(scratch: Path, sources: list[str], targets: list[str], task: dict) -> Callable[[], object]:
-    """One update of mtkit's model as `mtkit train --init-from` sets it up: the process (`setup_process`), the step's
-    module (`training_forward`: mtkit's loss, activation checkpointing if asked) and its Adam (`build_optimizer`)."""
+def mtkit_update(scratch: Path, sources: list[str], targets: list[str], task: dict) -> tuple[Callable[[], object], int]:
+    """One update of mtkit's model as `mtkit train --init-from` sets it up (the process: `setup_process`; the step's
+    module: `training_forward`, mtkit's loss, activation checkpointing if asked; its Adam: `build_optimizer`) and the
+    target tokens it learns from."""
     settings = TrainConfig(lr=1e-5, device="cpu", threads=task["threads"], checkpoint_activations=task["recompute"])
     distributed, device = setup_process(settings)
     model, config, tokenizers, _ = load_model(scratch / "run")
@@ -198,7 +200,7 @@ def mtkit_update(scratch: Path, sources: list[str], targets: list[str], task: di
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return update
+    return update, int(tgt_out.ne(PAD_ID).sum())
 
 
 def child(task: dict) -> dict:
@@ -217,9 +219,9 @@ def child(task: dict) -> dict:
     if task["kind"] == "update":
         pairs = task["sources"], task["targets"]
         system = task["system"]
-        update = transformers_update(scratch, *pairs) if system == "transformers" else mtkit_update(scratch, *pairs, task)
+        update, tokens = transformers_update(scratch, *pairs) if system == "transformers" else mtkit_update(scratch, *pairs, task)
         update()
-        return {"seconds": timed(update), "peak_rss_mb": peak_rss_mb()}
+        return {"seconds": timed(update), "target_tokens": tokens, "peak_rss_mb": peak_rss_mb()}
     translate = decoding_system(task["system"], scratch, task)
     translate(task["sources"][: task["batch"]])
     written: list[int] = []
@@ -304,10 +306,12 @@ def decoding_figures(runs: dict[str, list[dict]], sentences: int) -> dict[str, d
 
 
 def update_figures(runs: dict[str, list[dict]]) -> dict[str, dict]:
-    """Each system's median seconds of one update and the largest peak RSS of its processes."""
+    """Each system's median seconds of one update, the target tokens it learned from and the largest peak RSS of its
+    processes."""
     return {
         name: {
             "seconds": round(statistics.median(run["seconds"] for run in found), 3),
+            "target_tokens": found[0]["target_tokens"],
             "peak_rss_mb": max(run["peak_rss_mb"] for run in found),
         }
         for name, found in runs.items()
@@ -330,7 +334,7 @@ def report_decoding(title: str, figures: dict[str, dict]) -> None:
 def report_update(title: str, figures: dict[str, dict]) -> None:
     report(title, {name: row["seconds"] for name, row in figures.items()}, "transformers")
     for name, row in figures.items():
-        print(f"  {name:<24} peak RSS {row['peak_rss_mb']:.0f} MB")
+        print(f"  {name:<24} {row['target_tokens']} target tokens, peak RSS {row['peak_rss_mb']:.0f} MB")
 
 
 def main() -> None:
