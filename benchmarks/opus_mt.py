@@ -28,8 +28,6 @@ import io
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,7 +37,8 @@ from typing import Any
 import sentencepiece as spm
 import torch
 
-from benchmarks import common
+from benchmarks import common, turns
+from benchmarks.turns import alternate, report, timed
 from mtkit.decoding.ct2_engine import load_export
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.exporters.ctranslate2 import export_ctranslate2
@@ -100,12 +99,6 @@ def build_opus_mt_sized(folder: Path, data: Path, shape: dict) -> None:
     )
     torch.manual_seed(0)
     MarianMTModel(config).save_pretrained(folder)
-
-
-def timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
 
 
 def decoding_system(name: str, scratch: Path, cap: int, beam: int) -> Callable[[list[str]], object]:
@@ -229,23 +222,7 @@ def child(task: dict) -> float | dict[str, float]:
 
 def child_process(task: dict) -> float | dict[str, float]:
     """`child(task)` in a fresh process (`python -m benchmarks.opus_mt --child TASK`); its seconds."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.opus_mt", "--child", json.dumps(task)],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=common.ROOT,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
-
-
-def alternate(task: dict, systems: list[str], repeats: int, run: Callable[[dict], float]) -> dict[str, list[float]]:
-    """Seconds of each system per repeat, each run by `run` (a fresh process), the systems taking turns (A B C A B C ...)."""
-    times: dict[str, list[float]] = {name: [] for name in systems}
-    for _ in range(repeats):
-        for name in systems:
-            times[name].append(run({**task, "system": name}))
-    return times
+    return turns.in_own_process("benchmarks.opus_mt", task)
 
 
 def parse_args() -> argparse.Namespace:
@@ -304,7 +281,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 def main() -> None:
     args = parse_args()
     if args.child:
-        print(json.dumps({"seconds": child(json.loads(args.child))}))
+        turns.answer_child(child, args.child)
         return
     result = common.measure_and_write(args, tiny_arguments, run_benchmark, args.out)
     print(f"matmul peak {result['matmul_gflops']} GFLOP/s, {result['threads']} threads; written to {args.out}")
@@ -318,12 +295,6 @@ def report_split(split: dict[str, dict[str, float]]) -> None:
             f"  {name:<8} total {parts['total']:7.2f}  translate_batch {parts['translate_batch']:7.2f}  "
             f"score_batch {parts['score_batch']:7.2f}  mtkit {parts['mtkit']:6.2f}"
         )
-
-
-def report(title: str, seconds: dict[str, float], baseline: str) -> None:
-    print(title)
-    for name, value in seconds.items():
-        print(f"  {name:<24} {value:8.2f} s   {seconds[baseline] / value:5.2f}x {baseline}")
 
 
 if __name__ == "__main__":

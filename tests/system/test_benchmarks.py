@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # modules the scripts import or run, not scripts
-HELPERS = {"__init__", "common", "comet_build", "opennmt", "onmt_config", "peers_measure"}
+HELPERS = {"__init__", "common", "comet_build", "opennmt", "onmt_config", "peers_measure", "turns"}
 SCRIPTS = sorted(path.stem for path in (REPO / "benchmarks").glob("*.py") if path.stem not in HELPERS)
 # The top-level keys of each script's report (besides "smoke", which every one has in smoke mode).
 KEYS = {
@@ -26,6 +26,8 @@ KEYS = {
     "comet_speed": {"machine", "checkpoint", "sentences", "sentences_per_s", "system_scores", "ratio_mtkit_over_comet"},
     "distill": {"date", "machine", "matmul_gflop_per_s", "teacher", "students", "sentences", "rounds", "rows"},
     "multilingual": {"supervised", "zero_shot"},
+    "nllb": {"date", "machine", "threads", "matmul_gflops", "versions", "model", "sentences", "batch", "cap", "repeats",
+             "build", "beam5", "beam1", "update"},
     "ops": {"threads", "torch", "ops"},
     "optimizer": {"date", "machine", "torch", "recipe", "parameters_m", "matmul_gflop_per_s", "step_ms_rounds", "step_ms_best"},
     "opus_mt": {"date", "machine", "threads", "matmul_gflops", "model", "sentences", "cap", "repeats", "beam5_seconds",
