@@ -1,0 +1,178 @@
+"""Fine-tuning an imported NLLB-200, M2M-100 or mBART-50 run (`train.init_from` on a run with `data.lang_tag: code`)
+against `transformers` itself: the prepared pairs are the family tokenizer's ids, mtkit's loss is transformers' loss
+with `labels`, the </s> rows stay one row, the step-0 baseline is logged, a fine-tuned NLLB run exports, and a new
+language code (`data.new_languages`) trains, is chosen with --tgt-lang and leaves the old codes' outputs as they were."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from fairseq_builder import Built, build
+from helpers import assert_one_line_error, cli_output, invoke, recipe, write_multi30k_slice
+
+from mtkit.config import load_config
+from mtkit.data.store import load_prepared
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, load_tokenizers
+from mtkit.decoding.engine import PyTorchEngine
+from mtkit.decoding.translator import Decoding, Translator
+from mtkit.models import build_model
+from mtkit.models.checkpoint import read_checkpoint
+from mtkit.training.batches import collate
+from mtkit.training.finetune import load_parent
+from mtkit.training.loss import sequence_loss
+
+pytest.importorskip("transformers")
+
+SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Gras.", "Kinder!", "Ein Hund."]
+PAIRS = 40  # training and validation pairs of each child
+
+
+def _child(root: Path, parent: Path, built: Built, tgt_lang: str, **data: object) -> Path:
+    """A fine-tuning recipe over Multi30k German -> English pairs, the target named `tgt_lang`."""
+    files = {
+        side: str(write_multi30k_slice(root / f"train.{lang}", "train", lang, PAIRS)) for side, lang in (("src", "de"), ("tgt", "en"))
+    }
+    train = {"init_from": str(parent), "max_steps": 3, "validate_every": 3, "lr": 0.001, "warmup_steps": 1, "valid_beam": 1}
+    values = recipe("child", root, src_lang=built.src_lang, tgt_lang=tgt_lang, data={"train": files, "valid": files, **data})
+    values |= {"model": None, "tokenizer": None, "train": {**values["train"], **train}}
+    path = root / "child.yaml"
+    path.write_text(yaml.safe_dump({key: value for key, value in values.items() if value is not None}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart"])
+def child(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Path, Path]:
+    """(the family's model as built, its imported run, a fine-tuning recipe prepared and trained for 3 updates)."""
+    root = tmp_path_factory.mktemp(request.param)
+    built = build(request.param, root / "hf")
+    cli_output("import", "auto", str(built.folder), "-o", str(root / "parent"))
+    path = _child(root, root / "parent", built, built.tgt_langs[0])
+    cli_output("prepare", str(path))
+    cli_output("train", str(path))
+    return built, root / "parent", path
+
+
+def test_prepared_pairs_and_the_loss_are_the_family_tokenizers_and_transformers(child) -> None:
+    built, parent, path = child
+    config = load_config(path)
+    tokenizers = load_tokenizers(config.data_path, True)
+    train = load_prepared(config.data_path, "train")
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
+    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path)
+    batch = collate(list(train["src_ids"]), list(train["tgt_ids"]))
+    with torch.no_grad():
+        logits = model(batch.src, batch.src_mask, batch.tgt_in)
+        mine = sequence_loss(logits, batch.tgt_out, 0.0).item() / batch.num_tokens
+    built.tokenizer.src_lang, built.tokenizer.tgt_lang = built.src_lang, built.tgt_langs[0]
+    theirs = built.tokenizer(list(train["src"]), text_target=list(train["tgt"]), return_tensors="pt", padding=True)
+    labels = theirs["labels"].masked_fill(theirs["labels"] == 1, -100)  # the pads left out, as mtkit leaves them
+    with torch.no_grad():
+        loss = built.model(input_ids=theirs["input_ids"], attention_mask=theirs["attention_mask"], labels=labels).loss.item()
+    assert mine == pytest.approx(loss, abs=1e-4)
+
+
+def test_training_keeps_one_eos_row_and_the_output_bias_and_logs_the_step_0_baseline(child) -> None:
+    built, parent, path = child
+    config = load_config(path)
+    before, after = (read_checkpoint(run)["model"] for run in (parent, config.run_path / "last.pt"))
+    embedding = after["src_embed.embedding.weight"]
+    assert not torch.equal(embedding, before["src_embed.embedding.weight"])  # trained
+    assert torch.equal(embedding[BOS_ID], embedding[EOS_ID])
+    assert torch.equal(after["output.bias"], before["output.bias"])
+    records = [json.loads(line) for line in (config.run_path / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    validated = [record for record in records if "valid_bleu" in record]
+    assert validated[0]["step"] == 0 and validated[-1]["step"] == 3
+
+
+def test_a_fine_tuned_run_translates_with_its_codes_and_exports(child, tmp_path: Path) -> None:
+    built, _, path = child
+    config = load_config(path)
+    lang = built.tgt_langs[1]
+    translator = Translator.load(config.run_path)
+    translator.decode = dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=4)
+    found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang))  # the recipe's source language
+    cli_output("export", "-m", str(config.run_path), "--format", "transformers", "-o", str(tmp_path / "hf"))
+    exported = type(built.model).from_pretrained(tmp_path / "hf").eval()
+    built.tokenizer.src_lang = built.src_lang
+    code = built.tokenizer.convert_tokens_to_ids(f"__{lang}__" if len(lang) == 2 else lang)
+    for source, (best,) in zip(SOURCES, found, strict=True):
+        inputs = built.tokenizer(source, return_tensors="pt")
+        cap = 4 + inputs["input_ids"].size(1) // 2
+        output = exported.generate(
+            **inputs, num_beams=1, do_sample=False, max_new_tokens=cap, forced_bos_token_id=code, bad_words_ids=[[1]],
+            forced_eos_token_id=None,
+        )[0]  # fmt: skip
+        text = built.tokenizer.decode(output, skip_special_tokens=True)
+        if 2 in output[1:].tolist():  # ended before the cap, where mtkit forces </s>
+            assert text == best.text
+
+
+def test_bad_corpus_codes_are_one_line_naming_the_closest(child, tmp_path: Path) -> None:
+    built, parent, _ = child
+    path = _child(tmp_path, parent, built, "qqq_Zzzz" if built.src_lang == "deu_Latn" else "qq")
+    assert_one_line_error(invoke("prepare", str(path)), "tgt_lang", "no such language code", "closest")
+    assert not (tmp_path / "data" / "train").exists()
+
+
+@pytest.fixture(scope="module")
+def nllb_with_new_code(child, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Path, Path]:
+    """The NLLB parent fine-tuned into a new code xyz_Latn started from fra_Latn's row (3 updates)."""
+    built, parent, _ = child
+    if built.src_lang != "deu_Latn":
+        pytest.skip("the new-code tests use the NLLB model")
+    root = tmp_path_factory.mktemp("new-code")
+    path = _child(root, parent, built, "xyz_Latn", new_languages="xyz_Latn=fra_Latn")
+    cli_output("prepare", str(path))
+    return built, parent, path
+
+
+def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(nllb_with_new_code) -> None:
+    built, parent, path = nllb_with_new_code
+    config = load_config(path)
+    tokenizers = load_tokenizers(config.data_path, True)
+    codes = tokenizers.src.codes
+    assert list(codes)[-1] == "xyz_Latn" and tokenizers.src.vocab_size == read_checkpoint(parent)["model"]["output.bias"].numel() + 1
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
+    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path, config.data.new_languages)
+    rows = model.state_dict()["src_embed.embedding.weight"]
+    assert torch.equal(rows[codes["xyz_Latn"]], rows[codes["fra_Latn"]])
+    child_translator = Translator(PyTorchEngine(model, torch.device("cpu")), tokenizers, config.decode, "none", config)
+    parent_translator = Translator.load(parent)
+    for translator in (child_translator, parent_translator):
+        translator.decode = dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=4)
+    for lang in built.tgt_langs:
+        for beam in (1, 4):
+            decoding = Decoding(beam=beam, tgt_lang=lang, src_lang=built.src_lang)
+            ours, theirs = (t.translate_nbest(SOURCES, decoding) for t in (child_translator, parent_translator))
+            assert [found[0].tokens for found in ours] == [found[0].tokens for found in theirs]
+
+
+def test_a_new_code_trains_and_is_chosen_with_tgt_lang(nllb_with_new_code, tmp_path: Path) -> None:
+    _, _, path = nllb_with_new_code
+    config = load_config(path)
+    cli_output("train", str(path))
+    (tmp_path / "in.txt").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    cli_output("translate", "-m", str(config.run_path), "-i", str(tmp_path / "in.txt"), "-o", str(out), "--tgt-lang", "xyz_Latn")
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(SOURCES)
+    translator = Translator.load(config.run_path)
+    assert "xyz_Latn" in translator.target_languages
+    result = invoke("export", "-m", str(config.run_path), "--format", "transformers", "-o", str(tmp_path / "hf"))
+    if result.exit_code:  # refused in one line, saying why
+        assert_one_line_error(result, "export")
+
+
+def test_bad_new_codes_are_one_line(nllb_with_new_code, tmp_path: Path) -> None:
+    built, parent, _ = nllb_with_new_code
+    for value, needle in (
+        ("deu_Latn=fra_Latn", "already"),
+        ("xyz_Latn=qqq_Zzzz", "closest"),
+        ("xyz=fra_Latn", "form"),
+    ):
+        path = _child(tmp_path, parent, built, "eng_Latn", new_languages=value)
+        assert_one_line_error(invoke("prepare", str(path)), "data.new_languages", needle)
