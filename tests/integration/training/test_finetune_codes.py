@@ -134,6 +134,18 @@ def test_bad_corpus_codes_are_one_line_naming_the_closest(child, tmp_path: Path)
     assert not (tmp_path / "data" / "train").exists()
 
 
+def test_a_fine_tuned_run_exports_to_ctranslate2_with_its_greedy_output(child, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    built, _, path = child
+    run = load_config(path).run_path
+    cli_output("export", "-m", str(run), "--format", "ctranslate2", "-o", str(tmp_path / "ct2"))
+    pytorch, ctranslate2 = Translator.load(run), Translator.load(tmp_path / "ct2")
+    assert type(ctranslate2.engine).__name__ == "CT2Engine"
+    options = Decoding(beam=1, tgt_lang=built.tgt_langs[1], src_lang=built.src_lang)
+    expected, found = (translator.translate_nbest(SOURCES, options) for translator in (pytorch, ctranslate2))
+    assert [best.tokens for (best,) in found] == [best.tokens for (best,) in expected]
+
+
 # each family's new code (named by its source language's name) and the code its row starts from
 NEW_CODES = {"deu_Latn": ("xyz_Latn", "fra_Latn"), "de": ("xx", "fr"), "de_DE": ("xx_XX", "fr_XX")}
 EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "nllb_finetune.yaml"
