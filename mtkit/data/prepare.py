@@ -202,6 +202,16 @@ def corpus_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, ke
     return (corpus,) if language is None else (language, corpus)
 
 
+def check_language_codes(config: Config, tokenizers: TokenizerPair) -> None:
+    """Resolve every split's language codes (a model with codes) as prepare will, so that a code the model lacks is
+    one line before the tokenizers are written."""
+    for name in ("train", "valid", "test"):
+        for index, split in enumerate(getattr(config.data, name) or []):
+            key = recipe_key(config.data, name, index)
+            corpus_tag(config, tokenizers, split, key)
+            corpus_lead(config, tokenizers, split, key)
+
+
 def corpus_lead(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
     """What a corpus's targets start with: its target-language code for a model with codes (`data.lang_tag: code`,
     written as the family writes it: the decoder starts from </s>, then the code), else nothing (None)."""

@@ -24,7 +24,7 @@ import torch
 
 from mtkit.config import Config
 from mtkit.data.language_codes import added_code_pieces, new_languages, start_rows
-from mtkit.data.prepare import learn_tokenizers, save_tokenizers
+from mtkit.data.prepare import check_language_codes, learn_tokenizers, save_tokenizers
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models.base import EncoderDecoder
@@ -57,6 +57,7 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
     parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
     tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
     tokenizers = add_language_codes(tokenizers, config.data.new_languages)
+    check_language_codes(config, tokenizers)
     save_tokenizers(tokenizers, config)
     sizes = [
         (side.vocab_size, new.vocab_size - side.vocab_size)
@@ -104,6 +105,7 @@ def load_parent(
         weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers, starts)
         sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
         said = f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows"
+        said += ", new language codes as their data.new_languages code's row (or every code's)" if starts else ""
     elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
         raise MtkitError(
             f"{data_path}: prepared with other tokenizers than the parent {parent}; "

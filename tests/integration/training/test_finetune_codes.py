@@ -131,7 +131,7 @@ def test_bad_corpus_codes_are_one_line_naming_the_closest(child, tmp_path: Path)
     built, parent, _ = child
     path = _child(tmp_path, parent, built, "qqq_Zzzz" if built.src_lang == "deu_Latn" else "qq")
     assert_one_line_error(invoke("prepare", str(path)), "tgt_lang", "no such language code", "closest")
-    assert not (tmp_path / "data" / "train").exists()
+    assert not (tmp_path / "data").exists()  # refused before anything is written
 
 
 def test_a_fine_tuned_run_exports_to_ctranslate2_with_its_greedy_output(child, tmp_path: Path) -> None:
