@@ -39,6 +39,7 @@ DURATION = r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*"
 FREEZABLE = r"\s*(embeddings|encoder|decoder)\s*"  # train.freeze
 LANGUAGE = r"[a-z]{2,3}([_-][A-Za-z0-9]{1,8})*"  # a language code: de, fra, pt_BR, zh-Hant
 LANGUAGE_RULE = "a language code such as de, fra or pt_BR"
+NEW_LANGUAGE = rf"{LANGUAGE}\s*=\s*({LANGUAGE}|mean)"  # data.new_languages: a new code = the code it starts from
 TAG_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # data.train[i].tag: the reserved source piece <NAME>
 # A fine-tuning recipe (train.init_from) takes these sections from its parent; these keys of them it may change.
 INHERITED_SECTIONS = ("model", "tokenizer")
@@ -281,6 +282,14 @@ class DataConfig:
     # more languages to reserve tags for (to be added later by fine-tuning), separated by commas
     langs: str = field(
         default="", metadata=_pattern(rf"\s*|\s*{LANGUAGE}\s*(,\s*{LANGUAGE}\s*)*", "language codes separated by commas", "de,fr")
+    )
+    # fine-tuning an imported NLLB-200, M2M-100 or mBART-50 model: language codes to add, each with the code whose
+    # embedding row its row starts from, or `mean` (of every code's row): "xyz_Latn=fra_Latn, abc_Latn=mean"
+    new_languages: str = field(
+        default="",
+        metadata=_pattern(
+            rf"\s*|\s*{NEW_LANGUAGE}\s*(,\s*{NEW_LANGUAGE}\s*)*", "new codes with the code they start from", "xyz_Latn=fra_Latn"
+        ),
     )
     # corpus weights from their sizes: pairs drawn per epoch p ~ n^(1/T) (1: as they are; larger: flatter)
     corpus_temperature: float | None = field(default=None, metadata=_range(1.0, 100.0, example=5.0))

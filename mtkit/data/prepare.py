@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from mtkit.config import Config, SplitConfig, corpus_tags, recipe_key, split_languages, tag_languages
 from mtkit.data.corpora import Cleaner, CleanReport, DroppedPair, Pair, PairFilter, corpus_names, iter_side, iter_split
+from mtkit.data.language_codes import recipe_code_id
 from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import (
     Tag,
@@ -103,9 +104,9 @@ def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
             writer = output.split(name, TRAIN_FEATURES if len(splits) > 1 else FEATURES)
             for index, split in enumerate(splits):
                 key = recipe_key(config.data, name, index)
-                tag = corpus_tag(config, tokenizers, split, key)
+                tag, lead = corpus_tag(config, tokenizers, split, key), corpus_lead(config, tokenizers, split, key)
                 for chunk in _chunks(_pairs(config, key, split), name):
-                    pipeline.put(writer, chunk, corpus=index, tag=tag)
+                    pipeline.put(writer, chunk, corpus=index, tag=tag, lead=lead)
             report["splits"][name] = pipeline.finish(writer)
             if not report["splits"][name]["pairs"]:
                 raise MtkitError(f"data.{name}: the split has no sentence pairs; check data.{name} in the recipe")
@@ -121,9 +122,9 @@ class _Pipeline:
         self.encoder = encoder
         self.pending: Future | None = None  # at most one chunk waits, so memory holds about two
 
-    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int, tag: int | None = None) -> None:
+    def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int, tag: Tag = None, lead: Tag = None) -> None:
         self.wait()
-        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus, tag)
+        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus, tag, lead)
 
     def wait(self) -> None:
         if self.pending is not None:
@@ -146,13 +147,14 @@ def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, c
     for index, source in enumerate(config.data.train):
         key = recipe_key(config.data, "train", index)
         tag, languages = corpus_tag(config, pipeline.tokenizers, source, key), split_languages(config, source)
+        lead = corpus_lead(config, pipeline.tokenizers, source, key)
         for chunk in _chunks(_pairs(config, key, source), f"train {names[index]}"):
             dropped: list[DroppedPair] = []
             kept = cleaner.clean(chunk, reports[index], languages=languages, dropped=dropped, corpus=names[index])
             if dropped:
                 output.add_dropped([pair.line() for pair in dropped])
             if kept:
-                pipeline.put(writer, kept, corpus=index, tag=tag)
+                pipeline.put(writer, kept, corpus=index, tag=tag, lead=lead)
         if not reports[index].total:
             raise MtkitError(f"{key}: the corpus has no sentence pairs; check {key} in the recipe")
     counts = pipeline.finish(writer)
@@ -185,8 +187,8 @@ def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
 
 
 def corpus_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
-    """The tag a corpus's sources start with: its target-language tag (a tagged recipe), then the
-    corpus's own tag (`split.tag`); None when neither."""
+    """The tag a corpus's sources start with: its target-language tag (a tagged recipe) or its source-language
+    code (a model with codes), then the corpus's own tag (`split.tag`); None when none."""
     language = _language_tag(config, tokenizers, split, key)
     name = getattr(split, "tag", None)
     if name is None:
@@ -200,7 +202,35 @@ def corpus_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, ke
     return (corpus,) if language is None else (language, corpus)
 
 
+def check_language_codes(config: Config, tokenizers: TokenizerPair) -> None:
+    """Resolve every split's language codes (a model with codes) as prepare will, so that a code the model lacks is
+    one line before the tokenizers are written."""
+    for name in ("train", "valid", "test"):
+        for index, split in enumerate(getattr(config.data, name) or []):
+            key = recipe_key(config.data, name, index)
+            corpus_tag(config, tokenizers, split, key)
+            corpus_lead(config, tokenizers, split, key)
+
+
+def corpus_lead(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
+    """What a corpus's targets start with: its target-language code for a model with codes (`data.lang_tag: code`,
+    written as the family writes it: the decoder starts from </s>, then the code), else nothing (None)."""
+    return _language_code(config, tokenizers, split, key, 1)
+
+
+def _language_code(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str, side: int) -> int | None:
+    """The id of the code of a corpus's source (`side` 0) or target (1) language, named as --src-lang and --tgt-lang
+    name them; None without codes."""
+    if config.data.lang_tag != "code":
+        return None
+    field = ("src_lang", "tgt_lang")[side]
+    named = f"{key}.{field}" if getattr(split, field) else field
+    return recipe_code_id(tokenizers.src.codes, split_languages(config, split)[side], named)
+
+
 def _language_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> int | None:
+    if config.data.lang_tag == "code":
+        return _language_code(config, tokenizers, split, key, 0)
     if config.data.lang_tag != "target":
         return None
     lang = split_languages(config, split)[1]

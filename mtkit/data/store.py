@@ -58,11 +58,13 @@ class SplitWriter:
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self.counts = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
 
-    def write(self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: Tag = None) -> None:
-        """Encode `pairs` (ids without BOS/EOS; sources after `tag`, if any) and append them as one record batch;
-        `corpus` goes in a split of several corpora."""
+    def write(
+        self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: Tag = None, lead: Tag = None
+    ) -> None:
+        """Encode `pairs` (ids without BOS/EOS; sources after `tag`, targets after `lead`, if any) and append them as
+        one record batch; `corpus` goes in a split of several corpora."""
         sources, targets = [src for src, _ in pairs], [tgt for _, tgt in pairs]
-        src_ids, tgt_ids = tagged(tokenizers.src.encode_batch(sources), tag), tokenizers.tgt.encode_batch(targets)
+        src_ids, tgt_ids = tagged(tokenizers.src.encode_batch(sources), tag), tagged(tokenizers.tgt.encode_batch(targets), lead)
         columns = [pa.array(sources, pa.string()), pa.array(targets, pa.string())]
         columns += [pa.array(src_ids, _IDS), pa.array(tgt_ids, _IDS)]
         if "corpus" in self.schema.names:

@@ -12,47 +12,10 @@ lacks is one line naming the closest codes it has.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping
-
 from mtkit.config import Config, target_languages
+from mtkit.data.language_codes import code_id
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import OptionError
-
-# ISO 639-1 -> the ISO 639-3 code NLLB-200 writes it with (its macrolanguages by their main member: ar -> arb)
-ISO_639_3 = dict(
-    pair.split(":")
-    for pair in (
-        "af:afr am:amh ar:arb as:asm az:azj be:bel bg:bul bn:ben bo:bod bs:bos ca:cat cs:ces cy:cym da:dan de:deu el:ell "
-        "en:eng eo:epo es:spa et:est eu:eus fa:pes fi:fin fj:fij fo:fao fr:fra ga:gle gd:gla gl:glg gn:grn gu:guj ha:hau "
-        "he:heb hi:hin hr:hrv ht:hat hu:hun hy:hye id:ind ig:ibo is:isl it:ita ja:jpn jv:jav ka:kat kk:kaz km:khm kn:kan "
-        "ko:kor ku:kmr ky:kir lb:ltz lg:lug ln:lin lo:lao lt:lit lv:lvs mg:plt mi:mri mk:mkd ml:mal mn:khk mr:mar ms:zsm "
-        "mt:mlt my:mya nb:nob ne:npi nl:nld nn:nno no:nob ny:nya oc:oci om:gaz or:ory pa:pan pl:pol ps:pbt pt:por ro:ron "
-        "ru:rus rw:kin sd:snd si:sin sk:slk sl:slv sm:smo sn:sna so:som sq:als sr:srp st:sot su:sun sv:swe sw:swh ta:tam "
-        "te:tel tg:tgk th:tha ti:tir tk:tuk tl:tgl tn:tsn tr:tur ts:tso tt:tat ug:uig uk:ukr ur:urd uz:uzn vi:vie wo:wol "
-        "xh:xho yi:ydd yo:yor zh:zho zu:zul"
-    ).split()
-)
-
-
-def code_id(codes: Mapping[str, int], name: str, option: str) -> int:
-    """The id of the code `name` gives (`option`: the flag, for the error): the code itself, or the one code of
-    that ISO 639-1 or 639-3 language; none, or several, is one line naming the closest codes."""
-    if name in codes:
-        return codes[name]
-    language = name.replace("-", "_").split("_")[0].lower()
-    matching = [code for code in codes if code.split("_")[0] in (language, ISO_639_3.get(language))]
-    if len(matching) == 1:
-        return codes[matching[0]]
-    flag = "{" + option + "}"
-    if matching:
-        raise OptionError(
-            option, flag + " {value} names several of the model's codes: {codes}; give one", value=name, codes=", ".join(matching)
-        )
-    closest = ", ".join(difflib.get_close_matches(name, list(codes), n=4, cutoff=0.0))
-    raise OptionError(
-        option, flag + " {value}: the model has no such language code; the closest it has: {codes}", value=name, codes=closest
-    )
 
 
 class Languages:

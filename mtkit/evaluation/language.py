@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mtkit.decoding.languages import ISO_639_3
+from mtkit.data.language_codes import ISO_639_3
 from mtkit.errors import MtkitError, OptionError
 
 ISO_639_1 = {three: two for two, three in ISO_639_3.items() if two != "no"}  # NLLB-200's codes: nob -> nb

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mtkit.config import Config, direction, recipe_key
 from mtkit.data.corpora import corpus_names
-from mtkit.data.prepare import corpus_tag
+from mtkit.data.prepare import corpus_lead, corpus_tag
 from mtkit.data.store import corpus_column, load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
@@ -113,11 +113,12 @@ class SampledIds:
     """
 
     def __init__(
-        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None
-    ) -> None:  # dataset: datasets.Dataset; tags: each pair's tags (None: untagged)
+        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None,
+        leads: Sequence[Tag] | None = None,
+    ) -> None:  # fmt: skip  # dataset: datasets.Dataset; tags, leads: each pair's source tags and target code (None: none)
         table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
         self.src_text, self.tgt_text = table.column("src").to_pylist(), table.column("tgt").to_pylist()
-        self.tokenizers, self.alpha, self.seed, self.tags = tokenizers, alpha, seed, tags
+        self.tokenizers, self.alpha, self.seed, self.tags, self.leads = tokenizers, alpha, seed, tags, leads
         self._cached: tuple[int, ParallelIds] | None = None
 
     def for_epoch(self, epoch: int) -> ParallelIds:
@@ -125,7 +126,7 @@ class SampledIds:
         if self._cached is None or self._cached[0] != epoch:
             seed_sampling(self.seed * 1_000_003 + epoch)
             src = tagged(self.tokenizers.src.sample_batch(self.src_text, self.alpha), self.tags)
-            tgt = self.tokenizers.tgt.sample_batch(self.tgt_text, self.alpha)
+            tgt = tagged(self.tokenizers.tgt.sample_batch(self.tgt_text, self.alpha), self.leads)
             column = pa.list_(pa.int32())
             self._cached = (epoch, ParallelIds.of(IdColumn(pa.array(src, column)), IdColumn(pa.array(tgt, column))))
         return self._cached[1]
@@ -300,12 +301,13 @@ class TrainingData:
         self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.corpus_temperature)
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
-        prefixes = [
-            corpus_tag(config, tokenizers, source, recipe_key(config.data, "train", i)) for i, source in enumerate(corpora)
-        ]
+        keys = [recipe_key(config.data, "train", i) for i in range(len(corpora))]
+        prefixes = [corpus_tag(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
+        codes = [corpus_lead(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
+        leads = None if not any(codes) else [codes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
-        self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags) if alpha > 0 else None
+        self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags, leads) if alpha > 0 else None
         self.batch_tokens = config.train.batch_tokens
         self._buckets: tuple[tuple[int, int], np.ndarray] | None = None
 

@@ -1,8 +1,10 @@
 """Fine-tuning (`train.init_from`): every rule of what a child takes from its parent, but its recipe's.
 
 Here: the child keeps its parent's tokenizers (`mtkit tokenizer train` is refused, `mtkit prepare`
-copies them), `--extend-vocab` grows them from the new data, and the parent's weights are loaded
-into the child's model (new vocabulary rows start as the mean of their pieces' rows).
+copies them), `--extend-vocab` grows them from the new data, `data.new_languages` adds language codes to an
+imported NLLB-200, M2M-100 or mBART-50 model, and the parent's weights are loaded into the child's model
+(new vocabulary rows start as the mean of their pieces' rows, a new code's as its named code's row or the
+mean of every code's). Such a model trains as its family does (`train_as_family`).
 `mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` calls
 `load_parent` (through the trainer).
 
@@ -21,8 +23,9 @@ from typing import Any
 import torch
 
 from mtkit.config import Config
-from mtkit.data.prepare import learn_tokenizers, save_tokenizers
-from mtkit.data.tokenizer import UNK_ID, Tokenizer, TokenizerPair
+from mtkit.data.language_codes import added_code_pieces, new_languages, start_rows
+from mtkit.data.prepare import check_language_codes, learn_tokenizers, save_tokenizers
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_tokenizers, read_checkpoint, tokenizer_payload
@@ -44,15 +47,17 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
     parent (its tokenizers are `mtkit tokenizer train`'s), where `extend_vocab` is an error."""
     if extend_vocab and not config.train.init_from:
         raise MtkitError(f"--extend-vocab {extend_vocab}: extends a parent's vocabulary; set train.init_from (or --init-from)")
+    if config.data.new_languages and config.data.lang_tag != "code":
+        raise MtkitError(
+            f"data.new_languages {config.data.new_languages}: adds language codes to an imported NLLB-200, M2M-100 or "
+            "mBART-50 model (data.lang_tag: code) fine-tuned with train.init_from; remove the key"
+        )
     if not config.train.init_from:
         return None
-    if config.data.lang_tag == "code":  # prepare would write the pairs without the codes the model reads and writes
-        raise MtkitError(
-            f"train.init_from {config.train.init_from}: an imported NLLB-200, M2M-100 or mBART-50 model (data.lang_tag: "
-            "code) cannot be fine-tuned by mtkit; translate with it (mtkit translate --src-lang ... --tgt-lang ...)"
-        )
     parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
     tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
+    tokenizers = add_language_codes(tokenizers, config.data.new_languages)
+    check_language_codes(config, tokenizers)
     save_tokenizers(tokenizers, config)
     sizes = [
         (side.vocab_size, new.vocab_size - side.vocab_size)
@@ -71,20 +76,36 @@ def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> Token
     return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
 
 
+def add_language_codes(tokenizers: TokenizerPair, text: str) -> TokenizerPair:
+    """The tokenizers with `data.new_languages`' codes (`text`) added after their pieces, as --extend-vocab adds
+    pieces; a code the model has, or one named in another form than its codes, is an error."""
+    if not text:
+        return tokenizers
+    table = tokenizers.src.table or []
+    added = added_code_pieces(new_languages(text), tokenizers.src.codes, table)
+    src = Tokenizer(tokenizers.src.model_proto, [*table, *added])
+    tgt = src if tokenizers.joint else Tokenizer(tokenizers.tgt.model_proto, [*(tokenizers.tgt.table or []), *added])
+    return TokenizerPair(src, tgt)
+
+
 def load_parent(
-    model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path
-) -> str | None:
+    model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path,
+    added_codes: str = "",
+) -> str | None:  # fmt: skip
     """Load a parent's weights into `model`. The prepared data's `tokenizers` must be the parent's, or
-    extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows).
+    extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows; a new
+    language code of `added_codes`, data.new_languages, as its named code's row or the mean of every code's).
 
     Returns what a grown vocabulary did, to say; None when the vocabulary is the parent's.
     """
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
     said = None
     if extends(tokenizers, theirs):
-        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers)
+        starts = start_rows(new_languages(added_codes), theirs.tgt.codes, theirs.tgt.table or [])
+        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers, starts)
         sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
         said = f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows"
+        said += ", new language codes as their data.new_languages code's row (or every code's)" if starts else ""
     elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
         raise MtkitError(
             f"{data_path}: prepared with other tokenizers than the parent {parent}; "
@@ -105,17 +126,20 @@ def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:
 
 
 def extend_rows(
-    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair
-) -> dict[str, torch.Tensor]:
+    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair,
+    starts: dict[str, list[int]] | None = None,
+) -> dict[str, torch.Tensor]:  # fmt: skip
     """The parent's weights for the child's larger vocabulary: existing rows copied by id (the pieces keep
-    their ids), each new piece's row the mean of the rows of its text as the parent segments it."""
+    their ids), each new piece's row the mean of the rows of its text as the parent segments it, or of the
+    parent ids `starts` gives it (a new language code's)."""
     extended = dict(weights)
     for name, side in rows.items():
         old, new = getattr(parent, side), getattr(child, side)
         if name not in weights or new.vocab_size == old.vocab_size:
             continue
         table = weights[name]
-        added = [table[_segment(piece, old)].mean(dim=0) for piece in new.all_pieces()[old.vocab_size :]]
+        pieces = new.all_pieces()[old.vocab_size :]
+        added = [table[(starts or {}).get(piece) or _segment(piece, old)].mean(dim=0) for piece in pieces]
         extended[name] = torch.cat([table, torch.stack(added)])
     return extended
 
@@ -123,3 +147,31 @@ def extend_rows(
 def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
     """The ids the parent gives a new piece's text (its unknown id if none)."""
     return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
+
+
+def train_as_family(model: EncoderDecoder, config: Config) -> None:
+    """A model with language codes (`data.lang_tag: code`, an imported NLLB-200, M2M-100 or mBART-50 model) trains
+    as transformers trains its family's class, so that it exports to it again.
+
+    Its family has one row for </s>, which starts the decoder and ends a sentence; mtkit's BOS and EOS rows hold it
+    twice. They are kept one row by giving both the sum of their gradients (what a shared row receives): equal rows,
+    equal gradients and Adam's elementwise update keep them equal, where copying one to the other after each update
+    would drop the decoder start's gradient. The cost is one copy of the embedding's gradient a backward pass.
+    The output bias (-10,000 on BOS, none or mBART's fixed final_logits_bias elsewhere) is not trained: transformers
+    holds it as a buffer, and M2M100ForConditionalGeneration has none to export to.
+    """
+    if config.data.lang_tag != "code":
+        return
+    named = dict(model.named_parameters())
+    if "output.bias" in named:
+        named["output.bias"].requires_grad_(False)
+    for name in {name for name in model.vocabulary_rows() if name != "output.bias" and name in named}:
+        if named[name].requires_grad:
+            named[name].register_hook(_one_row_for_bos_and_eos)
+
+
+def _one_row_for_bos_and_eos(grad: torch.Tensor) -> torch.Tensor:
+    """A (V, D) gradient whose BOS and EOS rows are both their sum."""
+    tied = grad.clone()
+    tied[BOS_ID] = tied[EOS_ID] = grad[BOS_ID] + grad[EOS_ID]
+    return tied

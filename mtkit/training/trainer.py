@@ -58,7 +58,7 @@ from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.compile_cache import CompileCache
 from mtkit.training.ema import WeightEMA
-from mtkit.training.finetune import load_parent
+from mtkit.training.finetune import load_parent, train_as_family
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
@@ -201,6 +201,7 @@ class Trainer:
         self.model: EncoderDecoder = build_model(
             config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
         ).to(device, weights_dtype(self.train_config))
+        train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = Levers.of(self.train_config, device)
         self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
@@ -231,7 +232,7 @@ class Trainer:
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path)
+        said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path, self.config.data.new_languages)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):

@@ -228,9 +228,13 @@ def _decoded_sets(translator: Translator, config: Config, valid: datasets.Datase
     sets = []
     for index, split in enumerate(config.data.valid):
         rows = [row for row, which in enumerate(corpus) if which == index]
-        tgt_lang = split_languages(config, split)[1] if translator.tagged else None
+        src_lang, tgt_lang = split_languages(config, split)
+        coded = config.data.lang_tag == "code"  # a model with language codes reads the source's and writes the target's
         picked = [sources[row] for row in rows]
-        hypotheses = translator.translate(picked, config.train.valid_beam, tgt_lang=tgt_lang)
+        hypotheses = translator.translate(
+            picked, config.train.valid_beam, tgt_lang=tgt_lang if translator.tagged or coded else None,
+            src_lang=src_lang if coded else None,
+        )  # fmt: skip
         sets.append(DecodedSet(direction(config, split), picked, hypotheses, [references[row] for row in rows]))
     return sets
 

@@ -15,6 +15,7 @@ import yaml
 from fairseq_builder import Built, build
 from helpers import assert_one_line_error, cli_output, invoke, recipe
 
+from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.engine import output_cap
 from mtkit.decoding.translator import Decoding, Translator
@@ -181,13 +182,19 @@ def test_weights_that_do_not_fit_config_json_are_one_line(imported, tmp_path: Pa
         assert "\n" not in str(raised.value) and not (tmp_path / f"{key}-run").exists()
 
 
-def test_fine_tuning_an_imported_run_is_refused_in_one_line(imported, tmp_path: Path) -> None:
-    built, _, _ = imported
+def test_fine_tuning_an_imported_run_prepares_pairs_with_its_codes(imported, tmp_path: Path) -> None:
+    built, translator, _ = imported
     cli_output("import", "auto", str(built.folder), "-o", str(tmp_path / "run"))
     corpus = {"src": str(tmp_path / "in.de"), "tgt": str(tmp_path / "in.en")}
-    for side in ("de", "en"):
-        (tmp_path / f"in.{side}").write_text("Ein Hund.\n", encoding="utf-8")
+    texts = {"de": "Ein Hund.", "en": "A dog."}
+    for side, text in texts.items():
+        (tmp_path / f"in.{side}").write_text(text + "\n", encoding="utf-8")
     values = recipe("child", tmp_path / "child", src_lang="de", tgt_lang="en", data={"train": corpus, "valid": corpus})
     values |= {"model": None, "train": {"init_from": str(tmp_path / "run"), "threads": 1}}
     (tmp_path / "child.yaml").write_text(yaml.safe_dump({k: v for k, v in values.items() if v is not None}), encoding="utf-8")
-    assert_one_line_error(invoke("prepare", str(tmp_path / "child.yaml")), "cannot be fine-tuned")
+    cli_output("prepare", str(tmp_path / "child.yaml"))
+    prepared = load_prepared(tmp_path / "child" / "data", "train")
+    codes, tokenizer = translator.tokenizers.src.codes, translator.tokenizers.src
+    source, target = (built.src_lang, built.tgt_langs[0])  # de and en name them
+    assert prepared["src_ids"][0] == [codes[source], *tokenizer.encode(texts["de"])]
+    assert prepared["tgt_ids"][0] == [codes[target], *tokenizer.encode(texts["en"])]
