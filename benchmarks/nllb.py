@@ -49,6 +49,7 @@ from mtkit.decoding.languages import Languages
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.models.checkpoint import load_model
 from mtkit.runtime import set_threads
+from mtkit.training.finetune import train_as_family
 from mtkit.training.levers import Levers
 from mtkit.training.trainer import build_optimizer, setup_process, training_forward
 
@@ -178,12 +179,14 @@ def transformers_update(scratch: Path, sources: list[str], targets: list[str]) -
 
 def mtkit_update(scratch: Path, sources: list[str], targets: list[str], task: dict) -> tuple[Callable[[], object], int]:
     """One update of mtkit's model as `mtkit train --init-from` sets it up (the process: `setup_process`; the step's
-    module: `training_forward`, mtkit's loss, activation checkpointing if asked; its Adam: `build_optimizer`) and the
+    module: `training_forward`, mtkit's loss, activation checkpointing if asked; its Adam: `build_optimizer`; the
+    family's rows: `train_as_family`) and the
     target tokens it learns from."""
     settings = TrainConfig(lr=1e-5, device="cpu", threads=task["threads"], checkpoint_activations=task["recompute"])
     distributed, device = setup_process(settings)
     model, config, tokenizers, _ = load_model(scratch / "run")
     model.train()
+    train_as_family(model, config)  # one </s> row (its rows' gradients summed), the output bias not trained
     forward = training_forward(model, settings, distributed, device, Levers.of(settings, device))
     optimizer, _ = build_optimizer(model, settings, device)
     source_code, (target_code,) = Languages(config, tokenizers).leads(SRC_LANG, TGT_LANG)
@@ -240,6 +243,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="sentences per batch, the same for both systems")
     parser.add_argument("--cap", type=int, default=40, help="output tokens per sentence with the target's code (both)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each system, taking turns")
+    parser.add_argument("--beams", default="5,1", help="the beam sizes timed, e.g. 5,1; none: the update alone")
     parser.add_argument("--batch-pairs", type=int, default=8, help="sentence pairs in the fine-tuning batch")
     parser.add_argument(
         "--checkpoint-activations",
@@ -279,7 +283,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         result["model"]["vocab"] = result["build"]["build"].pop("vocab")
         report_build(result["build"])
         task |= {"sources": sources, "cap": args.cap, "batch": args.batch}
-        for beam in (5, 1):
+        for beam in [] if args.beams == "none" else [int(size) for size in args.beams.split(",")]:
             runs = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats, args.run_child)
             result[f"beam{beam}"] = decoding_figures(runs, len(sources))
             title = f"beam {beam}, {len(sources)} sentences in batches of {args.batch}, at most {args.cap} tokens each"

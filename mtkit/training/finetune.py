@@ -156,7 +156,7 @@ def train_as_family(model: EncoderDecoder, config: Config) -> None:
     Its family has one row for </s>, which starts the decoder and ends a sentence; mtkit's BOS and EOS rows hold it
     twice. They are kept one row by giving both the sum of their gradients (what a shared row receives): equal rows,
     equal gradients and Adam's elementwise update keep them equal, where copying one to the other after each update
-    would drop the decoder start's gradient. The cost is one copy of the embedding's gradient a backward pass.
+    would drop the decoder start's gradient. The two rows are rewritten in place, each backward pass.
     The output bias (-10,000 on BOS, none or mBART's fixed final_logits_bias elsewhere) is not trained: transformers
     holds it as a buffer, and M2M100ForConditionalGeneration has none to export to.
     """
@@ -171,7 +171,10 @@ def train_as_family(model: EncoderDecoder, config: Config) -> None:
 
 
 def _one_row_for_bos_and_eos(grad: torch.Tensor) -> torch.Tensor:
-    """A (V, D) gradient whose BOS and EOS rows are both their sum."""
-    tied = grad.clone()
-    tied[BOS_ID] = tied[EOS_ID] = grad[BOS_ID] + grad[EOS_ID]
+    """A (V, D) gradient whose BOS and EOS rows are both their sum. The embedding's backward gives a gradient of its
+    own (the uses of a tied weight summed into one), so its two rows are written in place rather than the whole
+    (256k-row) table copied each update; a view of another tensor is copied first."""
+    tied = grad if grad._base is None and grad.is_contiguous() else grad.clone()
+    both = grad[BOS_ID] + grad[EOS_ID]
+    tied[BOS_ID], tied[EOS_ID] = both, both
     return tied
