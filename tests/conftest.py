@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers import (
     MULTI30K,
@@ -52,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cores = sorted(os.sched_getaffinity(0))
     if worker.startswith("gw") and len(cores) > 1:
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+        torch.set_num_threads(1)  # torch counted the cores when it was imported: two threads on one core spin
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
