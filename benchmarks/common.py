@@ -52,6 +52,14 @@ SMOKE_TRAIN = [
 SMOKE_DECODE = ["decode.beam=2", "decode.max_len_a=1.0", "decode.max_len_b=5"]
 
 
+def transformers_shape(shape: dict) -> dict[str, int]:
+    """A benchmark's model shape (d_model, layers a side, heads, ffn) as a transformers encoder-decoder config's
+    keyword arguments (MarianConfig, M2M100Config)."""
+    sides = {f"{side}_{key}": shape[name] for side in ("encoder", "decoder") for key, name in
+             (("layers", "layers"), ("attention_heads", "heads"), ("ffn_dim", "ffn"))}  # fmt: skip
+    return {"d_model": shape["d_model"], **sides}
+
+
 def set_args(overrides: Sequence[str]) -> list[str]:
     """Recipe overrides as the command line takes them: --set KEY=VALUE for each."""
     return [part for override in overrides for part in ("--set", override)]

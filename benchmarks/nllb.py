@@ -93,13 +93,7 @@ def build_nllb_shaped(folder: Path, data: Path, shape: dict) -> int:
     tokenizer.save_pretrained(folder)
     config = M2M100Config(
         vocab_size=len(tokenizer) + ROWS_PAST_TOKENIZER,
-        d_model=shape["d_model"],
-        encoder_layers=shape["layers"],
-        decoder_layers=shape["layers"],
-        encoder_attention_heads=shape["heads"],
-        decoder_attention_heads=shape["heads"],
-        encoder_ffn_dim=shape["ffn"],
-        decoder_ffn_dim=shape["ffn"],
+        **common.transformers_shape(shape),
         encoder_layerdrop=0.0,  # NLLB-600M's; transformers' default 0.05 would skip layers in training
         decoder_layerdrop=0.0,
         max_position_embeddings=1024,

@@ -129,19 +129,24 @@ shutdown(distributed)
 """
 
 
-@pytest.mark.slow
-def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
-    settings = {"schedule": "linear", "min_lr": 0.0, "warmup_steps": 1, "max_steps": 0, "max_time": "8s", "batch_tokens": 300}
-    config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)
+def run_two_ranks(script_text: str, config, tmp_path: Path) -> tuple[dict, dict]:
+    """Run a rank script (its arguments: the recipe and the folder for rank<r>.pt) as a two-process torchrun job;
+    what each rank saved."""
     script = tmp_path / "rank.py"
-    script.write_text(SKEWED_CLOCK_RANK)
+    script.write_text(script_text)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     result = subprocess.run(
         [*command, str(write_recipe(config, tmp_path / "recipe.yaml")), str(tmp_path)], cwd=REPO, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    return torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
 
-    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+
+@pytest.mark.slow
+def test_a_time_based_decay_gives_every_rank_the_same_learning_rate(tmp_path):
+    settings = {"schedule": "linear", "min_lr": 0.0, "warmup_steps": 1, "max_steps": 0, "max_time": "8s", "batch_tokens": 300}
+    config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)
+    first, second = run_two_ranks(SKEWED_CLOCK_RANK, config, tmp_path)
     assert first["step"] == second["step"] == 8  # rank 1's clock reads 8.37 s after update 8
     # After update 8 the schedule reads the clocks of the last stop check, before it: the larger says 7.37 s.
     assert first["lr"] == second["lr"] == pytest.approx(config.train.lr * (1 - 7.37 / 8))
@@ -179,15 +184,7 @@ shutdown(distributed)
 def test_a_signal_to_one_rank_stops_every_rank_at_the_same_update(tmp_path):
     settings = {"max_steps": 1000, "batch_tokens": 300}
     config = prepared_reverse_task(tmp_path, validate_every=1000, **settings)
-    script = tmp_path / "rank.py"
-    script.write_text(SIGNALLED_RANK)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    result = subprocess.run(
-        [*command, str(write_recipe(config, tmp_path / "recipe.yaml")), str(tmp_path)], cwd=REPO, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-
-    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+    first, second = run_two_ranks(SIGNALLED_RANK, config, tmp_path)
     # Without train.max_time the ranks never wait for each other: the vote sent after update 5 is read after update 6.
     assert first["step"] == second["step"] == 6
     for name, value in first["model"].items():
