@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from helpers import SLOW_FIXTURES, SLOW_TIERS
 
 TESTS = Path(__file__).resolve().parent
@@ -135,3 +136,13 @@ def test_test_folders_mirror_the_package_and_the_slow_tiers_are_packages():
     not_packages += [tier for tier in SLOW_TIERS if not (TESTS / tier / "__init__.py").is_file()]
     assert not stray, f"test folders must be named after a package of mtkit/: {stray}"
     assert not not_packages, f"add an empty __init__.py to: {not_packages}"
+
+
+def test_under_make_test_each_test_runs_in_its_group(request: pytest.FixtureRequest) -> None:
+    """`make test` runs `--dist loadgroup`: a test file's tests, and every user of one trained session fixture, run
+    in one worker (tests/conftest.py gives the groups). pytest-xdist says a test's group by suffixing its node id;
+    where that suffix is lost (pytest 9.2 with pytest-xdist 3.8, pytest-xdist #1386) every group is split and its
+    fixtures are trained once per worker, silently."""
+    if getattr(request.config.option, "loadgroup", False) is not True:
+        pytest.skip("not under pytest-xdist's --dist loadgroup")
+    assert request.node.nodeid.endswith("@test_tiers.py"), request.node.nodeid
