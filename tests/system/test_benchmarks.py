@@ -80,8 +80,11 @@ def run_smoke(name: str, folder: Path, cores: queue.Queue) -> SmokeRun:
 def smoke_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
     """The smoke runs of the scripts this session selected, two at a time, one core each; the first that needs the
     tiny data and model builds them in the shared folder, and the others reuse them."""
-    prefix = f"{request.node.nodeid}::test_smoke_mode["
-    names = [item.nodeid.removeprefix(prefix).rstrip("]") for item in request.session.items if item.nodeid.startswith(prefix)]
+    names = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.path == request.path and getattr(item, "originalname", None) == "test_smoke_mode"
+    ]
     folder = tmp_path_factory.mktemp("smoke")
     cores: queue.Queue = queue.Queue()
     for core in sorted(os.sched_getaffinity(0))[:2]:
