@@ -84,12 +84,12 @@ browser:
 # stay in one worker (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= auto
 test: install browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
 # The unit tier for the inner loop: tests/ without integration/ and system/ (no training beyond a few updates of
 # a tiny model, no servers, browsers or subprocesses; tests/test_tiers.py keeps it so).
 test-fast: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests --ignore=tests/integration --ignore=tests/system --durations=5
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests --ignore=tests/integration --ignore=tests/system --durations=5
 
 lint: install
 	$(BIN)/ruff check mtkit tests benchmarks

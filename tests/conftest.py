@@ -60,8 +60,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test under integration/ and system/, and every test that uses a slow fixture
     (tests/test_tiers.py keeps the second kind out of the unit tier); and give each test its group for
-    pytest-xdist's `--dist loadgroup` (`worker_group`)."""
+    pytest-xdist's `--dist loadgroup` (`worker_groups`), the groups of trained session fixtures first, then the
+    system, integration and unit tiers: `make test` hands groups out in this order (`--no-loadscope-reorder`),
+    so the long ones start first and the short ones fill in at the end."""
     groups = worker_groups(items)
+    items.sort(key=lambda item: start_rank(groups[item.path]))  # stable: a group's tests keep their order
     for item in items:
         in_slow_tier = item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).parts[0] in SLOW_TIERS
         if in_slow_tier or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -81,6 +84,27 @@ def worker_groups(items: list[pytest.Item]) -> dict[Path, str]:
             groups[item.path] = shared
         groups.setdefault(item.path, str(item.path.relative_to(TESTS)))
     return groups
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_left_as_found() -> Iterator[None]:
+    """Each test leaves torch's thread count as it found it. One that does not slows every later test of its
+    worker: two OpenMP threads spin on the worker's one core (`ctranslate2.Translator` at its default
+    intra_threads=0 sets the count of the thread that builds it: the two share libgomp's symbols)."""
+    threads = torch.get_num_threads()
+    yield
+    left = torch.get_num_threads()
+    if left != threads:
+        torch.set_num_threads(threads)
+        pytest.fail(f"the test left torch on {left} threads, not the {threads} it found: restore them")
+
+
+def start_rank(group: str) -> int:
+    """0 for a trained session fixture's group, 1 for a system test file, 2 integration, 3 unit."""
+    if group in SHARED_RUNS:
+        return 0
+    tier = group.split("/")[0]
+    return 1 + SLOW_TIERS[::-1].index(tier) if tier in SLOW_TIERS else 3
 
 
 # Session fixtures that train, by the group of the tests that use them (a test of one trains what the group needs).

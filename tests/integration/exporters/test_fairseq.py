@@ -186,7 +186,11 @@ def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_pat
     from ctranslate2.converters import TransformersConverter
 
     TransformersConverter(str(exported.folder)).convert(str(tmp_path / "ct2"))
-    converted, tokenizer, src_lang = ctranslate2.Translator(str(tmp_path / "ct2")), exported.tokenizer, exported.built.src_lang
+    converted, tokenizer, src_lang = (
+        ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1),
+        exported.tokenizer,
+        exported.built.src_lang,
+    )
     tokenizer.src_lang = src_lang
     for lang in exported.built.tgt_langs:
         found = exported.translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=src_lang))
