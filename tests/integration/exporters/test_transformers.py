@@ -134,16 +134,3 @@ def test_a_pre_norm_recipe_ships_its_modeling_code_and_translates_like_mtkit(rev
     batch = tokenizer(REVERSE_LINES, return_tensors="pt", padding=True)
     assert tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True) == targets  # beam 2, the recipe's
     assert "trust_remote_code=True" in (folder / "README.md").read_text(encoding="utf-8")
-
-
-def test_a_tagged_model_takes_the_target_language_as_its_first_token(tagged_run, tmp_path):
-    folder = export_transformers(tagged_run.run_path, tmp_path / "hf")
-    vocabulary = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-    translator = Translator.load([tagged_run.run_path])
-    assert vocabulary[">>rv<<"] == translator.tokenizers.src.tags["rv"] and "<2rv>" not in vocabulary
-    tokenizer, model = load(folder, remote=True)
-    ids = tokenizer([">>rv<< a b c"])["input_ids"][0]
-    assert ids == [translator.tokenizers.src.tags["rv"], *translator.tokenizers.src.encode("a b c"), 3]
-    batch = tokenizer([">>rv<< a b c d", ">>cp<< a b c d"], return_tensors="pt", padding=True)
-    assert tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True) == ["d c b a", "a b c d"]
-    assert "`>>cp<<`" in (folder / "README.md").read_text(encoding="utf-8")

@@ -68,10 +68,12 @@ def test_ctrl_c_saves_last_and_says_how_to_resume(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fine_tuning", [False, True], ids=["from-scratch", "fine-tuning"])
-def test_kill_9_then_resume_ends_like_an_uninterrupted_run(tmp_path, request, fine_tuning):
+def test_kill_9_then_resume_ends_like_an_uninterrupted_run(tmp_path, fine_tuning):
     settings = {"max_steps": 150, "validate_every": 10, "log_every": 5, "batch_tokens": 300}
     if fine_tuning:  # a fine-tuning run resumes exactly too (its step-0 validation is not repeated)
-        settings["init_from"] = str(request.getfixturevalue("reverse_run").run_path)
+        parent = prepared_reverse_task(tmp_path / "parent", max_steps=20, validate_every=20, batch_tokens=300)
+        train(parent)
+        settings["init_from"] = str(parent.run_path)
     straight = prepared_reverse_task(tmp_path / "straight", **settings)
     train(straight)
 
