@@ -8,6 +8,8 @@ from pathlib import Path
 from helpers import tour_commands
 
 REPO = Path(__file__).resolve().parents[1]
+
+
 def test_the_tour_block_covers_the_pipeline():
     commands = tour_commands((REPO / "README.md").read_text(encoding="utf-8"))
     for step in ("mtkit tokenizer train", "mtkit prepare", "mtkit train", "mtkit translate", "mtkit evaluate"):

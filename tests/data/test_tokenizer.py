@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 import sentencepiece as spm
-from helpers import reverse_task_config, write_reverse_task
+from helpers import reverse_task_config, write_multi30k_slice, write_reverse_task
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
 from mtkit.errors import MtkitError
@@ -16,17 +13,21 @@ VOCAB_SIZE = 300
 TRAIN_LINES = 1000
 
 
-@pytest.fixture
-def sentences(multi30k_slice: Callable[[str, str, int], Path]) -> list[str]:
+@pytest.fixture(scope="module")
+def sentences(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The first 1000 German and English training sentences of Multi30k."""
+    folder = tmp_path_factory.mktemp("multi30k")
     lines = []
     for lang in ("de", "en"):
-        lines += multi30k_slice("train", lang, TRAIN_LINES).read_text(encoding="utf-8").splitlines()
+        lines += (
+            write_multi30k_slice(folder / f"train.{lang}", "train", lang, TRAIN_LINES).read_text(encoding="utf-8").splitlines()
+        )
     return lines
 
 
-@pytest.fixture(params=["bpe", "unigram"])
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
 def tokenizer(request: pytest.FixtureRequest, sentences: list[str]) -> Tokenizer:
+    """Trained once for the module: no test changes it."""
     return train_sentencepiece(sentences, VOCAB_SIZE, model_type=request.param)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,20 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 
-def test_the_cli_imports_a_folder_and_translates_with_it(tmp_path: Path) -> None:
-    folder = tmp_path / "opus-mt-en-fr"
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Marian folder, built once for the module (each test changes a copy of its own)."""
+    folder = tmp_path_factory.mktemp("marian") / "model"
     build_marian(folder, Variant())
+    return folder
+
+
+def copy_of(folder: Path, tmp_path: Path, name: str = "model") -> Path:
+    return Path(shutil.copytree(folder, tmp_path / name))
+
+
+def test_the_cli_imports_a_folder_and_translates_with_it(marian_folder: Path, tmp_path: Path) -> None:
+    folder = copy_of(marian_folder, tmp_path, "opus-mt-en-fr")
     said = cli_output("import", "marian", str(folder), "-o", str(tmp_path / "run"))
     assert "imported" in said and "en->fr" in said
     (tmp_path / "in.txt").write_text("A dog runs.\n\nTwo men.\n", encoding="utf-8")
@@ -48,18 +60,18 @@ def _refusal(tmp_path: Path, *arguments: str) -> str:
         ("eos_token_id", 10**6),
     ],
 )
-def test_what_mtkit_cannot_represent_is_refused_by_its_config_key(tmp_path: Path, key: str, value: object) -> None:
-    folder = tmp_path / "model"
-    build_marian(folder, Variant())
+def test_what_mtkit_cannot_represent_is_refused_by_its_config_key(
+    marian_folder: Path, tmp_path: Path, key: str, value: object
+) -> None:
+    folder = copy_of(marian_folder, tmp_path)
     settings = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**settings, key: value}))
     assert key in _refusal(tmp_path, str(folder), "-o", str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
-def test_missing_files_a_busy_output_and_an_unreachable_hub_are_one_line(tmp_path: Path) -> None:
-    folder = tmp_path / "model"
-    build_marian(folder, Variant())
+def test_missing_files_a_busy_output_and_an_unreachable_hub_are_one_line(marian_folder: Path, tmp_path: Path) -> None:
+    folder = copy_of(marian_folder, tmp_path)
     (folder / "vocab.json").rename(folder / "elsewhere.json")
     assert "vocab.json" in _refusal(tmp_path, str(folder), "-o", str(tmp_path / "run"))
     (folder / "elsewhere.json").rename(folder / "vocab.json")
