@@ -48,12 +48,13 @@ TESTS = Path(__file__).resolve().parent
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), each worker keeps to a core of its own:
     its torch threads and its subprocesses' (mtkit gives torch one thread per core it may run on) then never
-    wait for the other worker's."""
+    wait for the other worker's. Without xdist too, torch runs the tests on one thread, as the tests' recipes
+    train (`threads: 1`): a test run alone then finds the thread count a training leaves."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     cores = sorted(os.sched_getaffinity(0))
     if worker.startswith("gw") and len(cores) > 1:
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
-        torch.set_num_threads(1)  # torch counted the cores when it was imported: two threads on one core spin
+    torch.set_num_threads(1)  # torch counted the cores when it was imported: two threads on one core spin
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups

@@ -1,4 +1,4 @@
-"""Learning curves (`mtkit plot RUN [RUN ...] -o curves.png`, and RUN/curves.png at each validation).
+"""Learning curves (`mtkit plot RUN [RUN ...] -o curves.png`, and RUN/curves.png during training).
 
 From each run's log.jsonl: training loss, validation loss and validation BLEU (and the COMET or
 COMET-QE of a run validated by it, `train.validate_metric`), against updates (top row) and against

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +24,12 @@ from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
 from mtkit.run_files import RunFiles
 from mtkit.training.curves import plot_curves, read_curves
+
+# curves.png takes at most this share of a training's wall time: after a validation it is redrawn once the
+# time since the last drawing is CURVES_PACE times that drawing's cost (about 1 s; a first one is guessed at
+# FIRST_CURVES_S, matplotlib's import included), and always at the end of training
+CURVES_PACE = 20
+FIRST_CURVES_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +64,8 @@ class RunWriter:
             self._lock.close()
             raise
         self._events = writer(str(self.files.tensorboard)) if writer is not None else None
+        self._curves_due_at = time.monotonic() + CURVES_PACE * FIRST_CURVES_S
+        self._curves_behind = False  # a validation in log.jsonl that curves.png does not show yet
 
     def _check(self, resume: bool, overwrite: bool) -> None:
         if resume and not self.files.last.is_file():
@@ -91,9 +100,18 @@ class RunWriter:
                     self._events.add_scalar(key, value, record["step"])
             self._events.flush()
 
-    def draw_curves(self) -> None:
-        """curves.png: the learning curves in log.jsonl so far (the trainer calls it after each validation)."""
+    def draw_curves(self, final: bool = False) -> bool:
+        """curves.png: the learning curves in log.jsonl so far. The trainer calls it after each validation, where
+        it draws only when due (`CURVES_PACE`), and with `final` at the end, where it draws what is not drawn yet.
+        Returns whether it drew."""
+        started = time.monotonic()
+        if not (self._curves_behind if final else started >= self._curves_due_at):
+            self._curves_behind = self._curves_behind or not final
+            return False
         plot_curves([read_curves(self.path)], self.files.curves)
+        finished = time.monotonic()
+        self._curves_due_at, self._curves_behind = finished + CURVES_PACE * (finished - started), False
+        return True
 
     def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.

@@ -296,6 +296,8 @@ class Trainer:
             never_saved = self.run_dir is not None and not self.run_dir.files.last.is_file()
             if progress.step > last_validated or broadcast_from_main([never_saved], self.distributed)[0]:
                 self.validate_and_save()
+            if self.run_dir is not None:
+                self.run_dir.draw_curves(final=True)
         return progress
 
     def _request_stop(self, signum: int, frame: Any) -> None:

@@ -45,3 +45,33 @@ def test_tensorboard_without_its_package_is_one_clear_error_before_anything_is_w
     with pytest.raises(MtkitError, match=r"pip install 'mtkit\[tensorboard\]'"):
         RunWriter(tmp_path / "run", tensorboard=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_curves_take_a_twentieth_of_the_training_time_at_most_and_are_drawn_at_the_end(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from mtkit.training import run_writer
+
+    clock, drawn = [1000.0], []
+
+    def one_second_drawing(runs, output):
+        drawn.append(clock[0])
+        clock[0] += 1.0
+
+    monkeypatch.setattr(run_writer, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(run_writer, "plot_curves", one_second_drawing)
+    writer = run_writer.RunWriter(write_log(tmp_path / "run", 5.0))
+    try:
+        assert not writer.draw_curves(final=True)  # nothing validated since the start: nothing to draw
+        clock[0] += 39.0
+        assert not writer.draw_curves()  # the first drawing (guessed at 2 s) is due 40 s into the run
+        clock[0] += 1.0
+        assert writer.draw_curves() and drawn == [1040.0]
+        clock[0] += 19.0
+        assert not writer.draw_curves()  # it took 1 s: the next is due 20 s after it ended
+        assert writer.draw_curves(final=True) and drawn == [1040.0, 1060.0]  # the end draws the validation left behind
+        assert not writer.draw_curves(final=True)
+        clock[0] += 20.0
+        assert writer.draw_curves() and drawn[-1] == 1081.0
+    finally:
+        writer.close()
