@@ -117,7 +117,7 @@ def prepare_joined(data: Path, sets: dict[str, DataSet], name: str, commands: co
 def write_joined(source: Path, split: str, scratch: Path) -> tuple[Path, Path]:
     """The prepared `split` of `source` with consecutive pairs joined by a space until both sides average
     JOINED_PIECES pieces; the two gzipped text files written."""
-    table = load_prepared(source, split).data.table
+    table = load_prepared(source, split).table
     lengths = sum(pc.list_value_length(table.column(column)).to_numpy() for column in ("src_ids", "tgt_ids"))
     sources, targets = table.column("src").to_pylist(), table.column("tgt").to_pylist()
     joined, start, pieces = [], 0, 0

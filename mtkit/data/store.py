@@ -20,7 +20,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import datasets
 import numpy as np
 import pyarrow as pa
 
@@ -34,26 +33,50 @@ ID_FILE = "id"
 PARTIAL_DIR = ".prepare-partial"
 DROPPED_FILE = "dropped.tsv"
 DROPPED_HEADER = "corpus\trule\twhy\tsource\ttarget\n"
-# Sequence (a List in datasets >= 4) keeps older datasets releases working too.
-FEATURES = datasets.Features(
-    {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
-        "src_ids": datasets.Sequence(datasets.Value("int32")),
-        "tgt_ids": datasets.Sequence(datasets.Value("int32")),
-    }
-)
-# The training split also says which corpus (an index into the report's "corpora") each pair came from.
-TRAIN_FEATURES = datasets.Features({**FEATURES, "corpus": datasets.Value("int16")})
 _IDS = pa.list_(pa.int32())
+FEATURES = pa.schema([("src", pa.string()), ("tgt", pa.string()), ("src_ids", _IDS), ("tgt_ids", _IDS)])
+# The training split also says which corpus (an index into the report's "corpora") each pair came from.
+TRAIN_FEATURES = FEATURES.append(pa.field("corpus", pa.int16()))
+
+
+class PreparedSplit:
+    """A prepared split: an Arrow table, memory-mapped, read as `split["src"]` (a column as a list), `split[i]`
+    (a row as a dict), `split[:]` (every column) or `split.table` (the columns as Arrow arrays)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.table.column_names
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, key: str | int | slice) -> Any:
+        if isinstance(key, str):
+            return self.table.column(key).to_pylist()
+        if isinstance(key, slice):
+            return self.table.slice(*_slice_bounds(key, len(self))).to_pydict()
+        index = key + len(self) if key < 0 else key
+        if not 0 <= index < len(self):
+            raise IndexError(f"row {key} of a split of {len(self)} pairs")
+        return {name: values[0] for name, values in self.table.slice(index, 1).to_pydict().items()}
+
+
+def _slice_bounds(key: slice, length: int) -> tuple[int, int]:
+    start, stop, step = key.indices(length)
+    if step != 1:
+        raise ValueError("a prepared split is sliced with step 1 only")
+    return start, max(stop - start, 0)
 
 
 class SplitWriter:
     """Appends encoded pairs to one split's Arrow stream file and counts its pairs and tokens."""
 
-    def __init__(self, path: Path, features: datasets.Features) -> None:
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
         path.mkdir(parents=True)
-        self.schema = features.arrow_schema
+        self.schema = schema
         self._sink = pa.OSFile(str(path / DATA_FILE), "wb")
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
         self.counts = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
@@ -94,9 +117,9 @@ class PreparedWrite:
         self.partial.mkdir(parents=True)
         return self
 
-    def split(self, name: str, features: datasets.Features = FEATURES) -> SplitWriter:
+    def split(self, name: str, schema: pa.Schema = FEATURES) -> SplitWriter:
         self.splits.append(name)
-        return SplitWriter(self.partial / name, features)
+        return SplitWriter(self.partial / name, schema)
 
     def start_dropped(self) -> None:
         """Begin the list of the pairs filter rules remove (`add_dropped`), with its header."""
@@ -131,22 +154,24 @@ class PreparedWrite:
         shutil.rmtree(self.partial, ignore_errors=True)
 
 
-def load_prepared(data_dir: Path, split: str) -> datasets.Dataset:
+def load_prepared(data_dir: Path, split: str) -> PreparedSplit:
     """Open a split written by `mtkit prepare` (memory-mapped, nothing is loaded into RAM)."""
     path = data_dir / split
     if not path.is_dir():
         raise MtkitError(f"{data_dir}: prepared split '{split}' not found; run `mtkit prepare RECIPE` first")
-    if not (path / DATA_FILE).is_file():  # written by an older mtkit with save_to_disk
-        return datasets.load_from_disk(str(path))
+    if not (path / DATA_FILE).is_file():  # written by an older mtkit with datasets' save_to_disk
+        import datasets  # slow to import: only for that layout
+
+        return PreparedSplit(datasets.load_from_disk(str(path)).data.table)
     if _report_id(data_dir) != _split_id(path):
         raise MtkitError(
             f"{data_dir}: the prepared data is incomplete (a `mtkit prepare` was interrupted while replacing it); "
             "run `mtkit prepare RECIPE` again"
         )
-    return datasets.Dataset.from_file(str(path / DATA_FILE))
+    return PreparedSplit(pa.ipc.open_stream(pa.memory_map(str(path / DATA_FILE))).read_all())
 
 
-def corpus_column(data_dir: Path, dataset: datasets.Dataset, names: list[str]) -> np.ndarray:
+def corpus_column(data_dir: Path, dataset: PreparedSplit, names: list[str]) -> np.ndarray:
     """Each training pair's corpus index, checked against the recipe's corpora (`names`, in order).
 
     A split prepared before several corpora existed is one corpus.
@@ -156,7 +181,7 @@ def corpus_column(data_dir: Path, dataset: datasets.Dataset, names: list[str]) -
         column = np.zeros(len(dataset), dtype=np.int16)
     else:
         prepared = [corpus["name"] for corpus in (prepared_report(data_dir) or {}).get("corpora", [])]
-        column = dataset.data.table.column("corpus").to_numpy()
+        column = dataset.table.column("corpus").to_numpy()
     if len(prepared) != len(names) or (len(names) > 1 and prepared != names):
         raise MtkitError(
             f"{data_dir}: the recipe trains on corpora {', '.join(names)} but the data was prepared from "

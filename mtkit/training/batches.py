@@ -17,7 +17,7 @@ from torch import Tensor
 from mtkit.config import Config, direction, recipe_key
 from mtkit.data.corpora import corpus_names
 from mtkit.data.prepare import corpus_lead, corpus_tag
-from mtkit.data.store import corpus_column, load_prepared
+from mtkit.data.store import PreparedSplit, corpus_column, load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tag, TokenizerPair, seed_sampling, tagged
 from mtkit.errors import MtkitError
 from mtkit.training.buckets import batch_length, bucket_batches, bucket_lengths, shapes_and_padding
@@ -67,12 +67,11 @@ class IdColumn:
 
 
 class ParallelIds:
-    """Source and target ids of one prepared split (a `datasets.Dataset` with src_ids/tgt_ids)."""
+    """Source and target ids of one prepared split (its src_ids/tgt_ids columns)."""
 
-    def __init__(self, dataset) -> None:  # dataset: datasets.Dataset
-        table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
-        self.src = IdColumn(table.column("src_ids"))
-        self.tgt = IdColumn(table.column("tgt_ids"))
+    def __init__(self, split: PreparedSplit) -> None:
+        self.src = IdColumn(split.table.column("src_ids"))
+        self.tgt = IdColumn(split.table.column("tgt_ids"))
 
     @classmethod
     def of(cls, src: IdColumn, tgt: IdColumn) -> ParallelIds:
@@ -113,11 +112,10 @@ class SampledIds:
     """
 
     def __init__(
-        self, dataset, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None,
+        self, split: PreparedSplit, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None,
         leads: Sequence[Tag] | None = None,
-    ) -> None:  # fmt: skip  # dataset: datasets.Dataset; tags, leads: each pair's source tags and target code (None: none)
-        table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
-        self.src_text, self.tgt_text = table.column("src").to_pylist(), table.column("tgt").to_pylist()
+    ) -> None:  # fmt: skip  # tags, leads: each pair's source tags and target code (None: none)
+        self.src_text, self.tgt_text = split["src"], split["tgt"]
         self.tokenizers, self.alpha, self.seed, self.tags, self.leads = tokenizers, alpha, seed, tags, leads
         self._cached: tuple[int, ParallelIds] | None = None
 

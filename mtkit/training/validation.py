@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import datasets
 import torch
 
 from mtkit.config import Config, TrainConfig, direction, split_languages
+from mtkit.data.store import PreparedSplit
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.decoding.engine import PyTorchEngine
 from mtkit.decoding.translator import Translator
@@ -174,7 +174,7 @@ class DecodedSet:
 def validate(
     model: EncoderDecoder,
     *,
-    valid: datasets.Dataset,
+    valid: PreparedSplit,
     tokenizers: TokenizerPair,
     config: Config,
     device: torch.device,
@@ -210,7 +210,7 @@ def validate(
         model.train(was_training)
 
 
-def check_valid_sets(config: Config, valid: datasets.Dataset) -> None:
+def check_valid_sets(config: Config, valid: PreparedSplit) -> None:
     """The prepared valid split holds the recipe's validation sets (one per direction), else one error."""
     sets = len(config.data.valid)
     prepared = len(set(valid["corpus"])) if "corpus" in valid.column_names else 1
@@ -221,7 +221,7 @@ def check_valid_sets(config: Config, valid: datasets.Dataset) -> None:
         )
 
 
-def _decoded_sets(translator: Translator, config: Config, valid: datasets.Dataset) -> list[DecodedSet]:
+def _decoded_sets(translator: Translator, config: Config, valid: PreparedSplit) -> list[DecodedSet]:
     """Each validation set of the recipe (`data.valid`, one per direction) decoded at `train.valid_beam`."""
     sources, references = list(valid["src"]), list(valid["tgt"])
     corpus = list(valid["corpus"]) if len(config.data.valid) > 1 else [0] * len(sources)
@@ -240,7 +240,7 @@ def _decoded_sets(translator: Translator, config: Config, valid: datasets.Datase
 
 
 @torch.inference_mode()
-def valid_loss(model: EncoderDecoder, valid: datasets.Dataset, device: torch.device, amp_dtype: torch.dtype | None) -> float:
+def valid_loss(model: EncoderDecoder, valid: PreparedSplit, device: torch.device, amp_dtype: torch.dtype | None) -> float:
     """Teacher-forced loss per target token of `valid`, without label smoothing, in the model's current mode."""
     ids = ParallelIds(valid)
     total, tokens = 0.0, 0

@@ -30,7 +30,8 @@ def test_a_failed_prepare_leaves_the_previous_data_as_it_was(tmp_path, multi30k_
 
 
 def test_data_prepared_by_an_older_version_still_loads(tmp_path):
-    old = datasets.Dataset.from_dict({"src": ["a"], "tgt": ["b"], "src_ids": [[5]], "tgt_ids": [[6]]}, features=FEATURES)
+    features = datasets.Features.from_arrow_schema(FEATURES)
+    old = datasets.Dataset.from_dict({"src": ["a"], "tgt": ["b"], "src_ids": [[5]], "tgt_ids": [[6]]}, features=features)
     old.save_to_disk(str(tmp_path / "train"))
     loaded = load_prepared(tmp_path, "train")
     assert loaded[0] == {"src": "a", "tgt": "b", "src_ids": [5], "tgt_ids": [6]}

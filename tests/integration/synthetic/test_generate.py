@@ -28,8 +28,7 @@ def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes
     expected = [found[0].text for found in teacher.translate_nbest(sources, Decoding(beam=2))]
     assert jobs[0].output.read_text(encoding="utf-8").splitlines() == expected
     split = load_prepared(root / "data", "train")
-    table = split.data.table if hasattr(split.data, "table") else split.data
-    corpus, src_ids = table.column("corpus").to_pylist(), table.column("src_ids").to_pylist()
+    corpus, src_ids = split["corpus"], split["src_ids"]
     bt = load_tokenizers(root / "data", True).src.control_id("<bt>")
     assert bt is not None and {ids[0] == bt for ids, c in zip(src_ids, corpus, strict=True) if c == 2} == {True}
     assert bt not in {ids[0] for ids, c in zip(src_ids, corpus, strict=True) if c != 2}
