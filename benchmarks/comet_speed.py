@@ -11,8 +11,8 @@ then score the same Multi30k test2016 triples (German source, an English sentenc
 English reference), batches of 16, each in a process of its own (loaded, warmed up on one batch, timed once),
 taking turns A B A B. Prints sentences/s and the ratio with the matmul peak of the same run, and writes JSON;
 the two system scores are printed too, as a check that both computed the same thing.
-`--smoke`: the tests' tiny regression checkpoint (tests/fixtures/comet/), 32 sentences, one turn each; without
-unbabel-comet's environment, mtkit's turn alone.
+`--smoke`: the tests' tiny regression checkpoint (tests/fixtures/comet/), 32 sentences, mtkit's turn alone (and
+unbabel-comet's when `--comet-python` is given), once.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ BUILDER = Path(__file__).resolve().parent / "comet_build.py"
 BASE = {"hidden": 768, "layers": 12, "heads": 12, "ffn": 3072, "vocab": 250002}
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "comet"
 SYSTEMS = ("unbabel-comet", "mtkit")
+COMET_PYTHON = Path("/work/venvs/comet/bin/python")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--comet-python", type=Path, default=Path("/work/venvs/comet/bin/python"))
+    parser.add_argument("--comet-python", type=Path, default=None, help=f"(default {COMET_PYTHON}; with --smoke, none)")
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads in each system (0: all cores)")
@@ -47,6 +48,8 @@ def parse_args() -> argparse.Namespace:
     common.add_smoke_options(parser)
     args = parser.parse_args()
     args.shape, args.threads, args.checkpoint = BASE, args.threads or torch.get_num_threads(), None
+    if args.comet_python is None and not args.smoke:
+        args.comet_python = COMET_PYTHON
     return args
 
 
@@ -102,7 +105,7 @@ def child(folder: Path, encoder: Path, pairs: Path, threads: int) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    comet = args.comet_python.is_file()
+    comet = args.comet_python is not None and args.comet_python.is_file()
     if not comet and not args.smoke:
         raise SystemExit(f"--comet-python {args.comet_python}: not found; make unbabel-comet's environment first "
                          "(tests/evaluation/make_comet_reference.py says how)")  # fmt: skip
@@ -147,7 +150,7 @@ def main() -> None:
         rates = ", ".join(f"{rate:.1f}" for rate in report["sentences_per_s"][name])
         print(f"{name:14} sentences/s {rates}; system score {report['system_scores'][name]}")
     ratio = report["ratio_mtkit_over_comet"]
-    print(f"mtkit / unbabel-comet (medians): {ratio}x" if ratio else "unbabel-comet's environment not found: mtkit alone")
+    print(f"mtkit / unbabel-comet (medians): {ratio}x" if ratio else "mtkit alone (no unbabel-comet environment: --comet-python)")
     print(f"written to {args.output}")
 
 
