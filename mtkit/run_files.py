@@ -117,9 +117,12 @@ class RunFiles:
             raise MtkitError(
                 f"{self.path}: no best.pt or last.pt in this run directory; train a model with `mtkit train RECIPE` first"
             )
+        rivals = [path for path in (self.ema, self.average) if path.is_file()]
+        if not rivals:
+            return self.best  # no score to read
         chosen, top = self.best, validated_score(self.best)
-        for path in (self.ema, self.average):
-            score = validated_score(path) if path.is_file() else None
+        for path in rivals:
+            score = validated_score(path)
             if score is not None and (top is None or score >= top):
                 chosen, top = path, score
         return chosen

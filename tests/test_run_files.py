@@ -71,6 +71,11 @@ def test_a_run_directory_means_its_best_validated_final_weights(tmp_path):
     files.last.write_text("x")
     assert files.chosen_weights(bleu.get) == files.last  # nothing validated yet
     files.best.write_text("x")
+
+    def unread(path):
+        raise AssertionError(f"{path.name}'s score was read with nothing to compare it with")
+
+    assert files.chosen_weights(unread) == files.best  # no EMA or average: no checkpoint is read for its score
     bleu[files.best] = 30.0
     for path in (files.ema, files.average):
         path.write_text("x")

@@ -71,7 +71,7 @@ def validated_score(path: Path) -> float | None:
     """The validation score a run's checkpoint records, by the metric that chose its best.pt (the progress'
     `metric`: BLEU in runs without one): best.pt the best of its run; an end-of-training average.pt or ema.pt
     its own, valid_bleu or valid_comet (None until the end of training has validated it)."""
-    payload = read_checkpoint(path)
+    payload = read_checkpoint(path, mmap=True)  # the weights stay on disk: only the records are read
     progress = payload["progress"]
     metric = progress.get("metric", "bleu")
     if path == RunFiles.of(path).best:
@@ -79,11 +79,12 @@ def validated_score(path: Path) -> float | None:
     return payload.get(f"valid_{metric}")
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint file safely (no arbitrary unpickling)."""
+def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint file safely (no arbitrary unpickling); with `mmap`, its tensors are mapped from the file
+    and read only when used."""
     path = resolve_checkpoint(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise MtkitError(
             f"{path}: refused to load: the file contains objects other than weights and plain data "
