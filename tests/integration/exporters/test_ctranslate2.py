@@ -204,10 +204,11 @@ def test_a_feature_the_engine_lacks_is_one_error_naming_the_engine_and_the_alter
 
 @pytest.mark.slow
 def test_a_marian_shaped_model_exports_and_translates_like_pytorch(tmp_path, sources):
-    """Swish, sinusoids in halves, post-norm, an output bias and 1 encoder + 2 decoder layers, trained and exported."""
+    """Swish, sinusoids in halves, post-norm, an output bias and 1 encoder + 2 decoder layers, trained and exported
+    (200 updates: 29 of the 40 lines reversed exactly on the developers' machine, so the outputs are not noise)."""
     from mtkit.training.trainer import train
 
-    config = prepared_reverse_task(tmp_path, max_steps=400, validate_every=400, batch_tokens=1600, lr=0.002)
+    config = prepared_reverse_task(tmp_path, max_steps=200, validate_every=200, batch_tokens=1600, lr=0.002)
     config.model = dataclasses.replace(
         config.model,
         activation="swish",
