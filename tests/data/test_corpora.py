@@ -8,7 +8,6 @@ import json
 import unicodedata
 from pathlib import Path
 
-import datasets
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -92,13 +91,21 @@ def test_jsonl_both_shapes(tmp_path, nested):
     assert read_split(SplitConfig(jsonl=str(path)), "de", "en") == PAIRS
 
 
-def test_hf_dataset_with_one_column_per_language(tmp_path):
+@pytest.fixture(scope="module")
+def datasets():
+    """Hugging Face datasets, imported by the tests that use it (a second to import: not at collection)."""
+    import datasets
+
+    return datasets
+
+
+def test_hf_dataset_with_one_column_per_language(tmp_path, datasets):
     directory = tmp_path / "hf"
     datasets.Dataset.from_dict({"en": [t for _, t in PAIRS], "de": [s for s, _ in PAIRS]}).save_to_disk(str(directory))
     assert read_split(SplitConfig(hf=str(directory)), "de", "en") == PAIRS
 
 
-def test_hf_dataset_dict_with_translation_column_picks_the_split(tmp_path):
+def test_hf_dataset_dict_with_translation_column_picks_the_split(tmp_path, datasets):
     directory = tmp_path / "hf"
     rows = [{"de": src, "en": tgt} for src, tgt in PAIRS]
     datasets.DatasetDict(
@@ -112,7 +119,7 @@ def test_hf_dataset_dict_with_translation_column_picks_the_split(tmp_path):
     assert read_split(SplitConfig(hf=str(directory), split="train"), "de", "en") == PAIRS
 
 
-def test_hf_hub_failure_explains_how_to_use_local_files(monkeypatch):
+def test_hf_hub_failure_explains_how_to_use_local_files(monkeypatch, datasets):
     def unreachable(name: str, split: str) -> None:
         raise ConnectionError("Couldn't reach 'bentrevett/multi30k' on the Hub\n(offline)")
 
@@ -168,7 +175,7 @@ def test_normalization(tmp_path, form, expected):
     assert read_split(split, "de", "en", normalize=form) == [(expected, expected)]
 
 
-def test_hf_rows_are_normalized(tmp_path):
+def test_hf_rows_are_normalized(tmp_path, datasets):
     directory = tmp_path / "hf"
     decomposed = unicodedata.normalize("NFD", " Mädchen ")
     datasets.Dataset.from_dict({"de": [decomposed], "en": ["girl"]}).save_to_disk(str(directory))
@@ -276,7 +283,7 @@ def test_unknown_normalization_form(tmp_path):
     assert read_error(split, normalize="NFD") == "data.normalize is 'NFD'; choose one of NFC, NFKC, none"
 
 
-def test_hf_missing_columns_are_named(tmp_path):
+def test_hf_missing_columns_are_named(tmp_path, datasets):
     directory = tmp_path / "hf"
     datasets.Dataset.from_dict({"german": ["Hund"], "english": ["dog"]}).save_to_disk(str(directory))
     message = read_error(SplitConfig(hf=str(directory)))
@@ -284,7 +291,7 @@ def test_hf_missing_columns_are_named(tmp_path):
     assert "columns german, english" in message
 
 
-def test_hf_translation_row_without_the_language(tmp_path):
+def test_hf_translation_row_without_the_language(tmp_path, datasets):
     directory = tmp_path / "hf"
     rows = [{"de": "Hund", "fr": "chien"}, {"de": "Katze", "fr": "chat"}]
     datasets.Dataset.from_dict({"translation": rows}).save_to_disk(str(directory))
@@ -293,7 +300,7 @@ def test_hf_translation_row_without_the_language(tmp_path):
     assert "found de, fr" in message
 
 
-def test_hf_dataset_dict_needs_an_existing_split(tmp_path):
+def test_hf_dataset_dict_needs_an_existing_split(tmp_path, datasets):
     directory = tmp_path / "hf"
     datasets.DatasetDict(
         {

@@ -7,7 +7,6 @@ import json
 import unicodedata
 from pathlib import Path
 
-import datasets
 import pyarrow as pa
 import pytest
 from helpers import append_lines, multi30k_recipe
@@ -62,6 +61,8 @@ def test_prepare_writes_arrow_splits_whose_ids_decode_to_the_text(tmp_path, mult
     config = multi30k_recipe(tmp_path, multi30k_slice)
     tokenizers = train_tokenizers(config)
     report = prepare_corpus(config)
+    import datasets  # a second to import: not at collection
+
     for name, expected_pairs in (("train", TRAIN_LINES), ("valid", 100), ("test", 100)):
         dataset = load_prepared(config.data_path, name)
         assert dataset.table.schema.field("src_ids").type == dataset.table.schema.field("tgt_ids").type == pa.list_(pa.int32())

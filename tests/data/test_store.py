@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import datasets
 import pytest
 from helpers import append_lines, multi30k_recipe
 
@@ -30,6 +29,8 @@ def test_a_failed_prepare_leaves_the_previous_data_as_it_was(tmp_path, multi30k_
 
 
 def test_data_prepared_by_an_older_version_still_loads(tmp_path):
+    import datasets  # a second to import: not at collection
+
     features = datasets.Features.from_arrow_schema(FEATURES)
     old = datasets.Dataset.from_dict({"src": ["a"], "tgt": ["b"], "src_ids": [[5]], "tgt_ids": [[6]]}, features=features)
     old.save_to_disk(str(tmp_path / "train"))
