@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import prepared_reverse_task, torchrun_mtkit
+from helpers import invoke, prepared_reverse_task, succeeded, torchrun_mtkit
 
 from mtkit.config import config_to_dict
 from mtkit.models.checkpoint import read_checkpoint
+from mtkit.training.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,12 +43,7 @@ def test_two_processes_equal_one_process_over_the_combined_batch(tmp_path):
     double = prepared_reverse_task(tmp_path / "double", accumulate=1, **settings)
     for config in (single, double):
         config.model.dropout = 0.0
-    subprocess.run(
-        [sys.executable, "-m", "mtkit", "train", str(write_recipe(single, tmp_path / "single.yaml"))],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
+    train(single)  # the one process: here (a process of its own would only add its start)
     result = subprocess.run(torchrun(write_recipe(double, tmp_path / "double.yaml"), 2), cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -197,10 +193,7 @@ def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     arguments = ["translate", "-m", str(reverse_run.run_path), "-i", str(source), "--buffer-lines", "7", "--nbest", "2"]
-    one = subprocess.run(
-        [sys.executable, "-m", "mtkit", *arguments, "-o", str(tmp_path / "one.txt")], cwd=REPO, capture_output=True, text=True
-    )
-    assert one.returncode == 0, one.stderr[-2000:]
+    succeeded(invoke(*arguments, "-o", tmp_path / "one.txt"))  # the one process: here
     two = subprocess.run(torchrun_mtkit(2, *arguments, "-o", str(tmp_path / "two.txt")), cwd=REPO, capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-2000:]
     expected = (tmp_path / "one.txt").read_text(encoding="utf-8")
