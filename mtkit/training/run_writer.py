@@ -25,9 +25,9 @@ from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
 from mtkit.run_files import RunFiles
 from mtkit.training.curves import plot_curves, read_curves
 
-# curves.png takes at most this share of a training's wall time: after a validation it is redrawn once the
-# time since the last drawing is CURVES_PACE times that drawing's cost (about 1 s; a first one is guessed at
-# FIRST_CURVES_S, matplotlib's import included), and always at the end of training
+# Drawing curves.png takes at most 1/CURVES_PACE of a training's wall time: after a validation it is redrawn once
+# the time since the last drawing is CURVES_PACE times that drawing's cost (the first one's is guessed at
+# FIRST_CURVES_S, matplotlib's import included), and always at the end of training.
 CURVES_PACE = 20
 FIRST_CURVES_S = 2.0
 
