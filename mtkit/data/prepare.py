@@ -17,7 +17,7 @@ from tqdm import tqdm
 from mtkit.config import Config, SplitConfig, corpus_tags, recipe_key, split_languages, tag_languages
 from mtkit.data.corpora import Cleaner, CleanReport, DroppedPair, Pair, PairFilter, corpus_names, iter_side, iter_split
 from mtkit.data.language_codes import recipe_code_id
-from mtkit.data.store import FEATURES, TRAIN_FEATURES, PreparedWrite, SplitWriter, load_prepared
+from mtkit.data.store import SCHEMA, TRAIN_SCHEMA, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import (
     Tag,
     Tokenizer,
@@ -101,7 +101,7 @@ def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
         report |= report["splits"]["train"].pop("report")
         tests = {"valid": config.data.valid} | ({"test": config.data.test} if config.data.test is not None else {})
         for name, splits in tests.items():
-            writer = output.split(name, TRAIN_FEATURES if len(splits) > 1 else FEATURES)
+            writer = output.split(name, TRAIN_SCHEMA if len(splits) > 1 else SCHEMA)
             for index, split in enumerate(splits):
                 key = recipe_key(config.data, name, index)
                 tag, lead = corpus_tag(config, tokenizers, split, key), corpus_lead(config, tokenizers, split, key)
@@ -139,7 +139,7 @@ class _Pipeline:
 def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, cleaner: Cleaner) -> dict:
     """Stream every training corpus through one `Cleaner` (duplicates are found across corpora); the pairs its
     filter rules drop listed as they go."""
-    writer = output.split("train", TRAIN_FEATURES)
+    writer = output.split("train", TRAIN_SCHEMA)
     names = corpus_names(config.data.train)
     reports = [CleanReport() for _ in names]
     if cleaner.filters:

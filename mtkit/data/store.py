@@ -34,9 +34,10 @@ PARTIAL_DIR = ".prepare-partial"
 DROPPED_FILE = "dropped.tsv"
 DROPPED_HEADER = "corpus\trule\twhy\tsource\ttarget\n"
 _IDS = pa.list_(pa.int32())
-FEATURES = pa.schema([("src", pa.string()), ("tgt", pa.string()), ("src_ids", _IDS), ("tgt_ids", _IDS)])
+# The columns of a prepared split.
+SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string()), ("src_ids", _IDS), ("tgt_ids", _IDS)])
 # The training split also says which corpus (an index into the report's "corpora") each pair came from.
-TRAIN_FEATURES = FEATURES.append(pa.field("corpus", pa.int16()))
+TRAIN_SCHEMA = SCHEMA.append(pa.field("corpus", pa.int16()))
 
 
 class PreparedSplit:
@@ -117,7 +118,7 @@ class PreparedWrite:
         self.partial.mkdir(parents=True)
         return self
 
-    def split(self, name: str, schema: pa.Schema = FEATURES) -> SplitWriter:
+    def split(self, name: str, schema: pa.Schema = SCHEMA) -> SplitWriter:
         self.splits.append(name)
         return SplitWriter(self.partial / name, schema)
 

@@ -105,8 +105,10 @@ class RunWriter:
         it draws only when due (`CURVES_PACE`), and with `final` at the end, where it draws what is not drawn yet.
         Returns whether it drew."""
         started = time.monotonic()
-        if not (self._curves_behind if final else started >= self._curves_due_at):
-            self._curves_behind = self._curves_behind or not final
+        if final and not self._curves_behind:
+            return False  # every validation is drawn
+        if not final and started < self._curves_due_at:
+            self._curves_behind = True
             return False
         plot_curves([read_curves(self.path)], self.files.curves)
         finished = time.monotonic()

@@ -9,7 +9,7 @@ import pytest
 from helpers import append_lines, multi30k_recipe
 
 from mtkit.data.prepare import prepare_corpus, train_tokenizers
-from mtkit.data.store import FEATURES, corpus_column, load_prepared
+from mtkit.data.store import SCHEMA, corpus_column, load_prepared
 from mtkit.errors import MtkitError
 
 TRAIN_LINES = 1000
@@ -31,7 +31,7 @@ def test_a_failed_prepare_leaves_the_previous_data_as_it_was(tmp_path, multi30k_
 def test_data_prepared_by_an_older_version_still_loads(tmp_path):
     import datasets  # a second to import: not at collection
 
-    features = datasets.Features.from_arrow_schema(FEATURES)
+    features = datasets.Features.from_arrow_schema(SCHEMA)
     old = datasets.Dataset.from_dict({"src": ["a"], "tgt": ["b"], "src_ids": [[5]], "tgt_ids": [[6]]}, features=features)
     old.save_to_disk(str(tmp_path / "train"))
     loaded = load_prepared(tmp_path, "train")
