@@ -54,7 +54,7 @@ def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_sca
     # The fp16 path, run on CPU: fp16 autocast and a gradient scaler whose first scale is far too high.
     real_scaler = torch.amp.GradScaler
     monkeypatch.setattr(mtkit.training.trainer, "autocast_dtype", lambda device, precision: torch.float16)
-    # 2**20 overflows the tiny model's fp16 gradients for the first 4 updates (2**30 did for 14)
+    # 2**20 overflows the tiny model's fp16 gradients for its first few updates, then the halved scale fits
     monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: real_scaler(device, 2.0**20, enabled=enabled))
     config = prepared_reverse_task(tmp_path, max_steps=5, validate_every=5)
     config.train.max_nonfinite = 40
