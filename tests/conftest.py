@@ -6,6 +6,7 @@ are in helpers.py."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import typer.main
+import typer.testing
 import yaml
 from helpers import (
     MULTI30K,
@@ -55,6 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker.startswith("gw") and len(cores) > 1:
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
     torch.set_num_threads(1)  # torch counted the cores when it was imported: two threads on one core spin
+    # Typer's CliRunner builds the click command tree from the app on every invoke (about 50 ms); the tests invoke
+    # the same app a few thousand times, so each worker builds it once.
+    typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups

@@ -1,18 +1,19 @@
-"""Every script in benchmarks/ runs its --smoke mode as a user types it (`python -m benchmarks.NAME --smoke`)
-and writes its JSON report: a new script without a smoke mode fails here."""
+"""Every script in benchmarks/ runs its --smoke mode as a user types it (`python -m benchmarks.NAME --smoke`, in a
+process forked from one that has made its imports: tests/script_fork.py) and writes its JSON report: a new script
+without a smoke mode fails here."""
 
 from __future__ import annotations
 
 import json
 import os
 import queue
-import subprocess
-import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 
 import pytest
+from script_fork import fork_server, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 # modules the scripts import or run, not scripts
@@ -52,28 +53,30 @@ KEYS = {
 class SmokeRun:
     """One script's smoke run: how it ended, what it printed, where its report is."""
 
-    returncode: int
+    returncode: int | None
     stdout: str
     stderr: str
     report: Path
 
 
-def run_smoke(name: str, folder: Path, cores: queue.Queue) -> SmokeRun:
-    """`python -m benchmarks.NAME --smoke` on one core of `cores` (its threads and servers too): tiny models gain
-    nothing from more, and threads that share cores with other processes wait for each other."""
+def run_smoke(name: str, folder: Path, cores: queue.Queue, server: ForkServerContext) -> SmokeRun:
+    """`python -m benchmarks.NAME --smoke` on one core of `cores` (its threads and servers too: tiny models gain
+    nothing from more, and threads that share cores with other processes wait for each other), forked from
+    `server`, which imported torch and mtkit once (tests/script_fork.py)."""
     core = cores.get()
-    report = folder / f"{name}.json"
-    command = [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--smoke-dir", str(folder), "--output", str(report)]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    report, stdout, stderr = (folder / f"{name}.{suffix}" for suffix in ("json", "out", "err"))
+    arguments = ["--smoke", "--smoke-dir", str(folder), "--output", str(report)]
+    process = server.Process(target=run_module, args=(f"benchmarks.{name}", arguments, REPO, core, stdout, stderr))
     try:
-        os.sched_setaffinity(process.pid, {core})  # before it starts a thread or a process: they inherit it
-        stdout, stderr = process.communicate(timeout=180)
+        process.start()
+        process.join(timeout=180)
     finally:
-        if process.poll() is None:  # it ran out of time
+        if process.exitcode is None:  # it ran out of time
             process.kill()
-            process.wait()
+            process.join()
         cores.put(core)
-    return SmokeRun(process.returncode, stdout, stderr, report)
+    read = (path.read_text(encoding="utf-8", errors="replace") if path.is_file() else "" for path in (stdout, stderr))
+    return SmokeRun(process.exitcode, *read, report)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +94,8 @@ def smoke_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         cores.put(core)
     pool = ThreadPoolExecutor(cores.qsize())
     request.addfinalizer(pool.shutdown)
-    return {name: pool.submit(run_smoke, name, folder, cores) for name in names}
+    server = fork_server()
+    return {name: pool.submit(run_smoke, name, folder, cores, server) for name in names}
 
 
 def test_every_script_is_known() -> None:
