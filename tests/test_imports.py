@@ -11,6 +11,7 @@ imported from the module that defines it, not through another one.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +36,7 @@ def stage(module: str) -> str:
     return parts[1] if parts[1] in STAGES else "shared"
 
 
+@functools.cache  # parsed once for all the tests here, which only read the trees
 def modules() -> dict[str, ast.Module]:
     return {module_name(path): ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))}
 
