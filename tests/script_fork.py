@@ -13,9 +13,12 @@ from pathlib import Path
 
 import torch
 
-# What every benchmark script imports first (torch, benchmarks.common with mtkit's decoding) and what most smoke
-# modes then import to train their tiny model (the trainer, and torch._dynamo, which torch's optimizers import).
-PRELOAD = ["torch", "torch._dynamo", "benchmarks.common", "mtkit.training.trainer", "script_fork"]
+# What every benchmark script imports first (torch, benchmarks.common with mtkit's decoding), what most smoke modes
+# then import to train their tiny model (the trainer, and torch._dynamo, which torch's optimizers import), and what
+# the ones that build, load or score with transformers' models import (its modeling_utils).
+PRELOAD = [
+    "torch", "torch._dynamo", "transformers.modeling_utils", "benchmarks.common", "mtkit.training.trainer", "script_fork"
+]  # fmt: skip
 
 
 def fork_server() -> ForkServerContext:
