@@ -1,4 +1,4 @@
-"""The tests' plain helpers and constants (no fixtures, no hooks; those are in conftest.py).
+"""The tests' plain helpers and constants (no fixtures, no hooks; those are in shared_fixtures.py and conftest.py).
 
 Corpus files (Multi30k slices, the synthetic reverse and copy/reverse tasks, their recipes), how far
 a trained run is past the edge of learning, running `mtkit` commands in-process, `mtkit serve` on a

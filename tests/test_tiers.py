@@ -93,7 +93,7 @@ def what_starts_things(path: Path) -> set[str]:
 
 
 def test_no_unit_test_is_marked_slow_or_uses_a_slow_fixture():
-    shared = fixtures_of(ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8")))
+    shared = fixtures_of(ast.parse((TESTS / "shared_fixtures.py").read_text(encoding="utf-8")))
     misplaced = [f"{path.relative_to(TESTS)}::{test}" for path in files_of("unit") for test in slow_tests(path, shared)]
     assert not misplaced, f"move these to tests/integration/ or tests/system/ (docs/development.md): {misplaced}"
 

@@ -11,7 +11,7 @@ from mtkit.errors import MtkitError
 from mtkit.exporters import EXPORTERS, export_model
 from mtkit.options import ExportFormat
 
-pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # conftest.py
+pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # shared_fixtures.py
 
 
 def test_every_export_format_has_an_exporter() -> None:

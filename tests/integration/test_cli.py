@@ -1,6 +1,6 @@
 """End-to-end tests of the `mtkit` command line through Typer's CliRunner on a tiny Multi30k model.
 
-One recipe (`cli_workspace` and its `cli_run`, in conftest.py) trains a 1-layer, 32-wide Transformer for
+One recipe (`cli_workspace` and its `cli_run`, in shared_fixtures.py) trains a 1-layer, 32-wide Transformer for
 30 steps on 1500 pairs through `tokenizer train`, `prepare` and `train`; every command then runs
 against it, and bad input must give one clear line on stderr, never a traceback."""
 

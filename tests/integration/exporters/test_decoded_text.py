@@ -25,7 +25,7 @@ from mtkit.models import build_model
 transformers = pytest.importorskip("transformers")
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.usefixtures("hf_modules_cache"),  # conftest.py
+    pytest.mark.usefixtures("hf_modules_cache"),  # shared_fixtures.py
     pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses"),
 ]
 

@@ -19,7 +19,7 @@ from mtkit.models.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
-pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # conftest.py
+pytestmark = pytest.mark.usefixtures("hf_modules_cache")  # shared_fixtures.py
 
 REMOTE_CODE = Path(__file__).resolve().parents[3] / "mtkit" / "exporters" / "remote_code"
 VOCAB, TARGET_VOCAB, MAX_NEW_TOKENS = 40, 37, 10

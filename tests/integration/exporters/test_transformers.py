@@ -23,7 +23,7 @@ from mtkit.importers.marian import import_marian
 from mtkit.models.checkpoint import load_model
 
 transformers = pytest.importorskip("transformers")
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("hf_modules_cache")]  # conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("hf_modules_cache")]  # shared_fixtures.py
 LINES = ["a man is walking .", "two dogs play in the snow .", "hello", "a b c d e f"]
 REVERSE_LINES = ["a b c", "d e f g h", "l k j i", "h i j"]
 

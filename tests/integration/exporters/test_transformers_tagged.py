@@ -12,7 +12,7 @@ from mtkit.decoding.translator import Translator
 from mtkit.exporters.transformers import export_transformers
 
 transformers = pytest.importorskip("transformers")
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("hf_modules_cache")]  # conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("hf_modules_cache")]  # shared_fixtures.py
 
 
 def test_a_tagged_model_takes_the_target_language_as_its_first_token(tagged_run, tmp_path):

@@ -1,7 +1,7 @@
 """Multilingual training end to end: tagged source ids, per-direction validation and evaluation, and the
 target language chosen at translation time (--tgt-lang).
 
-The trained fixture (`tagged_run`, in conftest.py) is the reverse task with two "languages": `cp`
+The trained fixture (`tagged_run`, in shared_fixtures.py) is the reverse task with two "languages": `cp`
 (the target is the source) and `rv` (the target is the source reversed), the same sources under
 both tags, so only the tag can tell the model which to do."""
 

@@ -1,6 +1,6 @@
 """The page at `/` in a real browser: headless chromium types a German sentence, reads the English, and shows errors.
 
-The model (`de_en_run`, in conftest.py) is a tiny de->en Transformer trained for a few hundred updates
+The model (`de_en_run`, in shared_fixtures.py) is a tiny de->en Transformer trained for a few hundred updates
 on the first 3,000 Multi30k pairs (about 20 s on one CPU core): enough to translate a short training-like sentence
 such as "Ein Hund rennt am Strand." into "A dog ... beach." with any seed tried.
 The browser is Debian's `chromium` with its `chromedriver` (`make browser` installs both).
