@@ -10,11 +10,12 @@ a row under "budget" in the JSON say what was skipped):
 - levers (a): d512 6+6 on Tatoeba en-fr with a joint BPE of about 32k pieces, consecutive pairs joined to about
   30 pieces a side (WMT-length batches), 16,384-token batches, eager: every lever of benchmarks/gpu/levers.py off
   ("plain"), all on, and all on but each one; each variant built and warmed up once, then timed windows in turns.
-- compile (b): the fastest of (a) compiled layer by layer (train.compile=layers), then whole replayed as CUDA graphs
-  (train.cuda_graphs, over 16 shapes), then whole, each from an empty
-  compiler cache, then in a fresh process from the cache artifacts the first saved; the warm-up seconds of each
-  are the compile's cost.
-- d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a).
+- compile (b): the fastest of (a) compiled in each of --compile-modes' ways, in their order: layer by layer
+  (train.compile=layers), layer by layer replayed as CUDA graphs (train.cuda_graphs, over 16 shapes), whole replayed
+  as CUDA graphs, whole; each from an empty compiler cache, and the first way again in a fresh process from the
+  cache artifacts its cold run saved; the warm-up seconds of each are the compile's cost.
+- d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a), eager in
+  turns, then compiled in the fastest way of (b) from an empty cache.
 - profile (d): the profiler's split of an update of the fastest of (a) (`speed.py --profile`).
 - tatoeba (e): d512 on Tatoeba's own short pairs, plain against the fastest of (a).
 - parity (f): d256 on Multi30k de-en (8k BPE) for --parity-updates updates, plain in fp32 and as the default
@@ -67,6 +68,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--estimate", action="append", default=[], help="ITEM=SECONDS: the estimate of one item")
     parser.add_argument("--data", type=Path, default=Path("benchmarks/results/gpu_data"), help="the prepared data")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the data in --data and stop")
+    modes = ",".join(COMPILE_MODES)
+    parser.add_argument("--compile-modes", default=modes, help=f"part (b)'s ways to compile, comma-separated, from: {modes}")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="override KEY=VALUE for every variant")
     parser.add_argument("--warmup-updates", type=int, default=20)
     parser.add_argument("--updates", type=int, default=50, help="updates in each timed window")
@@ -80,11 +83,15 @@ def parse_args() -> argparse.Namespace:
     args.parts = [part for name in args.parts.split(",") for part in ALIASES.get(name, [name])]
     if unknown := [part for part in args.parts if part not in PARTS]:
         parser.error(f"--parts: unknown {', '.join(unknown)}; give some of {', '.join(PARTS)}")
+    modes = [mode.strip() for mode in args.compile_modes.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in COMPILE_MODES]
+    if unknown or not modes:
+        parser.error(f"--compile-modes: {', '.join(unknown) or 'none given'}; give some of: {', '.join(COMPILE_MODES)}")
     try:
         args.estimates = parse_estimates(args.estimate)
     except ValueError as err:
         parser.error(str(err))
-    args.compile, args.sets, args.recipe = dict(COMPILE_MODES), data.SETS, None
+    args.compile, args.sets, args.recipe = {mode: COMPILE_MODES[mode] for mode in modes}, data.SETS, None
     return args
 
 
@@ -94,7 +101,7 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
     args.sets, args.data = data.smoke_sets(args.recipe), work / "gpu_data"
     # compile stays auto (off on the CPU: it takes minutes there); the other levers on, as on CUDA
     args.extra += ["train.batch_tokens=400", "train.prefetch=true"]
-    args.compile = {mode: ["train.compile=auto"] for mode in COMPILE_MODES}
+    args.compile = {mode: ["train.compile=auto"] for mode in args.compile}
     args.warmup_updates, args.updates, args.rounds, args.profile_updates = 1, 2, 3, 2
     args.parity_updates, args.parity_every = 2, 1
     args.budget = args.budget or 3600
@@ -157,7 +164,7 @@ def print_tables(report: dict) -> None:
             gpu = row.get("peak_gpu_mb") if row.get("peak_gpu_mb") is not None else "-"
             mfu, padding = 100 * (row.get("mfu") or 0), 100 * row.get("padding_fraction", 0)
             print(f"  {name:34} | {windows} | {mfu:.1f}% | {gpu} | {padding:.1f}% | {row['warmup_s']}")
-    for compiled in report.get("compile", {}).values():
+    for compiled in [*report.get("compile", {}).values(), *report.get("big_compiled", {}).values()]:
         for stage in ("cold", "warm"):
             if stage in compiled:
                 print_compiled(compiled["variant"], stage, compiled[stage])

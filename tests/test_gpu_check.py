@@ -12,6 +12,7 @@ import torch
 from benchmarks.gpu import budget as budget_module
 from benchmarks.gpu.budget import Budget, parse_estimates
 from benchmarks.gpu.levers import COMPILE, Lever, flag, known_levers, lever_variants
+from benchmarks.gpu.parts import fastest_compiled
 from benchmarks.gpu.runs import Check, best_variant
 
 RECIPE = "recipes/multi30k/transformer.yaml"
@@ -120,3 +121,18 @@ def test_with_no_time_left_nothing_is_built(monkeypatch: pytest.MonkeyPatch) -> 
     assert check.time_variants("m", {"slow": ["s"]}) == {}
     assert [row["item"] for row in check.budget.skipped] == ["m: slow"]
     assert best_variant({}) is None
+
+
+def test_the_fastest_compiled_way_is_the_one_with_the_best_window() -> None:
+    check = Check(argparse.Namespace(), Budget(None), {}, lambda report: None)
+    assert fastest_compiled(check) is None  # (b) timed nothing
+
+    def windows(*rates: float) -> dict:
+        return {"windows": [{"target_tokens_per_s": rate} for rate in rates]}
+
+    check.report["compile"] = {
+        "by layer": {"cold": windows(5.0), "warm": windows(3.0, 9.0)},
+        "whole": {"cold": windows(7.0, 8.0)},
+        "whole + CUDA graphs": {"cold": {"cut": "stopped"}},
+    }
+    assert fastest_compiled(check) == "by layer"

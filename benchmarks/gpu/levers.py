@@ -29,11 +29,13 @@ def flag(key: str, on: str = "true", off: str = "false") -> Lever:
 
 
 COMPILE = flag("train.compile")  # part (b), not toggled in part (a): compiling one variant takes minutes
-# part (b)'s ways to compile, in their order of priority: each layer on its own (mtkit.training.regional), the whole
-# step replayed as CUDA graphs, the whole step
+GRAPHS = ["train.cuda_graphs=true", "train.shapes=16"]  # CUDA graphs need bounded shapes
+# part (b)'s ways to compile, in their order of priority: each layer on its own (mtkit.training.regional), the same
+# with each layer replayed as CUDA graphs, the whole step replayed as CUDA graphs, the whole step
 COMPILE_MODES = {
     "by layer": ["train.compile=layers"],
-    "whole, CUDA graphs": [*COMPILE.on, "train.cuda_graphs=true", "train.shapes=16"],  # graphs need bounded shapes
+    "by layer + CUDA graphs": ["train.compile=layers", *GRAPHS],
+    "whole + CUDA graphs": [*COMPILE.on, *GRAPHS],
     "whole": list(COMPILE.on),
 }
 LEVERS = {

@@ -10,6 +10,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from benchmarks.gpu.budget import Budget
 from benchmarks.gpu.compiled import compiled_run, run_apart
 from benchmarks.gpu.levers import known_levers, lever_variants
 from benchmarks.gpu.runs import Check, best_variant
@@ -17,6 +18,7 @@ from benchmarks.speed import profile_split
 
 LEVER_LABEL = "d512 wmt"  # part (a)'s model and data, whose best variant parts (b) to (e) take up
 FALLBACK = "all on, no fused_loss"  # the best eager variant on an H200, for parts run without (a)
+COMPILE_SCALE = 1.5  # a larger model's compile against d512's, before one is measured
 
 
 def variants(check: Check) -> dict[str, list[str]]:
@@ -47,37 +49,58 @@ def levers(check: Check) -> None:
 
 
 def compiled(check: Check) -> None:
-    """(b) the best of (a) compiled in each of --compile's ways (by layer, whole): from a cold compiler cache,
-    then from the cache artifacts the first saved."""
+    """(b) the best of (a) compiled in each of --compile-modes' ways: each from a cold compiler cache, and the first
+    way again from the cache artifacts its cold run saved."""
     best, overrides = best_eager(check)
     check.report["compile"] = {}
-    for mode, setting in check.args.compile.items():
+    for number, (mode, setting) in enumerate(check.args.compile.items()):
         variant = [*overrides, *setting]
-        spec = {
-            "recipe": check.models[LEVER_LABEL][1],
-            "overrides": check.overrides(LEVER_LABEL, variant),
-            **{key: getattr(check.args, key) for key in ("warmup_updates", "updates", "rounds")},
-            "peak": check.peak,
-        }
         check.report["compile"][mode] = {"variant": f"{best}, compiled {mode}", "overrides": variant}
-        compile_stages(check, mode, spec)
+        compile_stages(check, LEVER_LABEL, mode, variant, warm=number == 0)
 
 
-def compile_stages(check: Check, mode: str, spec: dict) -> None:
-    """One way of compiling from a cold cache, then warm from the first's artifacts, each while it fits."""
-    result = check.report["compile"][mode]
+def compile_stages(check: Check, label: str, mode: str, variant: list[str], *, warm: bool, key: str = "compile") -> None:
+    """`label`'s `variant` compiled `mode`'s way from a cold cache, then (`warm`) from the artifacts the cold run
+    saved, each while it fits; the results in report[key][mode]."""
+    result = check.report[key][mode]
+    spec = {
+        "recipe": check.models[label][1],
+        "overrides": check.overrides(label, variant),
+        **{name: getattr(check.args, name) for name in ("warmup_updates", "updates", "rounds")},
+        "peak": check.peak,
+    }
     with tempfile.TemporaryDirectory(prefix="mtkit-artifacts-") as scratch:
         artifacts = str(Path(scratch) / "artifacts.bin")
-        for stage, artifacts_in, artifacts_out in (("cold", None, artifacts), ("warm", artifacts, None)):
-            kind = f"compile {stage}"
-            if not check.budget.fits(f"compile {mode}: {stage}", check.budget.estimate(kind, mode)):
+        stages = (("cold", None, artifacts if warm else None), ("warm", artifacts, None))
+        for stage, artifacts_in, artifacts_out in stages[: 2 if warm else 1]:
+            kind, model = f"compile {stage}", f"{mode} {check.models[label][0]}"
+            if not check.budget.fits(f"{label} compile {mode}: {stage}", compile_estimate(check.budget, kind, mode, model)):
                 break
             start = time.perf_counter()
             stage_spec = {**spec, "artifacts_in": artifacts_in, "artifacts_out": artifacts_out}
             result[stage] = compiled_run(stage_spec) if check.args.smoke else run_apart(stage_spec, check.budget.left())
-            check.budget.note(kind, time.perf_counter() - start, mode)
-            print(f"compile {mode} {stage}: {json.dumps(result[stage])[:300]}", file=sys.stderr, flush=True)
+            check.budget.note(kind, time.perf_counter() - start, model)
+            print(f"{label} compile {mode} {stage}: {json.dumps(result[stage])[:300]}", file=sys.stderr, flush=True)
             check.save()
+
+
+def compile_estimate(budget: Budget, kind: str, mode: str, model: str) -> float:
+    """What `kind` ("compile cold" or "compile warm") of `mode` costs for `model` ("MODE d1024"): as measured for
+    it, else 1.5 times d512's (a compile's cost is mostly its graphs', which the sizes share), else the guess."""
+    for key, scale in ((model, 1.0), (f"{mode} d512", COMPILE_SCALE)):
+        if f"{kind} {key}" in budget.measured:
+            return scale * budget.estimate(kind, key)
+    return budget.estimate(kind)
+
+
+def fastest_compiled(check: Check) -> str | None:
+    """The way of compiling (b) measured fastest (its best window, cold or warm); None where (b) timed none."""
+    rates = {
+        mode: max(window["target_tokens_per_s"] for stage in ("cold", "warm") for window in row.get(stage, {}).get("windows", []))
+        for mode, row in check.report.get("compile", {}).items()
+        if any(row.get(stage, {}).get("windows") for stage in ("cold", "warm"))
+    }
+    return max(rates, key=rates.__getitem__) if rates else None
 
 
 def eager_pair(check: Check, label: str) -> None:
@@ -86,6 +109,19 @@ def eager_pair(check: Check, label: str) -> None:
     check.time_variants(label, {"plain": variants(check)["plain"], best: overrides})
     check.kept.pop(label, None)
     check.free_memory()
+
+
+def big(check: Check, label: str = "d1024 wmt") -> None:
+    """(c) d1024: eager in turns (`eager_pair`), then the best of (a) compiled in the fastest way of (b) (the first of
+    --compile-modes where (b) did not run), cold."""
+    eager_pair(check, label)
+    mode = fastest_compiled(check) if "compile" in check.report else next(iter(check.args.compile))
+    if mode is None:  # (b) ran and timed no way of compiling
+        return
+    best, overrides = best_eager(check)
+    variant = [*overrides, *check.args.compile[mode]]
+    check.report.setdefault("big_compiled", {})[mode] = {"variant": f"{label}: {best}, compiled {mode}", "overrides": variant}
+    compile_stages(check, label, mode, variant, warm=False, key="big_compiled")
 
 
 def profile(check: Check) -> None:
@@ -132,7 +168,7 @@ def parity(check: Check) -> None:
 PARTS = {
     "levers": levers,
     "compile": compiled,
-    "d1024": partial(eager_pair, label="d1024 wmt"),
+    "d1024": big,
     "profile": profile,
     "tatoeba": partial(eager_pair, label="d512 tatoeba"),
     "parity": parity,
