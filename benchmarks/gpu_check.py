@@ -16,7 +16,8 @@ a row under "budget" in the JSON say what was skipped):
   cache artifacts its cold run saved; the warm-up seconds of each are the compile's cost.
 - d1024 (c): d1024 6+6 (Transformer-big's shape) on the same batches, plain against the fastest of (a), eager in
   turns, then compiled in the fastest way of (b) from an empty cache.
-- profile (d): the profiler's split of an update of the fastest of (a) (`speed.py --profile`).
+- profile (d): the profiler's split of an update of the fastest of (a) (`speed.py --profile`), and of (b)'s first
+  way, from the warm cache, after its windows.
 - tatoeba (e): d512 on Tatoeba's own short pairs, plain against the fastest of (a).
 - parity (f): d256 on Multi30k de-en (8k BPE) for --parity-updates updates, plain in fp32 and as the default
   step; the validation BLEU of each at the same updates.
@@ -188,6 +189,8 @@ def print_compiled(variant: str, stage: str, row: dict) -> None:
     mfu = max((w["mfu"] or 0 for w in row["windows"]), default=0)
     artifacts = {key: row[key] for key in ("artifacts_loaded", "artifacts_saved", "artifacts_mb") if row.get(key)}
     print(f"{variant}, {stage} cache: warm-up {row['warmup_s']} s; target tokens/s {windows}; MFU {100 * mfu:.1f}% {artifacts}")
+    if "profile" in row:
+        print_profile(row["profile"])
 
 
 def main() -> None:

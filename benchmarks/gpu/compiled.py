@@ -19,15 +19,16 @@ from pathlib import Path
 import torch
 
 from benchmarks import common
-from benchmarks.speed import TimedTraining
+from benchmarks.speed import TimedTraining, profile_split
 from mtkit.config import load_config
 from mtkit.textio import write_file
 
 
 def compiled_run(spec: dict) -> dict:
     """Build the variant (`spec`: recipe, overrides, warmup_updates, updates, rounds, peak, artifacts_in and
-    artifacts_out paths or None), warm it up (compiling: its seconds are the compile's), time its windows, and
-    save the compiler's cache artifacts where asked."""
+    artifacts_out paths or None, profile_updates: 0 or how many updates to profile after the windows), warm it up
+    (compiling: its seconds are the compile's), time its windows, profile it where asked, and save the compiler's
+    cache artifacts where asked."""
     loaded = None
     if spec["artifacts_in"] and Path(spec["artifacts_in"]).is_file():
         info = torch.compiler.load_cache_artifacts(Path(spec["artifacts_in"]).read_bytes())
@@ -41,6 +42,8 @@ def compiled_run(spec: dict) -> dict:
         if timed.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(timed.device)
         result["windows"].append(timed.window(spec["updates"], spec["peak"]))
+    if spec.get("profile_updates"):
+        result["profile"] = profile_split(timed, spec["profile_updates"])
     if spec["artifacts_out"]:
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:

@@ -50,7 +50,7 @@ def levers(check: Check) -> None:
 
 def compiled(check: Check) -> None:
     """(b) the best of (a) compiled in each of --compile-modes' ways: each from a cold compiler cache, and the first
-    way again from the cache artifacts its cold run saved."""
+    way again from the cache artifacts its cold run saved, profiled after its windows where "profile" is a part."""
     best, overrides = best_eager(check)
     check.report["compile"] = {}
     for number, (mode, setting) in enumerate(check.args.compile.items()):
@@ -71,13 +71,15 @@ def compile_stages(check: Check, label: str, mode: str, variant: list[str], *, w
     }
     with tempfile.TemporaryDirectory(prefix="mtkit-artifacts-") as scratch:
         artifacts = str(Path(scratch) / "artifacts.bin")
-        stages = (("cold", None, artifacts if warm else None), ("warm", artifacts, None))
-        for stage, artifacts_in, artifacts_out in stages[: 2 if warm else 1]:
+        profiled = check.args.profile_updates if warm and "profile" in check.args.parts else 0
+        stages = (("cold", None, artifacts if warm else None, 0), ("warm", artifacts, None, profiled))
+        for stage, artifacts_in, artifacts_out, profile_updates in stages[: 2 if warm else 1]:
             kind, model = f"compile {stage}", f"{mode} {check.models[label][0]}"
             if not check.budget.fits(f"{label} compile {mode}: {stage}", compile_estimate(check.budget, kind, mode, model)):
                 break
             start = time.perf_counter()
             stage_spec = {**spec, "artifacts_in": artifacts_in, "artifacts_out": artifacts_out}
+            stage_spec["profile_updates"] = profile_updates
             result[stage] = compiled_run(stage_spec) if check.args.smoke else run_apart(stage_spec, check.budget.left())
             check.budget.note(kind, time.perf_counter() - start, model)
             print(f"{label} compile {mode} {stage}: {json.dumps(result[stage])[:300]}", file=sys.stderr, flush=True)

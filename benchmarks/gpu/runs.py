@@ -86,7 +86,7 @@ class Check:
         seconds = time.perf_counter() - start
         self.budget.note("build", seconds, label)
         row = {"overrides": overrides, "levers": run.trainer.levers.describe(), "warmup_s": round(seconds, 1), "windows": []}
-        self.report["speed"][label][name] = row
+        self.report.setdefault("speed", {}).setdefault(label, {})[name] = row
         print(f"{label} {name}: built and warmed up in {row['warmup_s']} s", file=sys.stderr, flush=True)
         self.save()
         return run
@@ -94,7 +94,7 @@ class Check:
     def failed(self, label: str, name: str, overrides: list[str], err: Exception) -> None:
         """A variant that raised: its error in the report and on stderr, and the GPU memory handed back."""
         error = f"{type(err).__name__}: {err}"[:500]
-        self.report["speed"][label][name] = {"overrides": overrides, "failed": error, "windows": []}
+        self.report.setdefault("speed", {}).setdefault(label, {})[name] = {"overrides": overrides, "failed": error, "windows": []}
         print(f"{label} {name}: failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         self.save()
         self.free_memory()

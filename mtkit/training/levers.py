@@ -2,8 +2,10 @@
 
 Each lever is a recipe key: `train.compile` and `train.prefetch` (`auto`: on with CUDA, off on the
 CPU, where the plain eager step is the fastest measured; compile not for a `train.max_time` under
-`COMPILE_PAYS_AFTER`, too short to win back the minutes compiling takes) and `train.length_multiple`
-(1, off, by default: on an H200 its padding cost more than its fewer shapes gave). The figures are in
+`COMPILE_PAYS_AFTER`, too short to win back the minutes compiling takes, and layer by layer where the
+model has repeated layers: on an H200 a quarter of the whole step's compile time, at about its speed)
+and `train.length_multiple` (1, off, by default: on an H200 its padding cost more than its fewer
+shapes gave). The figures are in
 docs/performance.md, "Training on a GPU: the levers". None changes what is computed: the same
 batches in the same order, the same loss (within rounding), the same resume.
 `train.shapes` (0, off, by default; `auto`: AUTO_SHAPES with CUDA) groups the same pairs into
@@ -38,8 +40,9 @@ class Levers:
     graphs: bool = False  # with compile, on CUDA: the compiled step replayed as CUDA graphs
 
     @classmethod
-    def of(cls, config: TrainConfig, device: torch.device) -> Levers:
-        """`auto`: on with CUDA; compile only when no `train.max_time` under COMPILE_PAYS_AFTER limits the run."""
+    def of(cls, config: TrainConfig, device: torch.device, *, layered: bool = True) -> Levers:
+        """`auto`: on with CUDA; compile only when no `train.max_time` under COMPILE_PAYS_AFTER limits the run,
+        layer by layer where the model can be (`layered`: mtkit.training.regional.can_compile_by_layer), else whole."""
         cuda = device.type == "cuda"
         budget = parse_duration(config.max_time)
         compile_auto = cuda and (budget is None or budget >= COMPILE_PAYS_AFTER)
@@ -48,9 +51,10 @@ class Levers:
             return auto if value == "auto" else value == "true"
 
         shapes = (AUTO_SHAPES if cuda else 0) if config.shapes == "auto" else int(config.shapes)
+        compile_on = config.compile == "layers" or on(config.compile, compile_auto)
         return cls(
-            compile=config.compile == "layers" or on(config.compile, compile_auto),
-            by_layer=config.compile == "layers",
+            compile=compile_on,
+            by_layer=config.compile == "layers" or (config.compile == "auto" and compile_on and layered),
             graphs=cuda and config.cuda_graphs == "true",
             length_multiple=config.length_multiple,
             prefetch=on(config.prefetch, cuda),

@@ -50,6 +50,12 @@ def compile_by_layer(step: nn.Module, model: EncoderDecoder, backend: str = "ind
         teacher.compiled_loss = torch.compile(teacher.loss_function(), dynamic=True, backend=backend, mode=mode)
 
 
+def can_compile_by_layer(model: EncoderDecoder) -> bool:
+    """Whether `compile_by_layer` takes `model` (it has repeated blocks, and torch has `set_stance`): where not,
+    `train.compile: auto` compiles the whole step."""
+    return bool(model.repeated_blocks()) and hasattr(torch.compiler, "set_stance")
+
+
 def eager(function: Callable[P, R]) -> Callable[P, R]:
     """`function` run with every compiled module and function in it running eagerly (nothing compiles)."""
 

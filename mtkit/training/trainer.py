@@ -65,7 +65,7 @@ from mtkit.training.loss import TeacherForcing
 from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
 from mtkit.training.progress import Progress
 from mtkit.training.recompute import recompute_blocks
-from mtkit.training.regional import compile_by_layer, eager
+from mtkit.training.regional import can_compile_by_layer, compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.update import UpdateGuard
@@ -203,7 +203,7 @@ class Trainer:
         ).to(device, weights_dtype(self.train_config))
         train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
-        self.levers = Levers.of(self.train_config, device)
+        self.levers = Levers.of(self.train_config, device, layered=can_compile_by_layer(self.model))
         self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
         self.progress = Progress(metric=self.train_config.validate_metric)
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check

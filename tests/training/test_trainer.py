@@ -15,8 +15,11 @@ from mtkit.config import TrainConfig, config_from_dict
 from mtkit.data.tokenizer import PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
+from mtkit.models.rnn import RNNSeq2Seq
+from mtkit.models.transformer import Transformer
 from mtkit.training.levers import Levers
 from mtkit.training.loss import fused_sequence_loss, sequence_loss
+from mtkit.training.regional import can_compile_by_layer
 from mtkit.training.schedule import schedule_factor
 from mtkit.training.trainer import PlainProgress, build_optimizer, train
 
@@ -72,16 +75,28 @@ ON_16 = {"compile": "true", "length_multiple": 16, "prefetch": "true"}
     "device, keys, expected",
     [
         ("cpu", {}, Levers(compile=False, length_multiple=1, prefetch=False)),
-        ("cuda", {}, Levers(compile=True, length_multiple=1, prefetch=True)),
+        ("cuda", {}, Levers(compile=True, by_layer=True, length_multiple=1, prefetch=True)),
         ("cuda", OFF, Levers(compile=False, length_multiple=1, prefetch=False)),
         ("cpu", ON_16, Levers(compile=True, length_multiple=16, prefetch=True)),
         ("cuda", {"max_time": "29m"}, Levers(compile=False, length_multiple=1, prefetch=True)),
-        ("cuda", {"max_time": "30m"}, Levers(compile=True, length_multiple=1, prefetch=True)),
+        ("cuda", {"max_time": "30m"}, Levers(compile=True, by_layer=True, length_multiple=1, prefetch=True)),
         ("cuda", {"max_time": "5m", "compile": "true"}, Levers(compile=True, length_multiple=1, prefetch=True)),
+        ("cpu", {"compile": "layers"}, Levers(compile=True, by_layer=True, length_multiple=1, prefetch=False)),
     ],
 )
 def test_the_gpu_levers_are_on_with_cuda_by_default_and_each_can_be_set(device, keys, expected):
     assert Levers.of(TrainConfig(**keys), torch.device(device)) == expected
+
+
+def test_compile_auto_compiles_the_whole_step_of_a_model_with_no_repeated_layers():
+    levers = Levers.of(TrainConfig(), torch.device("cuda"), layered=False)
+    assert levers.compile and not levers.by_layer
+    assert Levers.of(TrainConfig(compile="layers"), torch.device("cuda"), layered=False).by_layer  # refused later, in one line
+
+
+def test_only_a_model_with_repeated_layers_compiles_by_layer():
+    assert can_compile_by_layer(Transformer(30, 30, layers=1, d_model=16, heads=2, ffn_dim=32))
+    assert not can_compile_by_layer(RNNSeq2Seq(30, 30, layers=1, hidden_size=16, embed_dim=8))
 
 
 def test_the_lever_keys_take_yaml_true_and_false_and_refuse_other_words():
