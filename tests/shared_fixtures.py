@@ -349,6 +349,14 @@ def _forget_remote_modules() -> None:
     importlib.invalidate_caches()
 
 
+@pytest.fixture(scope="session")
+def transformers_installed() -> None:
+    """Skips the test where transformers is not installed. A fixture (`pytestmark = pytest.mark.usefixtures(
+    "transformers_installed")`), not an importorskip at the top of a test file: importing transformers at
+    collection took 1.4 s in every worker, also in the workers that run none of those tests."""
+    pytest.importorskip("transformers")
+
+
 @pytest.fixture(scope="module")
 def hf_modules_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """transformers copies a folder's remote code into HF_MODULES_CACHE (~/.cache/huggingface/modules) and imports

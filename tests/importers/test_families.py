@@ -17,8 +17,10 @@ from mtkit.importers import FAMILIES, import_model
 from mtkit.importers.loader import family_of
 from mtkit.models.checkpoint import read_checkpoint
 
-pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+pytestmark = [
+    pytest.mark.usefixtures("transformers_installed"),  # shared_fixtures.py
+    pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses"),
+]
 
 
 def test_auto_imports_what_the_named_family_imports(tmp_path: Path) -> None:

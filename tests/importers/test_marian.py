@@ -14,8 +14,10 @@ from mtkit.cli import app
 from mtkit.errors import MtkitError
 from mtkit.importers.marian import import_marian
 
-pytest.importorskip("transformers")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+pytestmark = [
+    pytest.mark.usefixtures("transformers_installed"),  # shared_fixtures.py
+    pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses"),
+]
 
 
 @pytest.fixture(scope="module")
