@@ -65,15 +65,27 @@ def worker_groups(items: list[pytest.Item]) -> dict[Path, str]:
         shared = next((group for group, names in SHARED_RUNS.items() if used & names), None)
         if shared and groups.get(item.path) not in SHARED_RUNS:
             groups[item.path] = shared
-        groups.setdefault(item.path, str(item.path.relative_to(TESTS)))
+        name = str(item.path.relative_to(TESTS))
+        groups.setdefault(item.path, TRANSFORMERS_GROUP if name in TRANSFORMERS_USERS else name)
     return groups
 
 
 def start_rank(group: str) -> int:
-    """0 for a trained session fixture's group, 1 for a system test file, 2 integration, 3 unit."""
+    """0 for a trained session fixture's group, 1 for a system test file, 2 integration, 3 the unit files that
+    import transformers, 4 the other unit files."""
     if group in SHARED_RUNS:
         return 0
-    return {"system": 1, "integration": 2}.get(group.split("/")[0], 3)
+    return {"system": 1, "integration": 2, TRANSFORMERS_GROUP: 3}.get(group.split("/")[0], 4)
+
+
+# The unit files whose tests import transformers (1.4 s in a process): one group, so that one worker pays for the
+# import, not both; the largest unit group, so handed out first among them. A file missing here costs only time.
+TRANSFORMERS_GROUP = "unit files that import transformers"
+TRANSFORMERS_USERS = {
+    "evaluation/test_comet.py", "evaluation/test_filters.py", "evaluation/test_report.py", "evaluation/test_rerank.py",
+    "exporters/test_formats.py", "importers/test_families.py", "importers/test_marian.py", "test_imports.py",
+    "training/test_validation_metric.py",
+}  # fmt: skip
 
 
 # Session fixtures that train, by the group of the tests that use them (a test of one trains what the group needs).
