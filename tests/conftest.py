@@ -6,7 +6,9 @@ pytest-xdist's controller, which runs none, then starts its workers without firs
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import os
 from pathlib import Path
 
@@ -35,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # the same app a few thousand times, so each worker builds it once.
     typer.testing._get_command = functools.cache(typer.main.get_command)
     config.pluginmanager.import_plugin("shared_fixtures")
+    atexit.register(gc.freeze)  # the worker's exit skips the last collections over torch's objects (as mtkit.cli.main)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
