@@ -108,3 +108,19 @@ def test_serve_takes_the_old_max_steps_flag_with_a_note(monkeypatch, tmp_path):
     assert result.stderr == "mtkit: --max-steps is deprecated; use --max-output-steps (the same limit)\n"
     assert "--max-steps" not in succeeded(invoke("serve", "--help")).stdout
     assert_one_line_error(invoke("serve", "-m", tmp_path, "--max-steps", 7, "--max-output-steps", 9), "--max-output-steps")
+
+
+def test_the_console_entry_point_skips_the_exit_collections_and_the_app_alone_does_not(monkeypatch):
+    import atexit
+    import gc
+
+    import mtkit.cli as cli
+
+    registered, ran = [], []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(cli, "app", lambda prog_name: ran.append(prog_name))
+    cli.main()
+    assert registered == [gc.freeze] and ran == ["mtkit"]
+    registered.clear()
+    invoke("--help")  # the app run in-process (as by a program that embeds mtkit's CLI) registers nothing
+    assert registered == []
