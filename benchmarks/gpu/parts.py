@@ -113,7 +113,7 @@ def eager_pair(check: Check, label: str) -> None:
     check.free_memory()
 
 
-def big(check: Check, label: str = "d1024 wmt") -> None:
+def big_model(check: Check, label: str = "d1024 wmt") -> None:
     """(c) d1024: eager in turns (`eager_pair`), then the best of (a) compiled in the fastest way of (b) (the first of
     --compile-modes where (b) did not run), cold."""
     eager_pair(check, label)
@@ -170,7 +170,7 @@ def parity(check: Check) -> None:
 PARTS = {
     "levers": levers,
     "compile": compiled,
-    "d1024": big,
+    "d1024": big_model,
     "profile": profile,
     "tatoeba": partial(eager_pair, label="d512 tatoeba"),
     "parity": parity,
