@@ -556,8 +556,8 @@ def _import(source: str, output: Path, family: str) -> None:
 def main() -> None:
     """Console-script entry point. At exit, the objects still alive are left to the operating system instead of
     being walked by the interpreter's last garbage collections (`gc.freeze` as an exit handler, registered first so
-    it runs after the others): with torch imported those took about half a second of every command's exit. The
-    library (`import mtkit`) leaves the collector alone."""
+    it runs after the others): with torch imported those were a large part of every command's exit
+    (docs/development.md). The library (`import mtkit`) leaves the collector alone."""
     atexit.register(gc.freeze)
     app(prog_name="mtkit")
 

@@ -3,7 +3,7 @@
 Each lever is a recipe key: `train.compile` and `train.prefetch` (`auto`: on with CUDA, off on the
 CPU, where the plain eager step is the fastest measured; compile not for a `train.max_time` under
 `COMPILE_PAYS_AFTER`, too short to win back the minutes compiling takes, and layer by layer where the
-model has repeated layers: on an H200 a quarter of the whole step's compile time, at about its speed)
+model has repeated layers: on an H200 it compiled much sooner, at about the whole step's speed)
 and `train.length_multiple` (1, off, by default: on an H200 its padding cost more than its fewer
 shapes gave). The figures are in
 docs/performance.md, "Training on a GPU: the levers". None changes what is computed: the same
