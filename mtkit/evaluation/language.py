@@ -8,6 +8,8 @@ Empty outputs are not counted.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,11 +45,21 @@ def base_language(lang: str) -> str:
 
 
 def language_identifier(needed_by: str) -> Any:
-    """py3langid's identifier over all its languages; without the `langid` extra, one line naming `needed_by`."""
+    """py3langid's identifier over all its languages, a copy of its own (`set_languages` changes only it) of the
+    one loaded once a process; without the `langid` extra, one line naming `needed_by`."""
     try:
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier  # its model ships in the package
+        import py3langid.langid  # noqa: F401  its model ships in the package
     except ImportError:
         raise MtkitError(
             f"{needed_by} needs the language identifier py3langid: pip install 'mtkit[langid]' (or pip install py3langid)"
         ) from None
+    return copy.copy(_loaded_identifier())
+
+
+@functools.cache
+def _loaded_identifier() -> Any:
+    """py3langid's model, read and decompressed once: `set_languages` replaces an identifier's tables (never
+    changes them in place), so each copy of this one can narrow its own languages."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
     return LanguageIdentifier.from_model_file(MODEL_FILE)

@@ -54,6 +54,17 @@ def test_language_identification_drops_wrong_languages_and_copies_and_keeps_the_
     assert all(verdicts[i] == "target fr" for i in where["wrong_language"])
 
 
+def test_each_identifier_narrows_its_own_languages_of_a_model_read_once():
+    first, second = language_identifier("data.langid"), language_identifier("--off-target")
+    assert first.tk_nextmove is second.tk_nextmove  # one model in the process
+    everything = len(second.nb_classes)
+    first.set_languages(["de", "en"])
+    assert sorted(first.nb_classes) == ["de", "en"] and first.nb_ptc.shape[1] == 2
+    assert len(second.nb_classes) == second.nb_ptc.shape[1] == everything > 90
+    assert second.classify("Ein kleiner Hund rennt über eine grüne Wiese.")[0] == "de"
+    assert len(language_identifier("data.langid").nb_classes) == everything
+
+
 def test_the_cleaning_report_counts_each_rule_and_lists_what_the_filters_dropped(noisy, identifier):
     pairs, where = noisy
     cleaner = Cleaner(DataConfig(), [LanguageFilter(identifier)])
