@@ -40,6 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
     atexit.register(gc.freeze)  # the worker's exit skips the last collections over torch's objects (as mtkit.cli.main)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once the tests are collected, what the imports made (torch's, transformers' and mtkit's objects, most of a
+    worker's heap) goes to the collector's permanent generation: its full collections, during the tests and in
+    pytest's own at the end, then walk only what the tests make."""
+    gc.freeze()
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test under integration/ and system/, and every test that uses a slow fixture

@@ -8,7 +8,9 @@ loopback port with an HTTP client, and a small random Transformer. Test files im
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import gzip
 import http.client
 import itertools
@@ -61,6 +63,14 @@ REVERSE_PROBES = ["a b c", "a b c d", "e f g", "d e f g h", "h i j", "a b c d e 
 CLI_RECIPE_STEPS = 30
 # The source and target vocabulary of `small_transformer`.
 SMALL_VOCAB = 40
+
+
+# The source files, as the tests that read them see them
+
+
+@functools.cache  # each file parsed once in a worker, for all the tests that read the sources (they only read the trees)
+def source_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 # Corpus files and recipes

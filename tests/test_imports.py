@@ -11,10 +11,11 @@ imported from the module that defines it, not through another one.
 from __future__ import annotations
 
 import ast
-import functools
 import importlib
 from collections import defaultdict
 from pathlib import Path
+
+from helpers import source_tree
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
 STAGES = [
@@ -36,9 +37,8 @@ def stage(module: str) -> str:
     return parts[1] if parts[1] in STAGES else "shared"
 
 
-@functools.cache  # parsed once for all the tests here, which only read the trees
 def modules() -> dict[str, ast.Module]:
-    return {module_name(path): ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))}
+    return {module_name(path): source_tree(path) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def imports_of(tree: ast.Module) -> list[tuple[str, list[str], bool]]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import source_tree
 
 from mtkit.decoding.files import FileOptions
 from mtkit.decoding.heatmaps import plot_attention
@@ -64,11 +65,11 @@ def test_functions_with_many_options_take_them_by_name(function):
     assert any(parameter.kind is inspect.Parameter.KEYWORD_ONLY for parameter in parameters)
 
 
-def positional_calls(source: str, where: str) -> list[str]:
-    """`where:line name` for each call in `source` of a class or function of LIMITS with more positional
+def positional_calls(tree: ast.Module, where: str) -> list[str]:
+    """`where:line name` for each call in `tree` of a class or function of LIMITS with more positional
     arguments than it takes (a `*args` counts as too many)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
             starred = any(isinstance(argument, ast.Starred) for argument in node.args)
@@ -79,11 +80,11 @@ def positional_calls(source: str, where: str) -> list[str]:
 
 def test_the_check_finds_a_planted_positional_call():
     planted = "def f(engine, batcher, model):\n    validate(model, valid, tokenizers)\n    QueuedRequest(lines)\n"
-    assert positional_calls(planted, "planted.py") == ["planted.py:2 validate", "planted.py:3 QueuedRequest"]
-    assert positional_calls("score_pairs(engine, tokenizers=t)\nLevers(compile=True)\n", "fine.py") == []
+    assert positional_calls(ast.parse(planted), "planted.py") == ["planted.py:2 validate", "planted.py:3 QueuedRequest"]
+    assert positional_calls(ast.parse("score_pairs(engine, tokenizers=t)\nLevers(compile=True)\n"), "fine.py") == []
 
 
 def test_no_option_object_is_built_positionally():
     files = [path for folder in ("mtkit", "tests", "benchmarks") for path in sorted((REPO / folder).rglob("*.py"))]
-    found = [call for path in files for call in positional_calls(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))]
+    found = [call for path in files for call in positional_calls(source_tree(path), str(path.relative_to(REPO)))]
     assert found == []

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers import source_tree
 
 from mtkit.errors import MtkitError
 from mtkit.run_files import RunFiles, checkpoint_file
@@ -30,7 +31,7 @@ def test_no_module_but_run_files_names_a_run_directorys_files():
     spelled = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name != "run_files.py":
-            names = _joined_names(ast.parse(path.read_text(encoding="utf-8")))
+            names = _joined_names(source_tree(path))
             if names:
                 spelled[str(path.relative_to(PACKAGE))] = names
     assert not spelled, f"use mtkit.run_files.RunFiles for these: {spelled}"

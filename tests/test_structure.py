@@ -4,22 +4,18 @@ one of its instances (a method moved out to fit a limit). Calls from a command t
 from __future__ import annotations
 
 import ast
-import functools
 from pathlib import Path
+
+from helpers import source_tree
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
 LONGEST_FUNCTION, LONGEST_CLASS = 50, 250
 
 
-@functools.cache  # each file parsed once for the tests here, which only read the trees
-def tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
-
-
 def definitions() -> list[tuple[str, ast.AST]]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(tree(path)):
+        for node in ast.walk(source_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.append((f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}", node))
     return found
@@ -63,7 +59,7 @@ def fields_set(function: ast.AST, names: set[str]) -> list[tuple[int, str]]:
 def test_no_module_level_function_sets_the_fields_of_an_instance_it_is_given():
     classes, offenders = mtkit_classes(), []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in tree(path).body:
+        for node in source_tree(path).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where, found = path.relative_to(PACKAGE.parent), fields_set(node, instances_given(node, classes))
                 offenders += [f"{where}:{line} {node.name} sets {field}" for line, field in found]

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from helpers import SLOW_FIXTURES, SLOW_TIERS
+from helpers import SLOW_FIXTURES, SLOW_TIERS, source_tree
 
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "mtkit"
@@ -60,7 +60,7 @@ def reachable(names: set[str], fixtures: dict[str, set[str]]) -> set[str]:
 
 def slow_tests(path: Path, shared: dict[str, set[str]]) -> list[str]:
     """The names of the tests in `path` marked slow, or reaching a slow fixture through the fixtures they ask for."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = source_tree(path)
     fixtures = {**shared, **fixtures_of(tree)}
     module_marks = [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assign) and "pytestmark" in ast.unparse(node)]
     module_fixtures = {name for mark in module_marks for name in used_fixtures(ast.parse(mark))}
@@ -77,7 +77,7 @@ def slow_tests(path: Path, shared: dict[str, set[str]]) -> list[str]:
 
 def what_starts_things(path: Path) -> set[str]:
     """The modules, helpers and fixtures in `path` that start a process, a server or a browser."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = source_tree(path)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
