@@ -26,6 +26,7 @@ import yaml
 from mtkit.errors import MtkitError, one_line
 from mtkit.options import BadBytes
 from mtkit.run_files import RunFiles
+from mtkit.textio import parse_yaml
 
 # Keys that older versions wrote into saved configs and no longer exist; `saved=True` drops them.
 RETIRED_KEYS = frozenset({"decode.nbest"})
@@ -666,7 +667,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
     if not path.is_file():
         raise MtkitError(f"{path}: recipe not found; give the path of a YAML recipe such as recipes/multi30k/transformer.yaml")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = parse_yaml(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
         raise MtkitError(f"{path}: not valid YAML ({one_line(err, limit=300)}); fix the recipe file") from None
     if not isinstance(raw, dict):
@@ -712,7 +713,7 @@ def _parent_recipe(path: Path, source: str) -> dict[str, Any]:
             f"{source}: 'train.init_from' is {str(path)!r}, which does not exist; give a run directory or checkpoint"
         )
     try:
-        recipe = yaml.safe_load(saved.read_text(encoding="utf-8"))
+        recipe = parse_yaml(saved.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise MtkitError(
             f"{source}: 'train.init_from' {str(path)!r}: cannot read the parent's {saved.name} ({one_line(err)}); "
@@ -765,7 +766,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not sep or not key.strip():
         raise MtkitError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.max_steps=100")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = parse_yaml(text) if text.strip() else None
     except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         value = text
     parts = key.strip().split(".")

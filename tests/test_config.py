@@ -28,6 +28,7 @@ from mtkit.config import (
     parse_duration,
 )
 from mtkit.errors import MtkitError
+from mtkit.textio import parse_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K_RECIPE = REPO / "recipes" / "multi30k" / "transformer.yaml"
@@ -363,12 +364,12 @@ def test_default_config_round_trips():
 def load_shipped_recipe(recipe: Path, tmp_path: Path) -> Config:
     """A shipped recipe as loaded; a fine-tuning one against a stand-in for its parent: a run directory
     holding the config its parent recipe (the recipe beside it whose run it names) saves."""
-    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    raw = parse_yaml(recipe.read_text(encoding="utf-8"))
     parent_run = (raw.get("train") or {}).get("init_from")
     if not parent_run:
         return load_config(recipe)
     parents = [
-        other for other in recipe.parent.glob("*.yaml") if f"runs/{yaml.safe_load(other.read_text())['name']}" == parent_run
+        other for other in recipe.parent.glob("*.yaml") if f"runs/{parse_yaml(other.read_text())['name']}" == parent_run
     ]
     assert len(parents) == 1, f"{recipe.name}: train.init_from names no recipe of its folder"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(load_config(parents[0]))))

@@ -1,4 +1,5 @@
-"""The one file writer: every file mtkit writes is replaced whole, with the mode the umask gives a new file."""
+"""The one file writer: every file mtkit writes is replaced whole, with the mode the umask gives a new file; and the
+one YAML reader."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from mtkit.config import Config
 from mtkit.distributed import Distributed
@@ -15,7 +17,7 @@ from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.evaluation.report import save_scores
 from mtkit.models.checkpoint import save_checkpoint
-from mtkit.textio import atomic_file, atomic_output, say, write_file, write_lines
+from mtkit.textio import SAFE_LOADER, atomic_file, atomic_output, parse_yaml, say, write_file, write_lines
 from mtkit.training.run_writer import RunWriter
 
 
@@ -89,3 +91,14 @@ def test_say_writes_a_status_line_on_stderr_from_the_main_rank_only(capsys):
     say("three", distributed=Distributed(rank=1, world_size=2))
     captured = capsys.readouterr()
     assert captured.err == "one\ntwo\n" and captured.out == ""
+
+
+def test_yaml_is_read_by_libyaml_where_pyyaml_has_it_with_safe_loads_values_and_errors():
+    assert (SAFE_LOADER is yaml.CSafeLoader) == yaml.__with_libyaml__
+    for path in sorted((Path(__file__).resolve().parents[1] / "recipes").rglob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert parse_yaml(text) == yaml.safe_load(text), path
+    assert parse_yaml("lr: 3e-4\nsteps: 0x10\nname: ~\non: yes") == {"lr": "3e-4", "steps": 16, "name": None, True: True}
+    for bad in ("a: [1, 2", "a: b: c", "!!python/object/apply:os.system ['true']", "a: \x00"):
+        with pytest.raises(yaml.YAMLError):
+            parse_yaml(bad)

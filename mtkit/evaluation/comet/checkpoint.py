@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from mtkit.errors import MtkitError, one_line
+from mtkit.textio import parse_yaml
 
 HPARAMS = "hparams.yaml"
 CHECKPOINT = Path("checkpoints") / "model.ckpt"
@@ -95,7 +96,7 @@ def _download(hub_id: str) -> Path:
 
 def _read_hparams(path: Path) -> dict:
     try:
-        hparams = yaml.safe_load(path.read_text(encoding="utf-8"))
+        hparams = parse_yaml(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise MtkitError(f"{path}: not readable YAML ({one_line(err)})") from None
     if not isinstance(hparams, dict) or hparams.get("class_identifier") not in CLASSES:
