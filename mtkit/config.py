@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import sys
@@ -809,8 +810,7 @@ def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
     """Convert and check one section (recursively): unknown keys, types, architecture, rules."""
     if not isinstance(raw, dict):
         raise MtkitError(f"{source}: '{prefix.rstrip('.') or 'recipe'}' must be a mapping, got {raw!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
+    fields, hints = _schema(cls)
     values = {}
     for key, value in _renamed(raw, prefix, source, saved).items():
         if key not in fields:
@@ -832,6 +832,12 @@ def _build(cls: type, raw: Any, prefix: str, source: str, saved: bool) -> Any:
         section = cls(**{key: value for key, value in values.items() if key not in foreign})
     _check_rules(section, prefix, source)
     return section
+
+
+@functools.cache  # every config a process builds reads the same section classes
+def _schema(cls: type) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
+    """A section class's fields by name, and their types resolved from the annotations' text."""
+    return {f.name: f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
 
 
 def _renamed(raw: dict[str, Any], prefix: str, source: str, saved: bool) -> dict[str, Any]:
