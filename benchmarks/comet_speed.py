@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/comet_speed.json"))
     common.add_smoke_options(parser)
     args = parser.parse_args()
-    args.shape, args.threads, args.checkpoint = BASE, args.threads or torch.get_num_threads(), None
+    args.shape, args.threads, args.checkpoint, args.data = BASE, args.threads or torch.get_num_threads(), None, DATA
     if args.comet_python is None and not args.smoke:
         args.comet_python = COMET_PYTHON
     return args
@@ -57,11 +57,13 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
     # (folder, encoder folder, the folder its relative pretrained_model is found from)
     args.checkpoint = (FIXTURES / "regression", FIXTURES / "tiny-xlmr", FIXTURES)
     args.shape, args.sentences, args.repeats = "tests/fixtures/comet/regression", 32, 1
+    args.data = common.SMOKE_SOURCE  # the tests' own slice: a clone alone runs the smoke mode
 
 
-def triples(count: int) -> dict[str, list[str]]:
-    """Multi30k test2016: German sources, English references, and as translations the references one line on."""
-    src, ref = (common.first_lines(DATA / f"test_2016_flickr.{lang}.gz", count) for lang in ("de", "en"))
+def triples(data: Path, count: int) -> dict[str, list[str]]:
+    """Multi30k test2016 in `data`: German sources, English references, and as translations the references one
+    line on."""
+    src, ref = (common.first_lines(data / f"test_2016_flickr.{lang}.gz", count) for lang in ("de", "en"))
     return {"src": src, "mt": ref[1:] + ref[:1], "ref": ref}
 
 
@@ -114,7 +116,7 @@ def measure(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="mtkit-comet-speed-") as scratch:
         pairs = Path(scratch) / "pairs.json"
         checkpoint = args.checkpoint or build(args, Path(scratch) / "checkpoint")
-        pairs.write_text(json.dumps(triples(args.sentences), ensure_ascii=False), encoding="utf-8")
+        pairs.write_text(json.dumps(triples(args.data, args.sentences), ensure_ascii=False), encoding="utf-8")
         turns: dict[str, list[dict]] = {name: [] for name in systems}
         for _ in range(args.repeats):
             for name in systems:
