@@ -19,9 +19,9 @@ def test_a_line_piped_in_is_answered_before_the_input_ends(reverse_run):
         process.stdin.flush()
         # stdin stays open: a translator that waited for the end of input would never answer.
         assert process.stdout.readline() == b"c b a\n"
-        process.stdin.write(b"d e\n")
+        process.stdin.write(b"e f g\n")
         process.stdin.flush()
-        assert process.stdout.readline() == b"e d\n"
+        assert process.stdout.readline() == b"g f e\n"
     finally:
         process.stdin.close()
         process.wait(timeout=60)

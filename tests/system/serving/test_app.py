@@ -93,8 +93,8 @@ def test_options_reach_the_engine(server, sources):
     assert aligned["text"] == reverse(sources[4]) and all(len(pair) == 2 for pair in aligned["alignment"])
     samples = [translate(port, [sources[5]], sampling="topk:3", temperature=2.0, seed=4).body for _ in range(2)]
     assert samples[0] == samples[1]
-    termed = translate(port, ["a b c", "d e"], beam=3, constraints=[["l"], []], constraints_order="given").body
-    assert "l" in termed["translations"][0].split() and termed["translations"][1] == "e d" and termed["unmet"] == [[], []]
+    termed = translate(port, ["a b c", "e f g"], beam=3, constraints=[["l"], []], constraints_order="given").body
+    assert "l" in termed["translations"][0].split() and termed["translations"][1] == "g f e" and termed["unmet"] == [[], []]
 
 
 @pytest.mark.slow
