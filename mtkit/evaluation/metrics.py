@@ -1,4 +1,4 @@
-"""Corpus-level BLEU, chrF and TER from sacrebleu, each reported with sacrebleu's signature.
+"""The table of metrics, and corpus-level BLEU, chrF and TER from sacrebleu, each reported with sacrebleu's signature.
 
 sacrebleu is imported inside the functions that need it, so importing this module
 (and running `mtkit --help`) stays fast.
@@ -20,8 +20,71 @@ if TYPE_CHECKING:
 # sacrebleu's closest protocol is lowercased BLEU with its 13a tokenizer; it is
 # reported next to (never instead of) the standard cased BLEU.
 LOWERCASED_BLEU = "BLEU (lowercased, tokenized)"
-# `evaluate --metric`'s neural metrics (mtkit.evaluation.comet), by the names the reports give them.
-QUALITY_METRICS = {"comet": "COMET", "qe": "COMET-QE"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricRow:
+    """One metric, as every part of mtkit names, computes, signs and compares it.
+
+    `key` is how options name it (`--metric`, `train.validate_metric`, `mbr_utility`), `name` how reports,
+    scores.json, log lines and paired tests name it. A sacreBLEU metric (`sacrebleu` names its class, built with
+    `options`) is computed from corpus statistics and signed with sacreBLEU's signature; a COMET metric is the mean
+    of a COMET model's sentence scores, signed with the model's (`mtkit.evaluation.comet`).
+    """
+
+    key: str
+    name: str
+    higher_is_better: bool
+    digits: int  # decimals reported: 4 for COMET, whose scores sit near 0-1
+    needs_references: bool
+    paired: bool  # compared by `evaluate --compare`'s paired tests
+    sacrebleu: str | None = None  # BLEU, CHRF or TER; None: a COMET model's sentence scores
+    options: tuple[tuple[str, object], ...] = ()  # the sacreBLEU metric's arguments other than its defaults
+
+    def scorer(self) -> Metric:
+        """A new sacreBLEU metric object for this row (sacreBLEU's objects keep state, so each use builds one)."""
+        import sacrebleu.metrics
+
+        if self.sacrebleu is None:
+            raise MtkitError(f"{self.name} is scored by a COMET model, not by sacreBLEU: load one with mtkit.evaluation.comet")
+        return getattr(sacrebleu.metrics, self.sacrebleu)(**dict(self.options))
+
+
+# Every metric mtkit reports, in report order: the sacreBLEU rows are `score_corpus`'s, the COMET rows
+# `evaluate --metric`'s. Read by key (`METRICS["bleu"]`) or report name (`metric_named`), never by position.
+METRICS: dict[str, MetricRow] = {
+    row.key: row
+    for row in (
+        MetricRow(key="bleu", name="BLEU", higher_is_better=True, digits=2, needs_references=True, paired=True, sacrebleu="BLEU"),
+        MetricRow(key="chrf", name="chrF", higher_is_better=True, digits=2, needs_references=True, paired=True, sacrebleu="CHRF"),
+        MetricRow(key="ter", name="TER", higher_is_better=False, digits=2, needs_references=True, paired=True, sacrebleu="TER"),
+        MetricRow(
+            key="bleu_lowercased",
+            name=LOWERCASED_BLEU,
+            higher_is_better=True,
+            digits=2,
+            needs_references=True,
+            paired=False,
+            sacrebleu="BLEU",
+            options=(("lowercase", True), ("tokenize", "13a")),
+        ),
+        MetricRow(key="comet", name="COMET", higher_is_better=True, digits=4, needs_references=True, paired=True),
+        MetricRow(key="qe", name="COMET-QE", higher_is_better=True, digits=4, needs_references=False, paired=True),
+    )
+}
+
+
+def metric_named(name: str) -> MetricRow:
+    """The row of the metric that reports call `name` ("BLEU", "COMET-QE")."""
+    for row in METRICS.values():
+        if row.name == name:
+            return row
+    raise MtkitError(f"metric {name!r}: not one mtkit reports; choose one of {', '.join(r.name for r in METRICS.values())}")
+
+
+def sacrebleu_rows() -> list[MetricRow]:
+    """The metrics `score_corpus` reports, computed by sacreBLEU, in report order."""
+    return [row for row in METRICS.values() if row.sacrebleu is not None]
 
 
 @dataclass
@@ -66,10 +129,11 @@ def score_corpus(hyps: list[str], refs: list[list[str]]) -> EvalResult:
     """
     _check_lengths(hyps, refs)
     scores = []
-    for name, metric in _metrics():
+    for row in sacrebleu_rows():
+        metric = row.scorer()
         result = metric.corpus_score(hyps, refs)
         # The signature records the number of references, so it is read after scoring.
-        scores.append(Score(name, float(result.score), str(metric.get_signature())))
+        scores.append(Score(row.name, float(result.score), str(metric.get_signature()), digits=row.digits))
     return EvalResult(scores=scores, num_sentences=len(hyps))
 
 
@@ -88,24 +152,12 @@ def _check_lengths(hyps: list[str], refs: list[list[str]]) -> None:
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
     """Corpus BLEU of one reference stream, as `score_corpus` reports it (validation's score)."""
-    return float(_metrics()[0][1].corpus_score(hypotheses, [references]).score)
+    return float(METRICS["bleu"].scorer().corpus_score(hypotheses, [references]).score)
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> float:
     """Corpus chrF2 of one reference stream, as `score_corpus` reports it."""
-    return float(_metrics()[1][1].corpus_score(hypotheses, [references]).score)
-
-
-def _metrics() -> list[tuple[str, Metric]]:
-    """The reported metrics, in report order; sacrebleu defaults unless stated."""
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
-    return [
-        ("BLEU", BLEU()),
-        ("chrF", CHRF()),
-        ("TER", TER()),
-        (LOWERCASED_BLEU, BLEU(lowercase=True, tokenize="13a")),
-    ]
+    return float(METRICS["chrf"].scorer().corpus_score(hypotheses, [references]).score)
 
 
 def evaluate_files(hyp: Path, refs: list[Path]) -> EvalResult:

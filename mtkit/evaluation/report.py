@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
 from mtkit.evaluation.language import off_target_rate
-from mtkit.evaluation.metrics import QUALITY_METRICS, EvalResult, Score, bleu, chrf, score_corpus
+from mtkit.evaluation.metrics import METRICS, EvalResult, Score, bleu, chrf, score_corpus
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
 from mtkit.evaluation.significance import Comparison, PairedTests, compare_sentence_scores, compare_systems
 from mtkit.run_files import RunFiles
@@ -46,7 +46,7 @@ class EvaluateRequest:
     src_lang: str | None = None  # with models: the source's language code (an imported NLLB-200, M2M-100 or mBART-50)
     off_target: bool = False  # report the share of outputs not in the target language (py3langid)
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
-    metric: str | None = None  # "comet" or "qe": also a COMET model's score (QUALITY_METRICS), from `comet`
+    metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
 
 
@@ -171,7 +171,7 @@ def _quality_scorer(request: EvaluateRequest) -> CometScorer | None:
 
 def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: CometScorer, metric: str) -> None:
     """Each system's COMET (or COMET-QE) score, the mean of its sentence scores, beside sacreBLEU's."""
-    sources, name = systems.sources, QUALITY_METRICS[metric]
+    sources, row = systems.sources, METRICS[metric]
     if sources is None:
         raise MtkitError(f"--metric {metric} reads the sources too: give --src FILE with --hyp")
     if len(sources) != len(systems.hypotheses[0]):
@@ -179,8 +179,8 @@ def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: 
     references = systems.references[0] if scorer.needs_references else None
     for report, hypotheses in zip(reports, systems.hypotheses, strict=True):
         sentences = scorer.score(sources, hypotheses, references, progress=True)
-        report.result.scores.append(Score(name, sum(sentences) / len(sentences), scorer.signature, digits=4))
-        report.sentence_scores[name] = sentences
+        report.result.scores.append(Score(row.name, sum(sentences) / len(sentences), scorer.signature, digits=row.digits))
+        report.sentence_scores[row.name] = sentences
 
 
 def _band_verdict(bleu: float, band: tuple[float, float], what: str) -> str:

@@ -20,6 +20,7 @@ from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
+from mtkit.evaluation.metrics import METRICS
 
 Triple = tuple[str, str, str]  # (source, hypothesis, reference)
 
@@ -119,9 +120,7 @@ class Reranker:
         """The utility of each hypothesis against its reference: sentence chrF, or COMET (which reads the source)."""
         if self.scorer is not None:
             return self.scorer.score([s for s, _, _ in triples], [h for _, h, _ in triples], [r for _, _, r in triples])
-        from sacrebleu.metrics import CHRF
-
-        metric = CHRF()  # chrF2, as `mtkit evaluate` reports it
+        metric = METRICS["chrf"].scorer()  # chrF2, as `mtkit evaluate` reports it
         return [float(metric.sentence_score(hypothesis, [reference]).score) for _, hypothesis, reference in triples]
 
 

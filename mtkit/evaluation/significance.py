@@ -16,9 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mtkit.errors import MtkitError
-from mtkit.evaluation.metrics import QUALITY_METRICS
-
-METRICS = ("BLEU", "chrF", "TER")
+from mtkit.evaluation.metrics import METRICS, metric_named
 
 
 @dataclass
@@ -56,14 +54,14 @@ class Comparison:
 
     def format(self, alpha: float = 0.05) -> str:
         """A table per metric: score, mean ± 95% CI, and both p-values, * marking p < alpha."""
-        comet = ", COMET's over its sentence scores" if set(self.scores) & set(QUALITY_METRICS.values()) else ""
+        comet = ", COMET's over its sentence scores" if any(metric_named(m).sacrebleu is None for m in self.scores) else ""
         lines = [
             f"paired tests against {self.systems[0]} (sacreBLEU{comet}; bootstrap: {self.bootstrap_samples} resamples, "
             f"approximate randomisation: {self.randomisation_trials} trials, seed {self.seed})"
         ]
         width = max(len(name) for name in self.systems)
         for metric, scores in self.scores.items():
-            digits = 4 if metric in QUALITY_METRICS.values() else 2  # COMET's scores sit near 0-1
+            digits = metric_named(metric).digits
             lines.append(f"{metric:<{width}}  score   mean ± 95% CI     p (bootstrap)  p (randomisation)")
             for name, result in zip(self.systems, scores, strict=True):
                 p_values = "  baseline" if result.p_bootstrap is None else _p_values(result, alpha)
@@ -79,7 +77,6 @@ def compare_systems(
     tests: PairedTests = PairedTests(),
 ) -> Comparison:
     """Compare each system with the first; every hypothesis list and reference stream is aligned."""
-    from sacrebleu.metrics import BLEU, CHRF, TER
     from sacrebleu.significance import PairedTest
 
     if len(hypotheses) < 2:
@@ -89,12 +86,16 @@ def compare_systems(
             if len(hyps) != len(stream):
                 raise MtkitError(f"{name} has {len(hyps)} lines but a reference has {len(stream)}; give aligned files")
     systems = list(zip(names, [list(h) for h in hypotheses], strict=True))
+    paired = [row for row in METRICS.values() if row.paired and row.sacrebleu is not None]
     results = {}
     with _seed(tests.seed):
         for test, samples in (("bs", tests.bootstrap_samples), ("ar", tests.randomisation_trials)):
-            metrics = {"BLEU": BLEU(), "chrF": CHRF(), "TER": TER()}
+            metrics = {row.name: row.scorer() for row in paired}
             _, found = PairedTest(systems, metrics, [list(r) for r in references], test, samples, -1)()
-            results[test] = [found[key] for key in found if key != "System"]  # sacreBLEU's names, e.g. chrF2
+            # sacreBLEU renames each metric (chrF -> chrF2) and keeps the order it was given, so its results are
+            # matched to the rows in that order
+            renamed = [key for key in found if key != "System"]
+            results[test] = dict(zip(metrics, (found[key] for key in renamed), strict=True))
     scores = {
         metric: [
             SystemScore(
@@ -105,7 +106,7 @@ def compare_systems(
             )
             for n, (bs, ar) in enumerate(zip(bs_results, ar_results, strict=True))
         ]
-        for metric, bs_results, ar_results in zip(METRICS, results["bs"], results["ar"], strict=True)
+        for metric, bs_results, ar_results in ((name, results["bs"][name], results["ar"][name]) for name in results["bs"])
     }
     return Comparison(list(names), scores, tests.seed, tests.bootstrap_samples, tests.randomisation_trials)
 

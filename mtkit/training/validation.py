@@ -23,7 +23,7 @@ from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
-from mtkit.evaluation.metrics import QUALITY_METRICS, bleu, chrf
+from mtkit.evaluation.metrics import METRICS, bleu, chrf
 from mtkit.models.base import EncoderDecoder
 from mtkit.runtime import autocast
 from mtkit.training.batches import ParallelIds
@@ -49,7 +49,7 @@ class Quality:
 
     def describe(self) -> str:
         """'COMET 0.7312 (T s)', as the training log prints it."""
-        return f"{QUALITY_METRICS[self.metric]} {self.score:.4f} ({self.seconds:.1f} s)"
+        return f"{METRICS[self.metric].name} {self.score:.4f} ({self.seconds:.1f} s)"
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def validation_line(progress: Progress, result: Validation) -> str:
     BLEU 20.10, COMET 0.7312 (T s) (best COMET 0.7312 at step 500)'; with BLEU, '(best 20.10 at step 500)'."""
     per_direction = f" (mean of {result.describe()})" if result.directions else ""
     quality = f", {result.quality.describe()}" if result.quality is not None else ""
-    best = f"{progress.best_bleu:.2f}" if progress.metric == "bleu" else f"{QUALITY_METRICS[progress.metric]} {progress.best:.4f}"
+    best = f"{progress.best_bleu:.2f}" if progress.metric == "bleu" else f"{METRICS[progress.metric].name} {progress.best:.4f}"
     return (
         f"step {progress.step}: valid loss {result.loss:.3f}, BLEU {result.bleu:.2f}{per_direction}{quality} "
         f"(best {best} at step {progress.best_step})"
@@ -105,7 +105,7 @@ def best_text(progress: Progress) -> str:
     """The best validation so far by the run's metric: 'BLEU 20.10', or 'COMET 0.7400 (BLEU 20.10)'."""
     if progress.metric == "bleu":
         return f"BLEU {progress.best_bleu:.2f}"
-    return f"{QUALITY_METRICS[progress.metric]} {progress.best:.4f} (BLEU {progress.best_bleu:.2f})"
+    return f"{METRICS[progress.metric].name} {progress.best:.4f} (BLEU {progress.best_bleu:.2f})"
 
 
 def final_weights_report(stem: str, result: Validation, progress: Progress) -> tuple[dict[str, float], str]:
@@ -115,7 +115,7 @@ def final_weights_report(stem: str, result: Validation, progress: Progress) -> t
     fields = {f"{stem}_{key}": score for key, score in result.weights_record().items()}
     if result.quality is None or progress.metric == "bleu":
         return fields | {"best_valid_bleu": progress.best_bleu}, f"valid BLEU {result.bleu:.2f}, best.pt {progress.best_bleu:.2f}"
-    name = QUALITY_METRICS[progress.metric]
+    name = METRICS[progress.metric].name
     said = f"valid BLEU {result.bleu:.2f}, {name} {result.quality.score:.4f}, best.pt {name} {progress.best:.4f}"
     return fields | {f"best_valid_{progress.metric}": progress.best}, said
 

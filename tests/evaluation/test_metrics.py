@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -10,7 +11,7 @@ import pytest
 import sacrebleu
 
 from mtkit.errors import MtkitError
-from mtkit.evaluation.metrics import LOWERCASED_BLEU, EvalResult, score_corpus
+from mtkit.evaluation.metrics import LOWERCASED_BLEU, METRICS, EvalResult, score_corpus
 from mtkit.textio import read_lines
 
 VERSION = sacrebleu.__version__
@@ -226,3 +227,33 @@ def test_read_lines_bad_bytes_name_the_line(tmp_path):
     with pytest.raises(MtkitError) as info:
         read_lines(path)
     assert str(info.value) == f"{path}:3: not valid UTF-8 (byte 0xe9 at column 4); convert the file to UTF-8"
+
+
+def test_every_option_that_names_a_metric_names_a_row_of_the_table():
+    from mtkit.config import TrainConfig
+    from mtkit.options import MbrUtility, QualityMetric
+
+    validate = dataclasses.fields(TrainConfig)
+    choices = next(f for f in validate if f.name == "validate_metric").metadata["choices"]
+    named = {*(m.value for m in QualityMetric), *(u.value for u in MbrUtility), *choices}
+    assert named <= set(METRICS)
+    assert {row.name for row in METRICS.values()} >= {"BLEU", "chrF", "TER", LOWERCASED_BLEU, "COMET", "COMET-QE"}
+    assert [row.key for row in METRICS.values()] == list(METRICS)
+
+
+def test_a_row_added_first_changes_no_other_metrics_score(monkeypatch):
+    """Scores are read from the table by name, so a metric added anywhere leaves what "BLEU" means alone."""
+    from mtkit.evaluation import metrics
+
+    hyps, refs = README_HYPS, README_REFS
+    before = score_corpus(hyps, refs).to_dict()["scores"]
+    added = metrics.MetricRow(key="chrf_word", name="chrF++", higher_is_better=True, digits=2, needs_references=True,
+                              paired=False, sacrebleu="CHRF", options=(("word_order", 2),))  # fmt: skip
+    monkeypatch.setattr(metrics, "METRICS", {"chrf_word": added, **metrics.METRICS})
+    after = score_corpus(hyps, refs).to_dict()["scores"]
+    assert {name: after[name] for name in before} == before
+    assert list(after)[0] == "chrF++" and after["chrF++"]["score"] != before["chrF"]["score"]
+    assert metrics.bleu(hyps, refs[0]) == sacrebleu.corpus_bleu(hyps, [refs[0]]).score
+    assert metrics.metric_named("TER").higher_is_better is False
+    with pytest.raises(MtkitError, match="metric 'BLUE': not one mtkit reports"):
+        metrics.metric_named("BLUE")
