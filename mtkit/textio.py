@@ -32,10 +32,6 @@ BYTE_ORDER_MARK = "\ufeff"
 # PyYAML's safe loader with libyaml's scanner and parser in C where PyYAML was built with it: the same values and
 # the same error classes as `yaml.safe_load`, read many times faster.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# The longest line `line_windows` reads (without its "\n"): a paragraph or a page fits many times over, and a line
-# that never ends (a stream of bytes without "\n") is one error, not all of memory
-MAX_LINE_BYTES = 16 << 20
-READ_BYTES = 1 << 16  # what one read of a pipe or terminal asks for
 
 
 def say(message: str, *, distributed: Distributed | None = None) -> None:
@@ -196,6 +192,12 @@ def count_lines(path: Path) -> int:
 def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]:
     """Read a UTF-8 text file (.gz fine) as one string per line."""
     return [text for _, text in file_lines(Path(path), bad_bytes, fix)]
+
+
+# The longest line `line_windows` reads (without its "\n"): a paragraph or a page fits many times over, and a line
+# that never ends (a stream of bytes without "\n") is one error, not all of memory
+MAX_LINE_BYTES = 16 << 20
+READ_BYTES = 1 << 16  # what one read of a pipe or terminal asks for
 
 
 def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: str = "") -> Iterator[list[str]]:
