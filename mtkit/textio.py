@@ -18,7 +18,7 @@ import unicodedata
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import yaml
 from tqdm import tqdm
@@ -194,12 +194,19 @@ def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]
     return [text for _, text in file_lines(Path(path), bad_bytes, fix)]
 
 
+# The longest line `line_windows` reads (without its "\n"): a paragraph or a page fits many times over, and a line
+# that never ends (a stream of bytes without "\n") is one error, not all of memory
+MAX_LINE_BYTES = 16 << 20
+READ_BYTES = 1 << 16  # what one read of a pipe or terminal asks for
+
+
 def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: str = "") -> Iterator[list[str]]:
     """Lines of `path` (standard input when None) in windows of at most `size`, read as they come.
 
     A window is also given out early when no more input is waiting (a pipe or a terminal with a
     partial or no next line), so a line written into a pipe is answered without waiting for the
-    end of input. Memory holds one window, whatever the input's size.
+    end of input. Memory holds one window, whatever the input's size; a line of more than
+    `MAX_LINE_BYTES` is one error naming it.
     """
     with _LineSource.open(path) as source:
         window: list[str] = []
@@ -213,12 +220,17 @@ def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: st
 
 
 class _LineSource:
-    """Byte lines of a file or stream as they arrive, and whether another is ready without waiting."""
+    """Byte lines of a file or stream as they arrive, each of at most `MAX_LINE_BYTES`, and whether another is ready
+    without waiting."""
 
     def __init__(self, handle: IO[bytes], name: str, fd: int | None) -> None:
         self.handle, self.name, self.fd = handle, name, fd  # fd: a pipe or terminal to poll; None: never waits
+        self.max_line_bytes = MAX_LINE_BYTES
         self.pending: deque[bytes] = deque()
-        self.partial = b""
+        # the pieces of a line not ended yet, joined once when it ends: a long line is not copied at every read
+        self.partial: list[bytes] = []
+        self.partial_size = 0
+        self.count = 0  # the lines read so far
         self.ended = False
 
     @classmethod
@@ -240,7 +252,7 @@ class _LineSource:
 
     def lines(self) -> Iterator[bytes]:
         if self.fd is None:
-            yield from self.handle
+            yield from self._file_lines()
             return
         while not self.ended or self.pending:
             if not self.pending:
@@ -252,15 +264,44 @@ class _LineSource:
         """Whether the next line can be had without waiting for more input."""
         return self.fd is None or bool(self.pending) or self.ended or bool(select.select([self.fd], [], [], 0)[0])
 
+    def _file_lines(self) -> Iterator[bytes]:
+        """The lines of a file (or of a stand-in or redirected stdin), none read past a byte over the cap."""
+        while line := self.handle.readline(self.max_line_bytes + 1):
+            self.count += 1
+            if len(line) > self.max_line_bytes and not line.endswith(b"\n"):
+                self._refuse(self.count)
+            yield line
+
     def _read(self) -> None:
-        chunk = os.read(self.fd, 1 << 16)  # what has arrived (waits only when nothing has)
+        chunk = os.read(self.fd, READ_BYTES)  # what has arrived (waits only when nothing has)
         if not chunk:
             self.ended = True
             if self.partial:
-                self.pending.append(self.partial)
+                self._take([b"".join(self.partial)], ending=b"")
             return
-        *complete, self.partial = (self.partial + chunk).split(b"\n")
-        self.pending.extend(line + b"\n" for line in complete)
+        *complete, rest = chunk.split(b"\n")  # only the new bytes are searched
+        if complete:
+            complete[0] = b"".join([*self.partial, complete[0]])
+            self.partial, self.partial_size = [], 0
+            self._take(complete)
+        if rest:
+            self.partial.append(rest)
+            self.partial_size += len(rest)
+            if self.partial_size > self.max_line_bytes:
+                self._refuse(self.count + 1)
+
+    def _take(self, lines: list[bytes], ending: bytes = b"\n") -> None:
+        """Queue `lines` (without their endings), or stop at the first over the cap."""
+        if max(map(len, lines)) > self.max_line_bytes:
+            self._refuse(self.count + 1 + next(i for i, line in enumerate(lines) if len(line) > self.max_line_bytes))
+        self.pending.extend(line + ending for line in lines)
+        self.count += len(lines)
+
+    def _refuse(self, number: int) -> NoReturn:
+        raise MtkitError(
+            f"{self.name}:{number}: a line of more than {self.max_line_bytes:,} bytes; split it into lines of at most "
+            "that size (a sentence or a paragraph a line)"
+        )
 
 
 def write_lines(lines: list[str], path: Path | None) -> None:

@@ -24,6 +24,11 @@ from mtkit.textio import file_lines, model_text
 Pair = tuple[str, str]
 
 PROGRESS_MIN_BYTES = 4_000_000  # roughly 100k lines: smaller files are read without a progress bar
+# A training side may hold this many characters per word data.max_len allows: far more than the words of a sentence
+# take, so only a line that is no sentence (a page without spaces, an encoded blob) reaches it, and no model reads it
+CHARACTERS_PER_WORD = 20
+# What Python's str.splitlines ends a line at: each becomes a space in a one-line field, so no reader sees a new row
+_LINE_BREAKS = str.maketrans(dict.fromkeys("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
 
 
 def iter_split(
@@ -33,6 +38,7 @@ def iter_split(
     normalize: str = "NFC",
     recipe_key: str = "data.<split>",
     bad_bytes: str = "error",
+    max_chars: int | None = None,
 ) -> Iterator[Pair]:
     """The sentence pairs of one split, normalized and stripped, read lazily, at most `split.limit` of them.
 
@@ -40,6 +46,9 @@ def iter_split(
     pairs, so parallel files are only checked that far. `recipe_key` (such as "data.train") names
     the split in error messages. `bad_bytes="replace"` replaces bytes that are not UTF-8 (and warns
     with the count of lines) instead of stopping. `list(iter_split(...))` reads a whole split.
+    With `max_chars` (the training split's `character_cap`), a pair with a longer side comes cut to
+    `max_chars + 1` characters a side and not normalized: the cleaner drops it as too long, and
+    neither normalization nor a chunk of pairs holds the rest of it.
     """
     if normalize not in choices(DataConfig, "normalize"):
         raise MtkitError(f"data.normalize is {normalize!r}; choose one of {', '.join(choices(DataConfig, 'normalize'))}")
@@ -54,7 +63,20 @@ def iter_split(
         raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
-    return ((model_text(src, normalize), model_text(tgt, normalize)) for src, tgt in itertools.islice(raw_pairs, split.limit))
+    return (_model_pair(pair, normalize, max_chars) for pair in itertools.islice(raw_pairs, split.limit))
+
+
+def character_cap(config: DataConfig) -> int:
+    """The most characters a training side may hold (`CHARACTERS_PER_WORD` a word of `data.max_len`)."""
+    return config.max_len * CHARACTERS_PER_WORD
+
+
+def _model_pair(pair: Pair, normalize: str, max_chars: int | None) -> Pair:
+    """A pair as the model reads it; see `iter_split` for `max_chars`."""
+    src, tgt = pair
+    if max_chars is not None and max(len(src), len(tgt)) > max_chars:
+        return src[: max_chars + 1], tgt[: max_chars + 1]
+    return model_text(src, normalize), model_text(tgt, normalize)
 
 
 def iter_side(path: Path, normalize: str, limit: int | None, recipe_key: str, bad_bytes: str = "error") -> Iterator[str]:
@@ -275,7 +297,7 @@ class DroppedPair:
 
     def line(self) -> str:
         fields = [self.corpus, self.rule, self.why, *self.pair]
-        return "\t".join(field.replace("\t", " ").replace("\n", " ") for field in fields) + "\n"
+        return "\t".join(field.translate(_LINE_BREAKS) for field in fields) + "\n"
 
 
 class Cleaner:
@@ -325,11 +347,15 @@ def clean_pairs(pairs: list[Pair], config: DataConfig) -> tuple[list[Pair], Clea
 
 
 def _rejecting_rule(pair: Pair, config: DataConfig) -> str | None:
-    """The first rule other than `duplicate` that removes `pair`, or None. Lengths are whitespace tokens."""
+    """The first rule other than `duplicate` that removes `pair`, or None. Lengths are whitespace tokens, and a side
+    is too long with more words than `max_len` or more characters than `character_cap` (counted first, so a side of
+    millions of characters is not split into words)."""
     src, tgt = pair
-    src_length, tgt_length = len(src.split()), len(tgt.split())
-    if src_length == 0 or tgt_length == 0:
+    if not src.strip() or not tgt.strip():
         return "empty"
+    if max(len(src), len(tgt)) > character_cap(config):
+        return "too_long"
+    src_length, tgt_length = len(src.split()), len(tgt.split())
     if max(src_length, tgt_length) > config.max_len:
         return "too_long"
     if max(src_length, tgt_length) / min(src_length, tgt_length) > config.max_ratio:

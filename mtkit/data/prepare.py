@@ -2,12 +2,14 @@
 
 `train_tokenizers` learns the SentencePiece models from the training corpora; `prepare_corpus`
 streams every split through read -> normalise -> clean -> encode -> write in chunks of
-`CHUNK_PAIRS`, so its memory does not grow with the corpus. Encoding (SentencePiece's threads,
-one per core) runs in the background while the next chunk is read and cleaned.
+`CHUNK_PAIRS` pairs and at most `CHUNK_BYTES` of text, so its memory does not grow with the corpus or its
+lines. Encoding (SentencePiece's threads, one per core) runs in the background while the next chunk is read and
+cleaned.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +17,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from mtkit.config import Config, SplitConfig, corpus_tags, recipe_key, split_languages, tag_languages
-from mtkit.data.corpora import Cleaner, CleanReport, DroppedPair, Pair, PairFilter, corpus_names, iter_side, iter_split
+from mtkit.data.corpora import (
+    Cleaner,
+    CleanReport,
+    DroppedPair,
+    Pair,
+    PairFilter,
+    character_cap,
+    corpus_names,
+    iter_side,
+    iter_split,
+)
 from mtkit.data.language_codes import recipe_code_id
 from mtkit.data.store import SCHEMA, TRAIN_SCHEMA, PreparedWrite, SplitWriter, load_prepared
 from mtkit.data.tokenizer import (
@@ -31,6 +43,9 @@ from mtkit.errors import MtkitError
 
 __all__ = ["learn_tokenizers", "load_prepared", "prepare_corpus", "save_tokenizers", "train_tokenizers"]
 CHUNK_PAIRS = 20_000  # pairs read, cleaned, encoded and written together
+# and the most memory their text may take (Python's size of the strings): a corpus of long lines is cut in smaller
+# chunks, as two chunks are alive at once (one encoded while the next is read and cleaned)
+CHUNK_BYTES = 32 << 20
 
 
 def train_tokenizers(config: Config) -> TokenizerPair:
@@ -148,7 +163,8 @@ def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, c
         key = recipe_key(config.data, "train", index)
         tag, languages = corpus_tag(config, pipeline.tokenizers, source, key), split_languages(config, source)
         lead = corpus_lead(config, pipeline.tokenizers, source, key)
-        for chunk in _chunks(_pairs(config, key, source), f"train {names[index]}"):
+        pairs = _pairs(config, key, source, max_chars=character_cap(config.data))  # cut while read: see iter_split
+        for chunk in _chunks(pairs, f"train {names[index]}"):
             dropped: list[DroppedPair] = []
             kept = cleaner.clean(chunk, reports[index], languages=languages, dropped=dropped, corpus=names[index])
             if dropped:
@@ -172,15 +188,18 @@ def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, c
 
 
 def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
-    """Lists of `CHUNK_PAIRS` pairs, with a pairs/s progress bar (hidden when stderr is not a terminal)."""
+    """Lists of `CHUNK_PAIRS` pairs, or fewer whose text reached `CHUNK_BYTES`, with a pairs/s progress bar (hidden
+    when stderr is not a terminal)."""
     chunk: list[Pair] = []
+    size = 0
     with tqdm(desc=f"preparing {description}", unit=" pairs", unit_scale=True, disable=None, leave=False) as progress:
         for pair in pairs:
             chunk.append(pair)
-            if len(chunk) == CHUNK_PAIRS:
+            size += sys.getsizeof(pair[0]) + sys.getsizeof(pair[1])
+            if len(chunk) == CHUNK_PAIRS or size >= CHUNK_BYTES:
                 progress.update(len(chunk))
                 yield chunk
-                chunk = []
+                chunk, size = [], 0
         if chunk:
             progress.update(len(chunk))
             yield chunk
@@ -244,7 +263,7 @@ def _language_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig,
     return tokenizers.src.tags[lang]
 
 
-def _pairs(config: Config, key: str, split: SplitConfig) -> Iterator[Pair]:
+def _pairs(config: Config, key: str, split: SplitConfig, *, max_chars: int | None = None) -> Iterator[Pair]:
     normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
     src_lang, tgt_lang = split_languages(config, split)
-    return iter_split(split, src_lang, tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes)
+    return iter_split(split, src_lang, tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes, max_chars=max_chars)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.config import DataConfig, SplitConfig
-from mtkit.data.corpora import CleanReport, clean_pairs, clean_table, iter_split
+from mtkit.data.corpora import CleanReport, DroppedPair, character_cap, clean_pairs, clean_table, iter_split
 from mtkit.errors import MtkitError
 
 
@@ -349,6 +349,29 @@ def test_boundaries_are_kept():
     kept, report = clean_pairs(pairs, clean_config())
     assert kept == pairs
     assert report.kept == 2
+
+
+def test_a_side_of_more_characters_than_the_cap_is_too_long_however_few_its_words():
+    _, report = clean_pairs([("x" * 10_000_000, "y" * 10_000_000)], DataConfig())  # one word a side: passes max_len
+    assert report.too_long == 1 and report.kept == 0
+    cap = character_cap(clean_config())
+    pairs = [("x" * cap, "y"), ("x" * (cap + 1), "y"), ("a", "y" * (cap + 1))]  # at the cap, over it on each side
+    kept, report = clean_pairs(pairs, clean_config())
+    assert kept == pairs[:1] and report.too_long == 2
+
+
+def test_a_training_side_over_the_cap_is_cut_as_it_is_read_and_not_normalized(tmp_path):
+    long, decomposed = "e\u0301" * 40, "Cafe\u0301"
+    split = write_parallel(tmp_path, f"{long}\n{decomposed}\n", "x\ny\n")
+    assert read_split(split, "de", "en", max_chars=10) == [(long[:11], "x"), (unicodedata.normalize("NFC", decomposed), "y")]
+    assert read_split(split, "de", "en")[0] == (unicodedata.normalize("NFC", long), "x")  # no cap: read whole
+
+
+def test_a_dropped_pair_is_one_line_of_five_fields_whatever_line_breaks_its_text_holds():
+    breaks = "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+    line = DroppedPair("crawl", "langid", "target fr", (f"a{breaks}b", "c\r\nd")).line()
+    assert len(line.splitlines()) == 1 and line.endswith("\n")
+    assert line.rstrip("\n").split("\t") == ["crawl", "langid", "target fr", "a" + " " * len(breaks) + "b", "c  d"]
 
 
 def test_each_pair_is_counted_under_the_first_rule_only():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from helpers import append_lines, multi30k_recipe
 
 from mtkit.config import TrainSource
-from mtkit.data.prepare import prepare_corpus, train_tokenizers
+from mtkit.data.corpora import character_cap
+from mtkit.data.prepare import _chunks, prepare_corpus, train_tokenizers
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError
@@ -205,3 +207,37 @@ def test_chunks_stream_and_duplicates_are_found_across_chunks_and_corpora(tmp_pa
     assert train["corpus"] == [0] * TRAIN_LINES + [1]
     assert train[-1]["src"] == "Ein neuer Satz."
     assert train["src"][:TRAIN_LINES] == list(lines[0])  # in order, across all the chunks
+
+
+def test_chunks_are_cut_by_the_memory_their_text_takes_as_well_as_by_pairs(monkeypatch):
+    long, short = ("a" * 1000, "b" * 1000), ("c", "d")
+    monkeypatch.setattr("mtkit.data.prepare.CHUNK_BYTES", 2 * (sys.getsizeof(long[0]) + sys.getsizeof(long[1])))
+    monkeypatch.setattr("mtkit.data.prepare.CHUNK_PAIRS", 12)
+    chunks = list(_chunks([long] * 5 + [short] * 30, "test"))
+    assert [len(chunk) for chunk in chunks] == [2, 2, 1 + 11, 12, 7]  # two long pairs fill a chunk; short ones count
+    assert [pair for chunk in chunks for pair in chunk] == [long] * 5 + [short] * 30
+
+
+class RecordingFilter:
+    """A filter rule that keeps every pair and records what it was given."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def drops(self, pairs: list[tuple[str, str]], languages: tuple[str, str]) -> list[str | None]:
+        self.seen += pairs
+        return [None] * len(pairs)
+
+
+def test_a_huge_line_is_counted_too_long_and_no_filter_reads_it(tmp_path, multi30k_slice):
+    config = multi30k_recipe(tmp_path, multi30k_slice, with_test=False)
+    train_tokenizers(config)
+    append_lines(Path(config.data.train[0].src), ["x" * 3_000_000])  # one word: within max_len
+    append_lines(Path(config.data.train[0].tgt), ["y" * 3_000_000])
+    recorder = RecordingFilter()
+    report = prepare_corpus(config, [recorder])
+    assert report["clean"]["too_long"] == 1 and report["clean"]["total"] == TRAIN_LINES + 1
+    assert len(recorder.seen) == report["clean"]["kept"] == TRAIN_LINES
+    assert max(len(side) for pair in recorder.seen for side in pair) <= character_cap(config.data)

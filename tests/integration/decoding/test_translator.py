@@ -89,6 +89,20 @@ def test_bad_bytes_in_translate_input_can_be_replaced(reverse_run):
     assert "replaced bytes that are not UTF-8 on 1 lines" in replaced.stderr
 
 
+def test_a_line_over_the_cap_stops_translate_with_one_line_and_exit_2(reverse_run, monkeypatch):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    monkeypatch.setattr("mtkit.textio.MAX_LINE_BYTES", 100)
+    result = CliRunner().invoke(app, ["translate", "-m", str(reverse_run.run_path), "--beam", "1"], input=b"a b\n" + b"c " * 60)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert (
+        result.stderr == "mtkit: error: <stdin>:2: a line of more than 100 bytes; split it into lines of at most that size "
+        "(a sentence or a paragraph a line)\n"
+    )
+
+
 def test_small_windows_give_the_same_output_as_one_window(reverse_run, tmp_path):
     from typer.testing import CliRunner
 
