@@ -93,8 +93,8 @@ def start_rank(group: str) -> int:
 TRANSFORMERS_GROUP = "unit files that import transformers"
 TRANSFORMERS_USERS = {
     "evaluation/test_comet.py", "evaluation/test_filters.py", "evaluation/test_report.py", "evaluation/test_rerank.py",
-    "exporters/test_formats.py", "importers/test_families.py", "importers/test_marian.py", "test_imports.py",
-    "training/test_validation_metric.py",
+    "exporters/test_formats.py", "exporters/test_remote_code.py", "importers/test_families.py", "importers/test_marian.py",
+    "test_imports.py", "training/test_validation_metric.py",
 }  # fmt: skip
 
 
