@@ -24,7 +24,8 @@ from pathlib import Path
 
 from benchmarks import common
 from mtkit.data.corpora import iter_split
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.evaluation.metrics import bleu, chrf
 from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts
 from mtkit.exporters.ctranslate2 import export_ctranslate2

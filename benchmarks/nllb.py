@@ -46,7 +46,8 @@ from benchmarks.turns import alternate, peak_rss_mb, report, timed
 from mtkit.config import TrainConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.languages import Languages
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.models.checkpoint import load_model
 from mtkit.runtime import set_threads
 from mtkit.training.finetune import train_as_family

@@ -40,7 +40,8 @@ import torch
 from benchmarks import common, turns
 from benchmarks.turns import alternate, report, timed
 from mtkit.decoding.ct2_engine import load_export
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.exporters.ctranslate2 import export_ctranslate2
 from mtkit.importers.marian import import_marian
 from mtkit.runtime import set_threads

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from benchmarks import common
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.models.packed import PackedLinear
 from mtkit.runtime import set_threads
 

@@ -29,7 +29,8 @@ import torch
 from benchmarks import common
 from mtkit.config import Config, load_config
 from mtkit.data.corpora import iter_split
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import round_up

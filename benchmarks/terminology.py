@@ -34,8 +34,9 @@ from pathlib import Path
 import torch
 
 from benchmarks import common
+from mtkit.decoding.options import Decoding
 from mtkit.decoding.terminology.terms import Glossary, Term, contains_term
-from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.decoding.translator import Translation, Translator
 from mtkit.evaluation.metrics import bleu
 from mtkit.textio import file_lines
 

@@ -22,7 +22,8 @@ import torch
 
 from benchmarks import common
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.exporters.transformers import export_transformers
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"

@@ -6,14 +6,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtkit.decoding.sampling import Sampling
-    from mtkit.decoding.translator import Decoding, Translator
+    from mtkit.decoding.options import Decoding, Sampling
+    from mtkit.decoding.translator import Translator
 
 # each public name and the module that defines it, imported on first use so that `import mtkit`
 # (and `mtkit --help`) does not load torch
 _PUBLIC = {
-    "Decoding": "mtkit.decoding.translator",
-    "Sampling": "mtkit.decoding.sampling",
+    "Decoding": "mtkit.decoding.options",
+    "Sampling": "mtkit.decoding.options",
     "Translator": "mtkit.decoding.translator",
 }
 __all__ = ["Decoding", "Sampling", "Translator"]

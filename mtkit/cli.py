@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from mtkit.decoding.options import SEED_LIMIT, Decoding, FileOptions, Sampling
 from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.problems import parse_rules
@@ -71,6 +72,10 @@ app.add_typer(tokenizer_app, name="tokenizer")
 import_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Models trained elsewhere, as mtkit run directories.")
 app.add_typer(import_app, name="import")
 
+DECODING = Decoding()  # a call's decoding defaults (None: the recipe's), stated once
+SAMPLING = Sampling()  # sampling's defaults, stated once
+FILE_OPTIONS = FileOptions()  # translate's file defaults, stated once
+
 Recipe = Annotated[Path, typer.Argument(help="YAML recipe, e.g. recipes/multi30k/transformer.yaml.")]
 Overrides = Annotated[
     Optional[list[str]], typer.Option("--set", help="Override a recipe key: --set train.max_steps=100 (repeatable).")
@@ -111,11 +116,16 @@ PrefixFile = Annotated[
 Nbest = Annotated[
     int, typer.Option(min=1, help="Print the N best translations (or N samples) per line, tab-separated with scores.")
 ]
+Temperature = Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")]
 SamplingSeed = Annotated[
-    int, typer.Option(min=0, max=2**64 - 1, help="With --sampling: the same seed gives the same samples (0 to 2^64-1).")
+    int, typer.Option(min=0, max=SEED_LIMIT, help="With --sampling: the same seed gives the same samples (0 to 2^64-1).")
 ]
 BadBytesOption = Annotated[BadBytes, typer.Option(help="error: stop at bytes that are not UTF-8; replace: replace, and warn.")]
 PlotAttention = Annotated[Optional[Path], typer.Option(help="Write an attention heatmap PNG per sentence into this directory.")]
+PlotCount = Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")]
+PlotHeads = Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")]
+NoRepeatNgram = Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")]
+AlignmentLayer = Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")]
 EngineOption = Annotated[EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")]
 BufferLines = Annotated[int, typer.Option(min=1, help="Input lines read and translated together; output follows each window.")]
 ConstraintsFile = Annotated[
@@ -213,24 +223,24 @@ def translate_command(
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Input file (default: stdin).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     beam: Annotated[Optional[int], typer.Option(min=1, help="Beam size; 1 is greedy (default: the recipe's).")] = None,
-    nbest: Nbest = 1,
+    nbest: Nbest = DECODING.nbest,
     length_penalty: Annotated[Optional[float], typer.Option(help="Score / length**alpha (default: the recipe's).")] = None,
     prefix: PrefixFile = None,
     sampling: SamplingOption = None,
-    temperature: Annotated[float, typer.Option(help="With --sampling: divide the logits by T (below 1: sharper).")] = 1.0,
-    seed: SamplingSeed = 0,
-    no_repeat_ngram: Annotated[int, typer.Option(min=0, help="No N-gram may appear twice in an output (0: off).")] = 0,
-    alignments: Alignments = False,
-    alignment_layer: Annotated[int, typer.Option(help="With --alignments: the decoder layer to align with (-1: last).")] = -1,
-    bad_bytes: BadBytesOption = BadBytes.ERROR,
+    temperature: Temperature = SAMPLING.temperature,
+    seed: SamplingSeed = SAMPLING.seed,
+    no_repeat_ngram: NoRepeatNgram = DECODING.no_repeat_ngram,
+    alignments: Alignments = DECODING.alignments,
+    alignment_layer: AlignmentLayer = DECODING.alignment_layer,
+    bad_bytes: BadBytesOption = FILE_OPTIONS.bad_bytes,
     plot_attention: PlotAttention = None,
-    plot_count: Annotated[int, typer.Option(min=1, help="With --plot-attention: plot the first N input lines.")] = 10,
-    plot_heads: Annotated[bool, typer.Option(help="With --plot-attention: one panel per head instead of their mean.")] = False,
+    plot_count: PlotCount = FILE_OPTIONS.plot_count,
+    plot_heads: PlotHeads = FILE_OPTIONS.plot_heads,
     engine: EngineOption = EngineName.AUTO,
     device: Device = "auto",
-    buffer_lines: BufferLines = 10_000,
+    buffer_lines: BufferLines = FILE_OPTIONS.buffer_lines,
     constraints: ConstraintsFile = None,
-    constraints_order: ConstraintsOrder = ConstraintOrder.ANY,
+    constraints_order: ConstraintsOrder = ConstraintOrder.of(in_order=DECODING.constraints_in_order),
     glossary: GlossaryFile = None,
     tgt_lang: TgtLang = None,
     rerank: Rerank = None,
@@ -241,9 +251,8 @@ def translate_command(
     src_lang: SrcLang = None,
 ) -> None:
     """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
-    from mtkit.decoding.files import FileOptions, translate_file
-    from mtkit.decoding.sampling import Sampling
-    from mtkit.decoding.translator import Decoding, Translator
+    from mtkit.decoding.files import translate_file
+    from mtkit.decoding.translator import Translator
     from mtkit.distributed import distributed_translation
     from mtkit.runtime import resolve_device
 

@@ -54,6 +54,11 @@ class ConstraintOrder(str, Enum):
     ANY = "any"
     GIVEN = "given"
 
+    @classmethod
+    def of(cls, *, in_order: bool) -> ConstraintOrder:
+        """The choice that `Decoding.constraints_in_order` means."""
+        return cls.GIVEN if in_order else cls.ANY
+
 
 class QualityMetric(str, Enum):
     """A neural metric `evaluate` adds to sacreBLEU's: COMET against the references, or COMET-QE from the source."""

@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 from helpers import source_tree
 
-from mtkit.decoding.files import FileOptions
 from mtkit.decoding.heatmaps import plot_attention
+from mtkit.decoding.options import Decoding, FileOptions, Sampling
 from mtkit.decoding.pair_scores import score_pairs
-from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import SearchOptions
 from mtkit.decoding.terminology.constrained import TermRequest
-from mtkit.decoding.translator import Decoding
 from mtkit.evaluation.report import EvaluateRequest
 from mtkit.evaluation.significance import PairedTests
 from mtkit.serving.app import ServeLimits, run_server

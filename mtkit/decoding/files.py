@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Protocol
@@ -25,32 +24,15 @@ from tqdm import tqdm
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.engine import Capability
 from mtkit.decoding.heatmaps import check_can_plot, plot_attention
+from mtkit.decoding.options import BUFFER_LINES, Decoding, FileOptions
 from mtkit.decoding.terminology.terms import Glossary, Term, parse_constraints
-from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.decoding.translator import Translation, Translator
 from mtkit.distributed import Distributed, gather_in_order
 from mtkit.errors import MtkitError
 from mtkit.options import BadBytes
 from mtkit.textio import atomic_output, count_lines, file_lines, line_windows, model_text, say
 
-BUFFER_LINES = 10_000  # input lines held, length-sorted and translated together
 WINDOW_PAIRS = 10_000  # pairs scored together by score_files
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileOptions:
-    """What `mtkit translate` was asked for (None: the recipe's decoding default)."""
-
-    input: Path | None = None  # None: standard input
-    output: Path | None = None  # None: standard output
-    decoding: Decoding = field(default_factory=Decoding)
-    prefix: Path | None = None  # one target prefix per input line (empty: none)
-    bad_bytes: BadBytes = BadBytes.ERROR
-    plot_attention: Path | None = None  # directory for heatmap PNGs
-    plot_count: int = 10
-    plot_heads: bool = False
-    buffer_lines: int = BUFFER_LINES
-    constraints: Path | None = None  # one JSON list of target phrases per input line
-    glossary: Path | None = None  # source term TAB target term(s)
 
 
 class Chooser(Protocol):

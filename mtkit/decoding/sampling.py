@@ -6,50 +6,12 @@ A drawn token keeps the model's own log-probability, so a sample is scored like 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from mtkit.errors import OptionError
-
-SEED_LIMIT = 2**64 - 1  # torch's generators take 64-bit seeds
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sampling:
-    """Draw each token instead of searching: from the `top_k` most probable tokens (0: all), or
-    from the fewest whose probabilities reach `top_p`, after dividing the logits by `temperature`."""
-
-    top_k: int = 0
-    top_p: float = 1.0
-    temperature: float = 1.0
-    seed: int = 0
-
-    @classmethod
-    def parse(cls, text: str, temperature: float = 1.0, seed: int = 0) -> Sampling:
-        """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
-        kind, _, value = text.partition(":")
-        if not math.isfinite(temperature) or temperature <= 0:
-            raise OptionError(
-                "temperature", "{temperature} {value}: give a finite number > 0, such as 1.0 (sharper below 1)", value=temperature
-            )
-        if not 0 <= seed <= SEED_LIMIT:
-            raise OptionError("seed", "{seed} {value}: give a whole number from 0 to 2^64-1, such as 1", value=seed)
-        try:
-            if kind == "full" and not value:
-                return cls(temperature=temperature, seed=seed)
-            if kind == "topk" and int(value) >= 1:
-                return cls(top_k=int(value), temperature=temperature, seed=seed)
-            if kind == "topp" and 0.0 < float(value) <= 1.0:
-                return cls(top_p=float(value), temperature=temperature, seed=seed)
-        except ValueError:
-            pass
-        raise OptionError(
-            "sampling", "{sampling} {value}: give topk:K (K >= 1), topp:P (0 < P <= 1) or full, such as topk:10", value=text
-        )
+from mtkit.decoding.options import Sampling
 
 
 def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.sampling import Sampling
+from mtkit.decoding.options import Sampling
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.constrained import Terms, TermState, allocate, hold_end
 from mtkit.errors import MtkitError

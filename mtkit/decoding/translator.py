@@ -37,8 +37,8 @@ from mtkit.decoding.engine import (
     require,
 )
 from mtkit.decoding.languages import Languages
+from mtkit.decoding.options import Decoding
 from mtkit.decoding.pair_scores import PairScore, score_pairs
-from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
 from mtkit.decoding.terminology.constrained import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
@@ -63,28 +63,6 @@ class Translation:
     links: list[int] | None = None  # per token, the line's source token it attends to most (--alignments)
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, 0-based (--alignments)
     unmet: list[str] = field(default_factory=list)  # constraints it lacks: the output cap came first
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decoding:
-    """How one call decodes: the per-call options of `Translator` (None: the recipe's `DecodeConfig` value).
-    Sampling draws `nbest` samples instead of searching.
-
-    Built from the `mtkit translate` and `evaluate` flags, an HTTP request's body, or a synthetic
-    corpus's `SyntheticDecodeConfig` (`mtkit.synthetic.generate`); `Translator.search_options` turns it,
-    with `DecodeConfig`, into the search's own `SearchOptions`.
-    """
-
-    beam: int | None = None
-    nbest: int = 1
-    length_penalty: float | None = None
-    sampling: Sampling | None = None
-    no_repeat_ngram: int = 0
-    alignments: bool = False
-    alignment_layer: int = -1  # the decoder layer whose cross-attention aligns (-1: the last)
-    constraints_in_order: bool = False  # lexical constraints must appear in the order given
-    tgt_lang: str | None = None  # the language to write, for a model of several (data.lang_tag: target or code)
-    src_lang: str | None = None  # the source's language, for a model with language codes (data.lang_tag: code)
 
 
 class Translator:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from mtkit.config import Config, bleu_band, direction, split_languages, tag_languages
 from mtkit.data.corpora import iter_split
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer

@@ -16,7 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translation, Translator
 from mtkit.errors import OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer

@@ -31,13 +31,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtkit.decoding.sampling import SEED_LIMIT, Sampling
+from mtkit.decoding.options import SEED_LIMIT, Decoding, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
-from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.decoding.translator import Translation, Translator
 from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
 from mtkit.evaluation.rerank import Reranker, RerankOptions
+from mtkit.options import ConstraintOrder
 from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
@@ -47,6 +48,7 @@ from mtkit.serving.limits import ServeLimits, body_limit
 API_KEY_VARIABLE = "MTKIT_API_KEY"
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
+DECODING, SAMPLING = Decoding(), Sampling()  # the defaults of a request's options, stated there once
 
 
 class TranslateRequest(BaseModel):
@@ -55,20 +57,20 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     text: list[str] = Field(description="Sentences to translate, one translation each, in order.")
-    beam: int | None = Field(None, ge=1, le=64)
-    nbest: int = Field(1, ge=1, le=64)
-    length_penalty: float | None = Field(None, ge=0.0, le=10.0)
+    beam: int | None = Field(DECODING.beam, ge=1, le=64)
+    nbest: int = Field(DECODING.nbest, ge=1, le=64)
+    length_penalty: float | None = Field(DECODING.length_penalty, ge=0.0, le=10.0)
     prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
     sampling: str | None = Field(None, description="topk:K, topp:P or full.")
-    temperature: float = Field(1.0, gt=0.0)
-    seed: int = Field(0, ge=0, le=SEED_LIMIT)
-    no_repeat_ngram: int = Field(0, ge=0, le=MOST_NGRAM)
-    alignments: bool = False
+    temperature: float = Field(SAMPLING.temperature, gt=0.0)
+    seed: int = Field(SAMPLING.seed, ge=0, le=SEED_LIMIT)
+    no_repeat_ngram: int = Field(DECODING.no_repeat_ngram, ge=0, le=MOST_NGRAM)
+    alignments: bool = DECODING.alignments
     constraints: list[list[str | list[str]]] | None = Field(
         None,
         description="Per sentence, the terms its translation must contain (a phrase or a list of alternatives); [] for none.",
     )
-    constraints_order: Literal["any", "given"] = "any"
+    constraints_order: Literal["any", "given"] = ConstraintOrder.of(in_order=DECODING.constraints_in_order).value
     tgt_lang: str | None = Field(
         None, max_length=32, description="The language to translate into, for a model of several (see /info target_languages)."
     )

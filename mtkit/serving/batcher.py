@@ -28,9 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from mtkit.decoding.options import Decoding
 from mtkit.decoding.search import SearchStopped
 from mtkit.decoding.terminology.terms import Term
-from mtkit.decoding.translator import Decoding, Translation, Translator
+from mtkit.decoding.translator import Translation, Translator
 
 
 class QueueFull(Exception):

@@ -16,8 +16,8 @@ import sys
 import time
 
 from mtkit.config import Config, recipe_key
-from mtkit.decoding.sampling import Sampling
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding, Sampling
+from mtkit.decoding.translator import Translator
 from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
 from mtkit.runtime import resolve_device

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from mtkit.data.tokenizer import EOS_ID
-from mtkit.decoding.sampling import Sampling, draw
+from mtkit.decoding.options import Sampling
+from mtkit.decoding.sampling import draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
 from mtkit.decoding.step_rules import StepRules
 from mtkit.errors import MtkitError

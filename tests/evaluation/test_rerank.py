@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from helpers import invoke
 
-from mtkit.decoding.sampling import Sampling
-from mtkit.decoding.translator import Decoding, Translation
+from mtkit.decoding.options import Decoding, Sampling
+from mtkit.decoding.translator import Translation
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.rerank import Reranker, RerankOptions, expected_utilities, mbr_pairs

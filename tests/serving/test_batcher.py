@@ -8,8 +8,9 @@ import time
 
 import pytest
 
+from mtkit.decoding.options import Decoding
 from mtkit.decoding.search import SearchStopped
-from mtkit.decoding.translator import Decoding, Translation
+from mtkit.decoding.translator import Translation
 from mtkit.serving.batcher import Batcher, QueueFull
 
 

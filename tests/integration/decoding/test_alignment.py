@@ -6,7 +6,7 @@ from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.translator import Decoding
+from mtkit.decoding.options import Decoding
 
 
 def test_alignments_on_the_reverse_task_are_anti_diagonal(model_translator, model_valid):

@@ -16,8 +16,8 @@ from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.ct2_engine import MANIFEST, load_export
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.sampling import Sampling
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding, Sampling
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 
 LONG_PREFIX = " ".join("a" * 30)  # longer than the output cap of a short line

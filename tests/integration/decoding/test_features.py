@@ -10,8 +10,7 @@ from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.sampling import Sampling
-from mtkit.decoding.translator import Decoding
+from mtkit.decoding.options import Decoding, Sampling
 from mtkit.errors import MtkitError
 
 

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from mtkit.cli import app
 from mtkit.decoding.heatmaps import attention_map
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 
 LINES = "a b c\n\nd e f g h\nh i j\n"
 

@@ -11,9 +11,9 @@ from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.sampling import Sampling
+from mtkit.decoding.options import Decoding, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 
 

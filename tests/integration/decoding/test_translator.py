@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 
 
 def test_outputs_keep_input_order_across_many_small_batches(reverse_pytorch):

@@ -20,7 +20,8 @@ from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, load_tokenizers
 from mtkit.decoding.ct2_engine import MANIFEST, CT2Engine, load_export
 from mtkit.decoding.engine import Capability, PyTorchEngine, length_batches
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.exporters.ctranslate2 import export_ctranslate2
 from mtkit.models import build_model

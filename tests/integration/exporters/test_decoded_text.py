@@ -16,7 +16,8 @@ from marian_builder import Variant, build_marian
 from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerPair, train_sentencepiece
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.exporters.transformers import export_transformers
 from mtkit.importers.loader import Imported, write_run
 from mtkit.importers.marian import import_marian

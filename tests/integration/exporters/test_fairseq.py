@@ -15,7 +15,8 @@ from helpers import assert_one_line_error, cli_output, invoke
 
 from mtkit.data.tokenizer import BOS_ID
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.importers.fairseq import fairseq_vocab
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
 

@@ -11,7 +11,8 @@ import pytest
 from fairseq_builder import Built, build
 from helpers import cli_output
 
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 
 pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")

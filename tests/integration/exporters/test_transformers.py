@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from mtkit.cli import app
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.exporters.transformers import export_transformers
 from mtkit.importers.marian import import_marian

@@ -18,7 +18,8 @@ from helpers import assert_one_line_error, cli_output, invoke, recipe
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError, OptionError
 from mtkit.importers import import_model
 from mtkit.importers.fairseq import fairseq_vocab

@@ -9,7 +9,8 @@ from marian_builder import Variant, build_marian, marian_tokenizer
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.engine import output_cap
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.importers.marian import import_marian, read_marian
 
 pytest.importorskip("transformers")

@@ -10,7 +10,8 @@ from helpers import cli_output, write_text_lines
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 
 

@@ -9,7 +9,8 @@ from marian_builder import build_marian
 from mtkit.config import load_config
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import load_tokenizers
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 from mtkit.importers.marian import import_marian
 from mtkit.synthetic.generate import synthesize

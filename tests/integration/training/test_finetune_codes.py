@@ -19,7 +19,8 @@ from mtkit.config import load_config
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, load_tokenizers
 from mtkit.decoding.engine import PyTorchEngine
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.models import build_model
 from mtkit.models.checkpoint import read_checkpoint
 from mtkit.training.batches import collate

@@ -17,7 +17,8 @@ import pytest
 from helpers import assert_one_line_error, invoke, succeeded
 
 from mtkit.data.store import load_prepared
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.errors import MtkitError
 
 

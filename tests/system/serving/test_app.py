@@ -17,8 +17,9 @@ import pytest
 from helpers import free_port, request, reverse, serving, translate
 
 from mtkit.decoding.engine import PyTorchEngine, SourceBatch, output_cap
+from mtkit.decoding.options import Decoding
 from mtkit.decoding.search import SearchOptions
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.translator import Translator
 from mtkit.serving.app import ServeLimits, model_info
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,7 +9,8 @@ import pytest
 from fairseq_builder import build
 from helpers import request, serving
 
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.importers import import_model
 from mtkit.serving.limits import ServeLimits
 

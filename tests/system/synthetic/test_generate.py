@@ -14,7 +14,8 @@ from helpers import cli_said, synthetic_recipe, torchrun_mtkit
 
 from mtkit.config import load_config
 from mtkit.data.store import load_prepared
-from mtkit.decoding.translator import Decoding, Translator
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translator
 from mtkit.synthetic.generate import CHUNK_LINES
 from mtkit.synthetic.jobs import plan_jobs
 
