@@ -120,7 +120,7 @@ TEMPORARY_RANDOM = re.compile(r"[a-z0-9_]{8}")
 @contextlib.contextmanager
 def atomic_file(path: Path | str, binary: bool = False, *, mode: int = 0o666) -> Iterator[IO]:
     """The one writer of every file mtkit writes: a temporary file in `path`'s directory, flushed to
-    disk (fsync), then renamed onto `path` with the mode a new file gets (`mode`, 0666, less the umask).
+    disk (fsync), then renamed onto `path` with the mode a new file gets (`mode`, by default 0666, less the umask).
 
     A reader sees the old file or the whole new one, never a part. If the block raises, `path` is
     left as it was and the temporary file is removed; only a killed process leaves one
