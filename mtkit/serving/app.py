@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from mtkit.config import TEMPERATURE
 from mtkit.decoding.sampling import SEED_LIMIT, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
@@ -60,7 +61,9 @@ class TranslateRequest(BaseModel):
     length_penalty: float | None = Field(None, ge=0.0, le=10.0)
     prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
     sampling: str | None = Field(None, description="topk:K, topp:P or full.")
-    temperature: float = Field(1.0, gt=0.0)
+    temperature: float = Field(
+        1.0, ge=TEMPERATURE.low, le=TEMPERATURE.high, description="With sampling: divide the logits by it."
+    )
     seed: int = Field(0, ge=0, le=SEED_LIMIT)
     no_repeat_ngram: int = Field(0, ge=0, le=MOST_NGRAM)
     alignments: bool = False

@@ -124,6 +124,16 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
         ({"text": ["a"], "beam": 3, "sampling": "full"}, 400, "beam 3 with sampling"),
         ({"text": ["a"], "beem": 5}, 422, "'beem' is not a field of the request; did you mean 'beam'?"),
         (b'{"text": ["a"], "temperature": Infinity}', 422, "temperature: Input should be a finite number"),
+        (
+            {"text": ["a"], "sampling": "full", "temperature": 1e-300},
+            422,
+            "temperature: Input should be greater than or equal to 0.01",
+        ),
+        (
+            {"text": ["a"], "sampling": "full", "temperature": 1e308},
+            422,
+            "temperature: Input should be less than or equal to 100",
+        ),
         ({"text": ["a"], "length_penalty": float("nan")}, 422, "length_penalty: Input should be a finite number"),
         ({"text": ["a"], "sampling": "topk:5", "seed": 2**70}, 422, "seed: Input should be less than or equal to"),
         ({"text": ["a"], "no_repeat_ngram": 10**6}, 422, "no_repeat_ngram: Input should be less than or equal to 64"),
