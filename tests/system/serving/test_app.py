@@ -134,6 +134,7 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
             422,
             "temperature: Input should be less than or equal to 100",
         ),
+        ({"text": ["a"], "src_lang": "zz"}, 400, "src_lang zz: this model has no language codes"),
         ({"text": ["a"], "length_penalty": float("nan")}, 422, "length_penalty: Input should be a finite number"),
         ({"text": ["a"], "sampling": "topk:5", "seed": 2**70}, 422, "seed: Input should be less than or equal to"),
         ({"text": ["a"], "no_repeat_ngram": 10**6}, 422, "no_repeat_ngram: Input should be less than or equal to 64"),
