@@ -43,6 +43,7 @@ from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
+from mtkit.serving.hosts import HostCheck
 from mtkit.serving.limits import ServeLimits, body_limit
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
@@ -85,8 +86,16 @@ class TranslateRequest(BaseModel):
     )
 
 
-def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any], *, comet: CometScorer | None = None) -> FastAPI:
-    """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any)."""
+def create_app(
+    translator: Translator,
+    limits: ServeLimits,
+    info: dict[str, Any],
+    *,
+    comet: CometScorer | None = None,
+    host: str = "127.0.0.1",
+) -> FastAPI:
+    """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any);
+    without an API key, only requests to the names of `host` (the address it is bound to) or loopback."""
     limits = batching_for(translator, limits)
     batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
                       batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
@@ -105,6 +114,8 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
     authorised = _key_check(limits.api_key)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     app.add_middleware(BodyLimit, limit=body_limit(limits.max_chars))
+    if limits.api_key is None:  # added last, so it is the outermost layer: a wrong Host is refused first
+        app.add_middleware(HostCheck, bound=host)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:
@@ -366,7 +377,8 @@ def run_server(
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
-    app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
+    info = model_info(translator, " + ".join(str(m) for m in models))
+    app = create_app(translator, limits, info, comet=scorer, host=host)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()
