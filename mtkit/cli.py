@@ -335,9 +335,7 @@ def serve_command(
     max_output_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
     ] = LIMITS.max_output_steps,
-    max_reranks: Annotated[
-        int, typer.Option(min=1, help="Requests that rerank (qe, mbr) in flight at once; more get 503 with Retry-After.")
-    ] = LIMITS.max_reranks,
+    max_reranks: Annotated[int, typer.Option(min=1, help="Requests reranking at once (more: 503).")] = LIMITS.max_reranks,
     max_steps: Annotated[Optional[int], typer.Option(min=1, hidden=True, help="Renamed --max-output-steps.")] = None,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")

@@ -97,23 +97,9 @@ def create_app(
 ) -> FastAPI:
     """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any);
     without an API key, only requests to the names of `host` (the address it is bound to) or loopback."""
-    limits = batching_for(translator, limits)
-    batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
-                      batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
-    reranks = RerankJobs(limits.max_reranks)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        worker = asyncio.create_task(batcher.run())
-        app.state.ready = True
-        yield
-        app.state.ready = False
-        worker.cancel()
-        batcher.close()
-        reranks.close()
-
-    app = FastAPI(title="mtkit", summary="Neural machine translation", lifespan=lifespan)
-    app.state.ready, app.state.batcher, app.state.reranks = False, batcher, reranks
+    service = TranslationService(translator, batching_for(translator, limits), comet=comet)
+    app = FastAPI(title="mtkit", summary="Neural machine translation", lifespan=service.running)
+    app.state.ready, app.state.batcher, app.state.reranks = False, service.batcher, service.reranks
     authorised = _key_check(limits.api_key)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     app.add_middleware(BodyLimit, limit=body_limit(limits.max_chars))
@@ -135,15 +121,43 @@ def create_app(
 
     @app.post("/translate", dependencies=[Depends(authorised)])
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-        reranker = _reranker(body, comet)
-        decoding, line_work = _decoding(translator, body, limits, reranker)
+        return await service.translate(body, request)
+
+    return app
+
+
+class TranslationService:
+    """What POST /translate runs on: one translator, its batcher and the rerankings, within one server's limits."""
+
+    def __init__(self, translator: Translator, limits: ServeLimits, *, comet: CometScorer | None = None) -> None:
+        self.translator, self.limits, self.comet = translator, limits, comet
+        self.batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue,
+                               workers=limits.workers, batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
+        self.reranks = RerankJobs(limits.max_reranks)
+
+    @contextlib.asynccontextmanager
+    async def running(self, app: FastAPI) -> AsyncIterator[None]:
+        """The server's lifespan: the batcher's workers run, and `app` says it is ready, until the server stops."""
+        worker = asyncio.create_task(self.batcher.run())
+        app.state.ready = True
+        yield
+        app.state.ready = False
+        worker.cancel()
+        self.batcher.close()
+        self.reranks.close()
+
+    async def translate(self, body: TranslateRequest, request: Request) -> dict[str, Any]:
+        """The answer to one request: checked, queued, decoded and reranked within its deadline while its client waits."""
+        limits = self.limits
+        reranker = _reranker(body, self.comet)
+        decoding, line_work = _decoding(self.translator, body, limits, reranker)
         deadline = Deadline.after(limits.request_timeout)
         try:
-            with reranks.slot() if reranker is not None else contextlib.nullcontext():
-                pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
+            with self.reranks.slot() if reranker is not None else contextlib.nullcontext():
+                pending = self.batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
                 found = await _unless_gone(request, pending, deadline)
                 if reranker is not None:  # under the same deadline and disconnect watch
-                    found = await _unless_gone(request, reranks.choose(reranker, body.text, found), deadline)
+                    found = await _unless_gone(request, self.reranks.choose(reranker, body.text, found), deadline)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except RerankBusy:
@@ -152,8 +166,6 @@ def create_app(
         except MtkitError as err:
             raise HTTPException(400, worded(err)) from None
         return _answer(body, found)
-
-    return app
 
 
 def _answer(body: TranslateRequest, found: list[list[Translation]]) -> dict[str, Any]:
