@@ -34,7 +34,7 @@ from mtkit.options import (
     Split,
 )
 from mtkit.run_files import RunFiles
-from mtkit.serving.limits import ServeLimits
+from mtkit.serving.limits import HOST, ServeLimits
 
 if TYPE_CHECKING:
     from mtkit.evaluation.rerank import Reranker  # loads torch: imported by the command that uses it
@@ -324,7 +324,7 @@ LIMITS = ServeLimits()  # the server's defaults, stated once
 @app.command("serve")
 def serve_command(
     model: TranslateModels,
-    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves other machines too.")] = HOST,
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     max_wait_ms: Annotated[float, typer.Option(min=0, help="How long the worker waits to fill a batch.")] = LIMITS.max_wait_ms,
     max_queue: Annotated[
@@ -339,11 +339,12 @@ def serve_command(
         int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")
     ] = LIMITS.workers,
     max_work: Annotated[
-        int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
+        int, typer.Option(min=1, help="Decoding steps x beam, and reranking, one request may take at most (413 above).")
     ] = LIMITS.max_work,
     max_output_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
     ] = LIMITS.max_output_steps,
+    max_reranks: Annotated[int, typer.Option(min=1, help="Requests reranking at once (more: 503).")] = LIMITS.max_reranks,
     max_steps: Annotated[Optional[int], typer.Option(min=1, hidden=True, help="Renamed --max-output-steps.")] = None,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
@@ -366,7 +367,7 @@ def serve_command(
     limits = ServeLimits(
         max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_output_steps=max_output_steps,
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
-        workers=workers, api_key=api_key,
+        workers=workers, api_key=api_key, max_reranks=max_reranks,
     )  # fmt: skip
     comet = CometOptions(model=comet_model, encoder=comet_encoder, device=device) if comet_model is not None else None
     run_server(model, engine=engine, device=device, host=host, port=port, limits=limits, comet=comet)

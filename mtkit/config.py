@@ -165,6 +165,9 @@ class SplitConfig:
 
 
 SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  # as mtkit translate --sampling
+# Sampling's temperature wherever it is read (--temperature, a request's, a synthetic side's decode.temperature):
+# below the floor the scaled float32 logits overflow to -inf and the draw fails; at the ceiling it is uniform already.
+TEMPERATURE = Range(0.01, 100.0, example=1.0)
 # Sampling's defaults, stated once below every stage that samples: decoding's `Sampling` (and through it
 # --temperature, --seed and a request's) and a synthetic side's decode.temperature and decode.seed.
 SAMPLING_TEMPERATURE = 1.0
@@ -183,7 +186,7 @@ class SyntheticDecodeConfig:
     length_penalty: float | None = field(default=None, metadata=_range(0.0, 10.0))
     # draw each translation instead of searching: topk:K, topp:P or full (sampled back-translations)
     sampling: str | None = field(default=None, metadata=_pattern(SAMPLING_RULE, "topk:K, topp:P or full", "topk:10"))
-    temperature: float = field(default=SAMPLING_TEMPERATURE, metadata=_range(0.0, 100.0, open_low=True, example=1.0))
+    temperature: float = field(default=SAMPLING_TEMPERATURE, metadata={"range": TEMPERATURE})
     seed: int = field(default=SAMPLING_SEED, metadata=_range(0, 2**63 - 1))
 
 

@@ -691,6 +691,7 @@ def test_a_synthetic_corpus_is_checked_at_load():
         ({"src": "b.de", "tgt": "b.en", "decode": {"beam": 4}}, "decode says how a model writes a corpus"),
         ({"src": "b.de", "translate_with": "runs/t", "tag": "2x"}, "'data.train[1].tag' is '2x'"),
         ({"src": "b.de", "translate_with": "runs/t", "decode": {"sampling": "top"}}, "give topk:K, topp:P or full"),
+        ({"src": "b.de", "translate_with": "runs/t", "decode": {"temperature": 1e-300}}, "give a number in [0.01, 100]"),
     ]:
         with pytest.raises(MtkitError, match=re.escape(message)):
             load(entry)

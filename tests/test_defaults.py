@@ -24,7 +24,7 @@ from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.significance import PairedTests
 from mtkit.options import ConstraintOrder
 from mtkit.serving.app import TranslateRequest
-from mtkit.serving.limits import ServeLimits
+from mtkit.serving.limits import HOST, ServeLimits
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
 DECODING, SAMPLING, COMET = Decoding(), Sampling(), CometOptions(model="")
@@ -40,6 +40,15 @@ RENAMED: dict[tuple[str, str], Any] = {
     ("translate", "constraints_order"): ConstraintOrder.of(in_order=DECODING.constraints_in_order),
     ("request", "constraints_order"): ConstraintOrder.of(in_order=DECODING.constraints_in_order),
     ("evaluate", "comet_precision"): COMET.precision,
+    ("serve", "host"): HOST,
+}
+# The modules that define the option objects (and the constants beside them): a default that reads a name they define
+# is stated there.
+OWNER_MODULES = {
+    "mtkit.decoding.options",
+    "mtkit.serving.limits",
+    "mtkit.evaluation.significance",
+    "mtkit.evaluation.comet.options",
 }
 
 
@@ -101,16 +110,19 @@ def test_sampling_defaults_are_the_same_where_a_recipe_or_parse_reads_them():
 
 
 def owner_names(tree: ast.Module) -> set[str]:
-    """The module-level names bound to an option object built with its defaults (`LIMITS = ServeLimits()`)."""
-    classes = {type(owner).__name__ for owners in OWNERS.values() for owner in owners} | {"CometOptions"}
+    """The names through which a module reads the option objects: those it imports from OWNER_MODULES, and those
+    bound at its top to an option object built with its defaults (`LIMITS = ServeLimits()`)."""
     names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module in OWNER_MODULES:
+            names |= {alias.asname or alias.name for alias in node.names}
     for node in tree.body:
         if isinstance(node, ast.Assign):
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
             targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
             for target, value in zip(targets, values, strict=True):
                 called = value.func.id if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else None
-                if called in classes and isinstance(target, ast.Name):
+                if called in names and isinstance(target, ast.Name):
                     names.add(target.id)
     return names
 
@@ -166,14 +178,20 @@ def test_no_default_of_an_option_object_is_typed_again():
 
 def test_the_checks_find_a_default_typed_again_and_one_that_drifted():
     planted = ast.parse(
-        "LIMITS = ServeLimits()\nDECODING, SAMPLING = Decoding(), Sampling()\n"
-        "def translate_command(model, nbest=1, temperature=SAMPLING.temperature, beam=None, seed=2): ...\n"
+        "from mtkit.serving.limits import ServeLimits\nfrom mtkit.decoding.options import Decoding, Sampling\n"
+        "from mtkit.options import ConstraintOrder\nLIMITS = ServeLimits()\nDECODING, SAMPLING = Decoding(), Sampling()\n"
+        "def translate_command(model, nbest=1, temperature=SAMPLING.temperature, beam=None, seed=2,\n"
+        "                      constraints_order=ConstraintOrder.ANY): ...\n"
         "class TranslateRequest:\n    nbest: int = Field(1, ge=1)\n    seed: int = Field(SAMPLING.seed)\n"
         "    alignments: bool = False\n    beam: int | None = Field(None)\n"
     )
-    assert owner_names(planted) == {"LIMITS", "DECODING", "SAMPLING"}
+    assert owner_names(planted) == {"ServeLimits", "Decoding", "Sampling", "LIMITS", "DECODING", "SAMPLING"}
     owners = owner_names(planted)
-    assert typed_again("translate", cli_defaults(planted, "translate"), owners) == ["translate nbest", "translate seed"]
+    assert typed_again("translate", cli_defaults(planted, "translate"), owners) == [
+        "translate nbest",
+        "translate seed",
+        "translate constraints_order",
+    ]
     assert typed_again("request", request_defaults(planted), owners) == ["request nbest", "request alignments"]
     changed = typer.Typer()
 

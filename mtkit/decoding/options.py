@@ -4,11 +4,10 @@ every default once. Kept free of torch, so the command line and the server's req
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtkit.config import SAMPLING_SEED, SAMPLING_TEMPERATURE
+from mtkit.config import SAMPLING_SEED, SAMPLING_TEMPERATURE, TEMPERATURE
 from mtkit.errors import OptionError
 from mtkit.options import BadBytes
 
@@ -30,9 +29,12 @@ class Sampling:
     def parse(cls, text: str, temperature: float = SAMPLING_TEMPERATURE, seed: int = SAMPLING_SEED) -> Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
-        if not math.isfinite(temperature) or temperature <= 0:
+        if not TEMPERATURE.admits(temperature):
             raise OptionError(
-                "temperature", "{temperature} {value}: give a finite number > 0, such as 1.0 (sharper below 1)", value=temperature
+                "temperature",
+                "{temperature} {value}: give {range}, such as 1.0 (sharper below 1)",
+                value=temperature,
+                range=TEMPERATURE.describe(whole=False),
             )
         if not 0 <= seed <= SEED_LIMIT:
             raise OptionError("seed", "{seed} {value}: give a whole number from 0 to 2^64-1, such as 1", value=seed)
