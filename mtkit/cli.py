@@ -34,7 +34,7 @@ from mtkit.options import (
     Split,
 )
 from mtkit.run_files import RunFiles
-from mtkit.serving.limits import HOST, ServeLimits
+from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH_LINES, ServeLimits
 
 if TYPE_CHECKING:
     from mtkit.evaluation.rerank import Reranker  # loads torch: imported by the command that uses it
@@ -319,6 +319,10 @@ def score_command(
 
 
 LIMITS = ServeLimits()  # the server's defaults, stated once
+BatchLines = Annotated[
+    int,
+    typer.Option(min=0, help=f"Sentences merged into a batch at most (0: {CPU_BATCH_LINES} on CPU, else {OTHER_BATCH_LINES})."),
+]
 
 
 @app.command("serve")
@@ -332,11 +336,9 @@ def serve_command(
     ] = LIMITS.max_queue,
     max_lines: Annotated[int, typer.Option(min=1, help="Sentences per request at most (413 above).")] = LIMITS.max_lines,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per request at most (413 above).")] = LIMITS.max_chars,
-    batch_lines: Annotated[
-        int, typer.Option(min=0, help="Sentences merged into a batch at most (0: 16 on CPU, else 128).")
-    ] = LIMITS.batch_lines,
+    batch_lines: BatchLines = LIMITS.batch_lines,
     workers: Annotated[
-        int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")
+        int, typer.Option(min=0, help=f"Decoding threads, each on its share of the cores (0: {CPU_WORKERS} on CPU).")
     ] = LIMITS.workers,
     max_work: Annotated[
         int, typer.Option(min=1, help="Decoding steps x beam, and reranking, one request may take at most (413 above).")

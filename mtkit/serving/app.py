@@ -45,7 +45,7 @@ from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, sto
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
 from mtkit.serving.hosts import HostCheck
-from mtkit.serving.limits import HOST, ServeLimits, body_limit
+from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH_LINES, ServeLimits, body_limit
 from mtkit.serving.rerank_jobs import RerankBusy, RerankJobs
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
@@ -202,8 +202,9 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
 
     device = getattr(translator.engine, "device", None)
     on_cpu = translator.engine.name == "pytorch" and device is not None and device.type == "cpu" and cpu_cores() >= 2
-    workers = limits.workers or (2 if on_cpu else 1)
-    return dataclasses.replace(limits, workers=workers, batch_lines=limits.batch_lines or (16 if on_cpu else 128))
+    workers = limits.workers or (CPU_WORKERS if on_cpu else 1)
+    batch_lines = limits.batch_lines or (CPU_BATCH_LINES if on_cpu else OTHER_BATCH_LINES)
+    return dataclasses.replace(limits, workers=workers, batch_lines=batch_lines)
 
 
 def _decoding(

@@ -8,6 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HOST = "127.0.0.1"  # the address a server binds unless told: loopback, this machine only
+# What batch_lines and workers of 0 become (`serving.app.batching_for`, whose docstring says why): PyTorch on a CPU
+# of two cores or more, and anything else (a GPU, CTranslate2, one core); workers elsewhere are 1.
+CPU_BATCH_LINES = 16
+OTHER_BATCH_LINES = 128
+CPU_WORKERS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,8 +32,8 @@ class ServeLimits:
     chunk_work: int = 2_000
     request_timeout: float = 60.0  # seconds from queueing to answer, reranking included (0: none); later is 504, the work stopped
     max_wait_ms: float = 5.0  # how long the worker waits to fill a batch
-    batch_lines: int = 0  # lines merged into one engine call at most (0: 16 for PyTorch on CPU, else 128)
-    workers: int = 0  # decoding threads, each with its share of the cores (0: 2 for PyTorch on CPU, else 1)
+    batch_lines: int = 0  # lines merged into one engine call at most (0: CPU_BATCH_LINES or OTHER_BATCH_LINES)
+    workers: int = 0  # decoding threads, each with its share of the cores (0: CPU_WORKERS on PyTorch's CPU, else 1)
     api_key: str | None = None  # when set, /translate and /info need "Authorization: Bearer KEY"
 
 
