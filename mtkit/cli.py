@@ -296,9 +296,7 @@ def score_command(
     tgt: Annotated[Path, typer.Option(help="Their translations to score, one per line.")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of tab-separated columns.")] = False,
-    engine: Annotated[
-        EngineName, typer.Option(help="auto: CTranslate2 for an `mtkit export` directory, else PyTorch.")
-    ] = EngineName.AUTO,
+    engine: EngineOption = EngineName.AUTO,
     device: Device = "auto",
     tgt_lang: TgtLang = None,
     src_lang: SrcLang = None,

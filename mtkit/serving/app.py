@@ -49,6 +49,7 @@ from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH
 from mtkit.serving.rerank_jobs import RerankBusy, RerankJobs
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
+MOST_BEAM = 64  # the largest beam a request may ask for, and so its nbest and candidates
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
 DECODING, SAMPLING = Decoding(), Sampling()  # the defaults of a request's options, stated there once
@@ -60,8 +61,8 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     text: list[str] = Field(description="Sentences to translate, one translation each, in order.")
-    beam: int | None = Field(DECODING.beam, ge=1, le=64)
-    nbest: int = Field(DECODING.nbest, ge=1, le=64)
+    beam: int | None = Field(DECODING.beam, ge=1, le=MOST_BEAM)
+    nbest: int = Field(DECODING.nbest, ge=1, le=MOST_BEAM)
     length_penalty: float | None = Field(DECODING.length_penalty, ge=0.0, le=10.0)
     prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
     sampling: str | None = Field(None, description="topk:K, topp:P or full.")
@@ -82,7 +83,9 @@ class TranslateRequest(BaseModel):
     rerank: Literal["qe", "mbr"] | None = Field(
         None, description="Choose each translation among `candidates`: qe (the server's COMET-QE model) or mbr (the consensus)."
     )
-    candidates: int | None = Field(None, ge=1, le=64, description="With rerank: the beam's n-best (up to beam) or samples.")
+    candidates: int | None = Field(
+        None, ge=1, le=MOST_BEAM, description="With rerank: the beam's n-best (up to beam) or samples."
+    )
     mbr_utility: Literal["chrf", "comet"] | None = Field(None, description="With rerank mbr: chrf (default) or comet.")
     src_lang: str | None = Field(
         None, max_length=32, description="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model."
