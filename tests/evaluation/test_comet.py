@@ -125,3 +125,12 @@ def test_an_encoder_of_another_shape_is_one_line(tmp_path):
     (encoder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(MtkitError, match="check --comet-encoder names the encoder the model was trained on"):
         CometScorer.load(CometOptions(model=str(FIXTURES / "regression"), encoder=encoder, device="cpu"))
+
+
+def test_an_integer_past_python_s_limit_in_hparams_is_one_line(tmp_path):
+    folder = shutil.copytree(FIXTURES / "referenceless", tmp_path / "digits")
+    text = (folder / "hparams.yaml").read_text(encoding="utf-8").replace("- 16\n", f"- {'1' * 5000}\n")
+    (folder / "hparams.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(MtkitError, match=r"hparams.yaml: not readable YAML \(a value YAML cannot build: Exceeds") as caught:
+        find_checkpoint(str(folder))
+    assert "\n" not in str(caught.value)
