@@ -219,3 +219,7 @@ def test_an_encoder_config_that_does_not_fit_the_checkpoint_is_one_line_before_a
     with pytest.raises(MtkitError, match=message) as caught:
         CometScorer.load(CometOptions(model=str(FIXTURES / "referenceless"), encoder=encoder, device="cpu"))
     assert "\n" not in str(caught.value)
+
+
+def test_no_sentences_are_no_scores():
+    assert scorer("referenceless").score([], []) == []

@@ -66,6 +66,8 @@ class CometScorer:
         """One score per translation, in input order; a bar on stderr when `progress` and a terminal."""
         if self.needs_references and references is None:
             raise MtkitError(f"--comet-model {self.checkpoint.name} scores against references: give --ref FILE")
+        if not translations:
+            return []  # the tokenizer has no batch to make of nothing
         src, mt = self._ids(sources), self._ids(translations)
         ref = self._ids(references) if references is not None else None
         order = sorted(range(len(mt)), key=lambda i: len(src[i]) + len(mt[i]))  # less padding
