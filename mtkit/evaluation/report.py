@@ -156,7 +156,13 @@ def _comparison(reports: list[SystemReport], systems: _Systems, tests: PairedTes
     if systems.references:
         comparison = compare_systems(systems.names, systems.hypotheses, systems.references, tests)
     else:
-        comparison = Comparison(systems.names, {}, tests.seed, tests.bootstrap_samples, tests.randomisation_trials)
+        comparison = Comparison(
+            systems=systems.names,
+            scores={},
+            seed=tests.seed,
+            bootstrap_samples=tests.bootstrap_samples,
+            randomisation_trials=tests.randomisation_trials,
+        )  # no references: COMET-QE's tests alone
     for metric in reports[0].sentence_scores:
         comparison.scores[metric] = compare_sentence_scores([report.sentence_scores[metric] for report in reports], tests)
     return comparison
