@@ -62,7 +62,7 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             "{quantization} {value}: CTranslate2's weight types; a transformers export keeps float32",
             value=quantization,
         )
-    check_output_dir(output_dir, force)
+    held = check_output_dir(output_dir, force=force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
@@ -72,7 +72,7 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
     fairseq = config.data.lang_tag == "code"  # an imported NLLB-200, M2M-100 or mBART-50 model: its own class
     if not fairseq:
         check_exportable(config, model_path, "transformers")
-    with staged(output_dir) as staging:
+    with staged(output_dir, held=held) as staging:
         if fairseq:
             form = write_fairseq_folder(staging, config, model, tokenizers.src)
         else:
