@@ -77,14 +77,16 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
         if fairseq:
             form = write_fairseq_folder(staging, config, model, tokenizers.src)
         else:
-            form = write_mtkit_folder(staging, config, tokenizers, model, kept_settings(payload))
+            form = write_mtkit_folder(staging, config, tokenizers, model, kept=kept_settings(payload))
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
         write_file(staging / "README.md", model_card(config, model_path, form, tokenizers))
     return output_dir
 
 
-def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer, kept: dict[str, Any]) -> str:
+def write_mtkit_folder(
+    folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer, *, kept: dict[str, Any]
+) -> str:
     """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written. `kept`:
     the generation settings an imported model came with (`kept_settings`)."""
     form = "marian" if marian_form(config.model) else "remote-code"
@@ -97,7 +99,7 @@ def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, 
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
-    write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept))
+    write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept=kept))
     write_tokenizer(folder, config, tokenizers)
     return form
 
@@ -219,7 +221,7 @@ def kept_settings(payload: dict[str, Any]) -> dict[str, Any]:
         raise MtkitError("the checkpoint's generation settings are not plain data; import the model again") from None
 
 
-def generation_config(config: Config, tokenizers: TokenizerPair, kept: dict[str, Any]) -> dict[str, Any]:
+def generation_config(config: Config, tokenizers: TokenizerPair, *, kept: dict[str, Any]) -> dict[str, Any]:
     """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search); and
     what an imported model's own generation config said of the cap, the forced EOS and the words never written."""
     never = [[PAD_ID], [BOS_ID], *([tag] for tag in sorted(tokenizers.src.tags.values()) if tag < tokenizers.tgt.vocab_size)]
