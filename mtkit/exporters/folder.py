@@ -63,7 +63,10 @@ def check_output_dir(output_dir: Path, *, force: bool) -> frozenset[str]:
 
 
 def check_kind(output_dir: Path) -> None:
-    """-o is a folder or nothing yet; a link is refused (the swap would replace the link, not fill its target)."""
+    """-o is a folder or nothing yet; a link is refused (the swap would replace the link, not fill its target), and
+    so are `.` and `..`, which have no name to stage beside."""
+    if output_dir.name in ("", ".", ".."):
+        raise MtkitError(f"{output_dir}: give the export's folder by its name (-o ../NAME, or -o NAME), not {output_dir}")
     if output_dir.is_symlink():
         raise MtkitError(
             f"{output_dir}: is a symbolic link (to {os.readlink(output_dir)}); give the folder itself as -o, or another -o"

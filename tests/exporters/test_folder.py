@@ -231,3 +231,10 @@ def test_only_mtkits_own_leftovers_that_no_running_export_holds_are_removed(site
     assert beside(site) == kept and (site.parent / ".other.staging.abcd1234").is_dir()
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 3 and all(line.startswith("mtkit: removed ") for line in said)
+
+
+@pytest.mark.parametrize("given", [".", "..", "sub/.."])
+def test_an_output_without_a_name_is_one_line(tmp_path, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MtkitError, match=r"give the export's folder by its name"):
+        export(Path(given), "v1")
