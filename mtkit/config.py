@@ -676,7 +676,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
         raise MtkitError(f"{path}: recipe not found; give the path of a YAML recipe such as recipes/multi30k/transformer.yaml")
     try:
         raw = parse_yaml(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise MtkitError(f"{path}: not valid YAML ({one_line(err, limit=300)}); fix the recipe file") from None
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: a recipe must be a mapping of keys to values")
@@ -775,7 +775,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         raise MtkitError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.max_steps=100")
     try:
         value = parse_yaml(text) if text.strip() else None
-    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
+    except yaml.YAMLError:  # such as an integer of more than 4300 digits: kept as text
         value = text
     parts = key.strip().split(".")
     node = raw

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import yaml
 from tqdm import tqdm
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 
 if TYPE_CHECKING:  # only its type: mtkit.distributed imports torch, which text files do not need
     from mtkit.distributed import Distributed
@@ -46,8 +46,16 @@ def say(message: str, *, distributed: Distributed | None = None) -> None:
 
 
 def parse_yaml(text: str) -> Any:
-    """`yaml.safe_load(text)` through `SAFE_LOADER`; raises yaml.YAMLError (or ValueError) as it does."""
-    return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506  a safe loader
+    """`yaml.safe_load(text)` through `SAFE_LOADER`; every way the text is not readable YAML is a yaml.YAMLError.
+
+    PyYAML's constructors let Python's own errors escape for values they cannot build: an integer of more than
+    4,300 digits (Python's limit), a date out of range, `!!bool maybe`. They are YAML errors of the file too, so
+    every caller's one `except yaml.YAMLError` names the file.
+    """
+    try:
+        return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506  a safe loader
+    except (ValueError, KeyError, AttributeError) as err:
+        raise yaml.YAMLError(f"a value YAML cannot build: {one_line(err, 100)}") from None
 
 
 def model_text(line: str, normalize: str) -> str:
