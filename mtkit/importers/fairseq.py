@@ -182,7 +182,7 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     english = next((code for code in ("eng_Latn", "en_XX", "en") if code in tokenizer.codes), codes[0])
     src_lang = code_name(str(settings.get("src_lang") or english))
     tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
-    beam = generation.get("num_beams", 5)
+    beam = generation.get("num_beams")
     return Config(
         name=name,
         src_lang=src_lang if src_lang in tokenizer.codes else english,
@@ -190,7 +190,7 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
         data=DataConfig(normalize="none", lang_tag="code"),
         tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size),
         model=model,
-        decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
+        decode=DecodeConfig(beam=int(beam)) if isinstance(beam, int) and beam >= 1 else DecodeConfig(),  # else mtkit's beam
     )
 
 

@@ -212,7 +212,7 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
     languages = read_json(folder / "tokenizer_config.json", MARIAN) if (folder / "tokenizer_config.json").is_file() else {}
     generation = read_json(folder / "generation_config.json", MARIAN) if (folder / "generation_config.json").is_file() else {}
-    beam = generation.get("num_beams", marian.settings.get("num_beams", 5))
+    beam = generation.get("num_beams", marian.settings.get("num_beams"))
     return Config(
         name=name,
         src_lang=str(languages.get("source_lang") or "src"),
@@ -220,7 +220,7 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
         data=DataConfig(normalize="none"),  # SentencePiece's own normaliser, as MarianTokenizer does
         tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size),
         model=marian.model,
-        decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
+        decode=DecodeConfig(beam=int(beam)) if isinstance(beam, int) and beam >= 1 else DecodeConfig(),  # else mtkit's beam
     )
 
 
