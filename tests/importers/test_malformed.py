@@ -58,39 +58,108 @@ def _pickled(folder: Path, saved: object) -> None:
     torch.save(saved, folder / "pytorch_model.bin")
 
 
-MALFORMED = {  # the review's eleven inputs (the last, a best.pt, is a test of its own), each: (folder, change, named)
-    "header not an object": ("marian", lambda f: (f / "model.safetensors").write_bytes(b"\x02\0\0\0\0\0\0\0[]"), ["model.safetensors"]),
-    "bin holding a list": ("marian", lambda f: _pickled(f, [torch.ones(2)]), ["pytorch_model.bin", "state dict"]),
-    "bin with a number": ("marian", lambda f: _pickled(f, {"a": 1}), ["pytorch_model.bin", "state dict"]),
-    "d_model Infinity": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(d_model=float("inf"))), ["config.json", "d_model is Infinity"]),
-    "vocab_size text": ("nllb", lambda f: _json(f / "config.json", lambda c: c.update(vocab_size="x")), ["config.json", 'vocab_size is "x"']),
-    "vocab_size null": ("nllb", lambda f: _json(f / "config.json", lambda c: c.update(vocab_size=None)), ["config.json", "vocab_size is missing"]),
-    "no pad_token_id": ("marian", lambda f: _json(f / "config.json", lambda c: c.pop("pad_token_id")), ["config.json", "pad_token_id is missing"]),
-    "no eos_token_id": ("marian", lambda f: _json(f / "config.json", lambda c: c.pop("eos_token_id")), ["config.json", "eos_token_id is missing"]),
-    "garbage source.spm": ("marian", lambda f: (f / "source.spm").write_bytes(b"garbage"), ["source.spm: not a SentencePiece model"]),
-    "garbage bpe model": ("nllb", lambda f: (f / "sentencepiece.bpe.model").write_bytes(b"\0" * 64), ["sentencepiece.bpe.model: not a SentencePiece model"]),
-    "vocab.json past the rows": ("marian", lambda f: _json(f / "vocab.json", lambda v: v.update({f"x{i}": len(v) + i for i in range(9)})), ["shared.weight has 174 rows", "tokenizer files"]),
-    "short logit bias": ("marian", lambda f: _weights(f, lambda t: t.update(final_logits_bias=t["final_logits_bias"][:, :5])), ["final_logits_bias has 5 rows"]),
-    "heads 0": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(encoder_attention_heads=0, decoder_attention_heads=0)), ["config.json", "encoder_attention_heads 0 is outside"]),
-    "negative d_model": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(d_model=-16)), ["config.json", "d_model -16", "[32, 16]"]),
-    "tokenizer.json model a list": ("nllb", lambda f: _json(f / "tokenizer.json", lambda t: t.update(model=[1])), ["tokenizer.json", "model.vocab"]),
-    "added token without id": ("nllb", lambda f: _json(f / "tokenizer.json", lambda t: t["added_tokens"][0].pop("id")), ["tokenizer.json", "null"]),
-    "deep config.json": ("marian", lambda f: (f / "config.json").write_text('{"a": ' * 50_000 + "1" + "}" * 50_000), ["config.json: nested too deeply"]),
-    "FIFO config.json": ("marian", lambda f: ((f / "config.json").unlink(), os.mkfifo(f / "config.json")), ["config.json: not a regular file"]),
-    "vocab.json is /dev/zero": ("marian", lambda f: ((f / "vocab.json").unlink(), (f / "vocab.json").symlink_to("/dev/zero")), ["vocab.json: not a regular file"]),
-    "d_model 1048576": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(d_model=1048576)), ["config.json: d_model 1048576", "fc1.weight has shape [32, 16]"]),
-    "positions 10^8": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(max_position_embeddings=10**8)), ["config.json: max_position_embeddings 100000000 is outside [2, 65536]"]),
-    "positions 1": ("marian", lambda f: _json(f / "config.json", lambda c: c.update(max_position_embeddings=1)), ["config.json: max_position_embeddings 1 is outside"]),
-    "layers the weights lack": ("nllb", lambda f: _json(f / "config.json", lambda c: c.update(decoder_layers=10**9)), ["config.json: decoder_layers 1000000000", "2 decoder layers"]),
-    "source_lang ROMANCE": ("marian", lambda f: _json(f / "tokenizer_config.json", lambda c: c.update(source_lang="ROMANCE")), ["tokenizer_config.json: source_lang \"ROMANCE\" is not a language code"]),
-}  # fmt: skip
+def _set(name: str, **values: object) -> Callable[[Path], None]:
+    return lambda folder: _json(folder / name, lambda data: data.update(values))
 
 
-@pytest.mark.parametrize("case", list(MALFORMED))
+def _drop(name: str, key: str) -> Callable[[Path], None]:
+    return lambda folder: _json(folder / name, lambda data: data.pop(key))
+
+
+def _write(name: str, data: bytes) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_bytes(data)
+
+
+def _special(name: str, make: Callable[[Path], None]) -> Callable[[Path], None]:
+    return lambda folder: ((folder / name).unlink(), make(folder / name))
+
+
+def _longer_vocab(folder: Path) -> None:
+    _json(folder / "vocab.json", lambda vocab: vocab.update({f"x{i}": len(vocab) + i for i in range(9)}))
+
+
+def _short_bias(folder: Path) -> None:
+    _weights(folder, lambda tensors: tensors.update(final_logits_bias=tensors["final_logits_bias"][:, :5]))
+
+
+def _added_token_without_id(folder: Path) -> None:
+    _json(folder / "tokenizer.json", lambda tokenizer: tokenizer["added_tokens"][0].pop("id"))
+
+
+DEEP = ('{"a": ' * 50_000 + "1" + "}" * 50_000).encode()
+MALFORMED = [  # the review's eleven inputs (the last, a best.pt, has a test of its own) and more: (folder, change, named)
+    pytest.param(
+        "marian", _write("model.safetensors", b"\x02\0\0\0\0\0\0\0[]"), ["model.safetensors"], id="header not an object"
+    ),
+    pytest.param("marian", lambda f: _pickled(f, [torch.ones(2)]), ["pytorch_model.bin", "state dict"], id="bin holding a list"),
+    pytest.param("marian", lambda f: _pickled(f, {"a": 1}), ["pytorch_model.bin", "state dict"], id="bin with a number"),
+    pytest.param(
+        "marian", _set("config.json", d_model=float("inf")), ["config.json", "d_model is Infinity"], id="d_model Infinity"
+    ),
+    pytest.param("nllb", _set("config.json", vocab_size="x"), ["config.json", 'vocab_size is "x"'], id="vocab_size text"),
+    pytest.param("nllb", _set("config.json", vocab_size=None), ["config.json", "vocab_size is missing"], id="vocab_size null"),
+    pytest.param("marian", _drop("config.json", "pad_token_id"), ["config.json", "pad_token_id is missing"], id="no pad id"),
+    pytest.param("marian", _drop("config.json", "eos_token_id"), ["config.json", "eos_token_id is missing"], id="no eos id"),
+    pytest.param("marian", _write("source.spm", b"garbage"), ["source.spm: not a SentencePiece model"], id="garbage source.spm"),
+    pytest.param(
+        "nllb", _write("sentencepiece.bpe.model", bytes(64)), ["bpe.model: not a SentencePiece"], id="garbage bpe model"
+    ),
+    pytest.param("marian", _longer_vocab, ["shared.weight has 174 rows", "tokenizer files"], id="vocab.json past the rows"),
+    pytest.param("marian", _short_bias, ["final_logits_bias has 5 rows"], id="short logit bias"),
+    pytest.param(
+        "marian",
+        _set("config.json", encoder_attention_heads=0, decoder_attention_heads=0),
+        ["config.json", "encoder_attention_heads 0 is outside"],
+        id="heads 0",
+    ),
+    pytest.param("marian", _set("config.json", d_model=-16), ["config.json", "d_model -16", "[32, 16]"], id="negative d_model"),
+    pytest.param("nllb", _set("tokenizer.json", model=[1]), ["tokenizer.json", "model.vocab"], id="tokenizer.json model a list"),
+    pytest.param("nllb", _added_token_without_id, ["tokenizer.json", "null"], id="added token without id"),
+    pytest.param("marian", _write("config.json", DEEP), ["config.json: nested too deeply"], id="deep config.json"),
+    pytest.param("marian", _special("config.json", os.mkfifo), ["config.json: not a regular file"], id="FIFO config.json"),
+    pytest.param(
+        "marian",
+        _special("vocab.json", lambda path: path.symlink_to("/dev/zero")),
+        ["vocab.json: not a regular file"],
+        id="vocab.json is /dev/zero",
+    ),
+    pytest.param(
+        "marian",
+        _set("config.json", d_model=1048576),
+        ["config.json: d_model 1048576", "fc1.weight has shape [32, 16]"],
+        id="d_model 1048576",
+    ),
+    pytest.param(
+        "marian",
+        _set("config.json", max_position_embeddings=10**8),
+        ["config.json: max_position_embeddings 100000000 is outside [2, 65536]"],
+        id="positions 10^8",
+    ),
+    pytest.param(
+        "marian",
+        _set("config.json", max_position_embeddings=1),
+        ["config.json: max_position_embeddings 1 is outside"],
+        id="positions 1",
+    ),
+    pytest.param(
+        "nllb",
+        _set("config.json", decoder_layers=10**9),
+        ["config.json: decoder_layers 1000000000", "2 decoder layers"],
+        id="layers the weights lack",
+    ),
+    pytest.param(
+        "marian",
+        _set("tokenizer_config.json", source_lang="ROMANCE"),
+        ['tokenizer_config.json: source_lang "ROMANCE" is not a language code'],
+        id="source_lang ROMANCE",
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "change", "named"), MALFORMED)
 def test_a_malformed_folder_is_one_line_naming_the_file_and_nothing_is_written(
-    folders: dict[str, Path], tmp_path: Path, case: str
+    folders: dict[str, Path], tmp_path: Path, family: str, change: Callable[[Path], object], named: list[str]
 ) -> None:
-    family, change, named = MALFORMED[case]
     folder = Path(shutil.copytree(folders[family], tmp_path / "model"))
     change(folder)
     assert_one_line_error(invoke("import", "auto", folder, "-o", tmp_path / "run"), *named)
