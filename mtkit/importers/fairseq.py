@@ -81,14 +81,14 @@ def fairseq_family(
     return family
 
 
-def fairseq_model_config(settings: dict[str, Any], where: Path, family: FairseqSettings, weights: Weights) -> ModelConfig:
+def fairseq_model_config(settings: dict[str, Any], where: Path, *, family: FairseqSettings, weights: Weights) -> ModelConfig:
     """mtkit's `model` keys for a fairseq-born config.json: pre-norm with final layer norms, tied embeddings, and the
     output bias that keeps mtkit's BOS unreachable; special ids other than fairseq's are refused by their keys."""
     for key, wanted in (("pad_token_id", 1), ("decoder_start_token_id", 2), ("eos_token_id", 2)):
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={settings[key]!r}; mtkit imports fairseq's layout only, where it is {wanted}")
     return ModelConfig(
-        **transformer_sizes(settings, where, "relu", weights),
+        **transformer_sizes(settings, where, activation="relu", weights=weights),
         norm="pre",
         positions=family.positions,
         tie_embeddings=True,
@@ -164,16 +164,16 @@ def fairseq_vocab(pieces: list[str]) -> MarianVocab:
 
 def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> TokenizerPair:
     """One tokenizer for both sides: the folder's SentencePiece model with fairseq's table in mtkit's order."""
-    tokenizer = read_sentencepiece(folder / SENTENCEPIECE, family, vocab.table())
+    tokenizer = read_sentencepiece(folder / SENTENCEPIECE, family, table=vocab.table())
     if not tokenizer.codes:
         raise MtkitError(f"{folder}: the tokenizer holds no language codes; is this a {family.title} tokenizer?")
     return TokenizerPair(tokenizer, tokenizer)
 
 
-def vocab_size(settings: dict[str, Any], where: Path, weights: Weights) -> int:
+def vocab_size(settings: dict[str, Any], where: Path, *, weights: Weights) -> int:
     """config.json's vocab_size: the rows of the weights' shared.weight, at most VOCABULARY (checked before the
     table is built)."""
-    size, shape = whole(settings, "vocab_size", where), weights.shape("shared.weight")
+    size, shape = whole(settings, "vocab_size", where=where), weights.shape("shared.weight")
     if shape is None:
         raise MtkitError("the weights have no tensor 'shared.weight'; do the weights belong to this config.json's model?")
     if len(shape) != 2 or size != shape[0]:
@@ -237,8 +237,8 @@ def read_fairseq_run(folder: Path, name: str, family: Family, settings: FairseqS
     where = folder / "config.json"
     config_json = read_json(where, family)
     weights = open_weights(folder)
-    model = fairseq_model_config(config_json, where, settings, weights)
-    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size(config_json, where, weights)))
+    model = fairseq_model_config(config_json, where, family=settings, weights=weights)
+    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size(config_json, where, weights=weights)))
     tokenizers = fairseq_tokenizers(folder, family, vocab)
     config = fairseq_config(folder, family, model, tokenizers, name)
-    return imported_model(config, tokenizers, lambda: fairseq_weights(weights, model, vocab), folder)
+    return imported_model(config, tokenizers, state=lambda: fairseq_weights(weights, model, vocab), folder=folder)

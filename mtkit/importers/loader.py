@@ -223,7 +223,7 @@ def read_optional_json(path: Path, family: Family) -> dict[str, Any]:
     return read_json(path, family) if path.exists() or path.is_symlink() else {}
 
 
-def read_sentencepiece(path: Path, family: Family, table: list[str]) -> Tokenizer:
+def read_sentencepiece(path: Path, family: Family, *, table: list[str]) -> Tokenizer:
     """A tokenizer over the folder's SentencePiece model and the family's piece table; a file that is not a
     SentencePiece model with pieces is one line naming it."""
     proto = read_regular(path, family, limit=SENTENCEPIECE_BYTES)
@@ -239,7 +239,7 @@ def read_sentencepiece(path: Path, family: Family, table: list[str]) -> Tokenize
         ) from None
 
 
-def whole(settings: dict[str, Any], key: str, where: Path, default: int | None = None) -> int:
+def whole(settings: dict[str, Any], key: str, *, where: Path, default: int | None = None) -> int:
     """config.json's `key`, a whole number (`default` where it is left out; None: it must be there)."""
     value = settings.get(key, default)
     if value is None:
@@ -263,7 +263,7 @@ class Weights(Mapping[str, Tensor]):
     file's tensors at a time beside what it has built. A float32 tensor of a safetensors file is the mapped file
     itself, not a copy: the reader copies what it keeps (it joins or reorders every tensor)."""
 
-    def __init__(self, path: Path, shapes: dict[str, tuple[int, ...]], read: Callable[[str], Tensor]) -> None:
+    def __init__(self, path: Path, *, shapes: dict[str, tuple[int, ...]], read: Callable[[str], Tensor]) -> None:
         self.path, self._read = path, read
         self._names = {name.removeprefix("model."): name for name in shapes}
         self._shapes = {name.removeprefix("model."): shape for name, shape in shapes.items()}
@@ -275,6 +275,9 @@ class Weights(Mapping[str, Tensor]):
     def __getitem__(self, name: str) -> Tensor:
         tensor = self._read(self._names[name])
         return tensor if tensor.dtype == torch.float32 else tensor.float()  # a half-precision one: converted, then dropped
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # without reading the tensor, as Mapping's own would
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -314,7 +317,7 @@ def _safetensors_weights(path: Path) -> Weights:
         except (SafetensorError, OSError, RuntimeError, ValueError) as err:
             raise MtkitError(f"{path}: not a readable safetensors file ({one_line(err)})") from None
 
-    return Weights(path, shapes, read)
+    return Weights(path, shapes=shapes, read=read)
 
 
 def _pickled_weights(path: Path) -> Weights:
@@ -336,10 +339,10 @@ def _pickled_weights(path: Path) -> Weights:
     if not isinstance(loaded, dict) or not all(isinstance(name, str) and isinstance(t, Tensor) for name, t in loaded.items()):
         raise MtkitError(f"{path}: holds {type(loaded).__name__} of other things than named tensors; expected a state dict")
     floating = {name: tensor for name, tensor in loaded.items() if tensor.is_floating_point()}
-    return Weights(path, {name: tuple(tensor.shape) for name, tensor in floating.items()}, floating.__getitem__)
+    return Weights(path, shapes={name: tuple(tensor.shape) for name, tensor in floating.items()}, read=floating.__getitem__)
 
 
-def transformer_sizes(settings: dict[str, Any], where: Path, activation: str, weights: Weights) -> dict[str, Any]:
+def transformer_sizes(settings: dict[str, Any], where: Path, *, activation: str, weights: Weights) -> dict[str, Any]:
     """The `model` keys every Hugging Face encoder-decoder's config.json gives alike (depths, sizes, dropout, the
     activation, `activation` where it names none): whole numbers equal to the weights' shapes and within SIZES,
     checked before anything is sized from them; encoder and decoder sizes that differ are refused by their keys."""
@@ -350,8 +353,8 @@ def transformer_sizes(settings: dict[str, Any], where: Path, activation: str, we
     named = settings.get("activation_function", activation)
     if not isinstance(named, str) or named not in ACTIVATIONS:
         raise MtkitError(f"{where}: activation_function={named!r} cannot be represented; mtkit has {', '.join(ACTIVATIONS)}")
-    sizes = {key: whole(settings, key, where, 1024 if key == "max_position_embeddings" else None) for key in SIZES}
-    check_against_weights(sizes, where, weights)
+    sizes = {key: whole(settings, key, where=where, default=1024 if key == "max_position_embeddings" else None) for key in SIZES}
+    check_against_weights(sizes, weights, where=where)
     for key, (low, high) in SIZES.items():
         if not low <= sizes[key] <= high:
             raise MtkitError(f"{where}: {key} {sizes[key]} is outside [{low}, {high}], the sizes mtkit builds")
@@ -374,7 +377,7 @@ def transformer_sizes(settings: dict[str, Any], where: Path, activation: str, we
     }
 
 
-def check_against_weights(sizes: dict[str, int], where: Path, weights: Weights) -> None:
+def check_against_weights(sizes: dict[str, int], weights: Weights, *, where: Path) -> None:
     """config.json's depths, d_model and feed-forward size against the weights' layers and the shape of the first
     encoder layer's fc1 (ffn_dim, d_model), from the header: one line naming the key and the shape."""
     found: dict[str, set[int]] = {"encoder": set(), "decoder": set()}
@@ -403,7 +406,9 @@ def imported_beam(generation: dict[str, Any], settings: dict[str, Any]) -> int:
     return min(beam, BEAM[1]) if isinstance(beam, int) and not isinstance(beam, bool) and beam >= 1 else BEAM[0]
 
 
-def imported_model(config: Config, tokenizers: TokenizerPair, state: Callable[[], dict[str, Tensor]], folder: Path) -> Imported:
+def imported_model(
+    config: Config, tokenizers: TokenizerPair, *, state: Callable[[], dict[str, Tensor]], folder: Path
+) -> Imported:
     """The import: the run's config checked by the rules every later command applies (before anything is built),
     then the model of its `model` keys holding `state()`, the family's weights in mtkit's names (built on the meta
     device and given those tensors, so nothing is sized from config.json before the weights' shapes agree)."""
@@ -412,7 +417,7 @@ def imported_model(config: Config, tokenizers: TokenizerPair, state: Callable[[]
         weights = state()
     except (IndexError, RuntimeError, ValueError) as err:  # tensors that cannot be joined or reordered as the config says
         raise MtkitError(f"{UNFIT} ({one_line(err, limit=300)})") from None
-    model = model_with_weights(checked.model, tokenizers, weights, mismatch=UNFIT)
+    model = model_with_weights(checked.model, tokenizers, weights=weights, mismatch=UNFIT)
     return Imported(config=checked, tokenizers=tokenizers, model=model)
 
 

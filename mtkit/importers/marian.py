@@ -85,12 +85,12 @@ def read_marian(folder: Path) -> MarianModel:
     """Read and check a Marian folder; anything mtkit cannot represent is one error naming the key or file."""
     settings = read_json(folder / "config.json", MARIAN)
     weights = open_weights(folder)  # its header: the sizes are compared with it before anything is sized from them
-    model = marian_model_config(settings, folder / "config.json", weights)
+    model = marian_model_config(settings, folder / "config.json", weights=weights)
     source, target, tokenizers = _vocabularies(folder, settings)
     return MarianModel(model, tokenizers, source, target, weights, settings)
 
 
-def marian_model_config(settings: dict[str, Any], where: Path, weights: Weights) -> ModelConfig:
+def marian_model_config(settings: dict[str, Any], where: Path, *, weights: Weights) -> ModelConfig:
     """mtkit's `model` keys for a Marian config.json; a variant mtkit cannot run is refused by its key."""
     if settings.get("model_type") != "marian":
         raise MtkitError(f"{where}: model_type is {settings.get('model_type')!r}; only Marian (OPUS-MT) models are imported")
@@ -104,7 +104,7 @@ def marian_model_config(settings: dict[str, Any], where: Path, weights: Weights)
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
     return ModelConfig(
-        **transformer_sizes(settings, where, "swish", weights),
+        **transformer_sizes(settings, where, activation="swish", weights=weights),
         norm="post",
         positions="sinusoidal_halves",
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
@@ -117,7 +117,8 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
     source_pieces = _read_vocab(folder / "vocab.json")
     separate = (folder / "target_vocab.json").is_file() and bool(settings.get("separate_vocabs", True))
     target_pieces = _read_vocab(folder / "target_vocab.json") if separate else source_pieces
-    where, pad = folder / "config.json", whole(settings, "pad_token_id", folder / "config.json")
+    where = folder / "config.json"
+    pad = whole(settings, "pad_token_id", where=where)
     target = MarianVocab(
         target_pieces,
         _order(
@@ -125,8 +126,8 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
             where,
             pad=pad,
             unk=_piece_id(target_pieces, "<unk>", folder / "target_vocab.json" if separate else folder / "vocab.json"),
-            start=whole(settings, "decoder_start_token_id", where, pad),
-            eos=whole(settings, "eos_token_id", where),
+            start=whole(settings, "decoder_start_token_id", where=where, default=pad),
+            eos=whole(settings, "eos_token_id", where=where),
         ),
     )
     where = folder / "vocab.json"
@@ -145,8 +146,8 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
                 eos=_piece_id(source_pieces, "</s>", where),
             ),
         )
-    src = read_sentencepiece(folder / "source.spm", MARIAN, source.table())
-    tgt = read_sentencepiece(folder / "target.spm", MARIAN, target.table())
+    src = read_sentencepiece(folder / "source.spm", MARIAN, table=source.table())
+    tgt = read_sentencepiece(folder / "target.spm", MARIAN, table=target.table())
     return source, target, TokenizerPair(src, tgt)
 
 
@@ -265,7 +266,7 @@ def read_marian_run(folder: Path, name: str) -> Imported:
     """The Marian family's reader (`Family.read`): the run's config, checked, and the model with Marian's weights."""
     marian = read_marian(folder)
     config = imported_config(marian, folder, name)
-    return imported_model(config, marian.tokenizers, lambda: mtkit_weights(marian), folder)
+    return imported_model(config, marian.tokenizers, state=lambda: mtkit_weights(marian), folder=folder)
 
 
 MARIAN = Family(

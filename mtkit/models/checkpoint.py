@@ -109,11 +109,11 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     if not isinstance(weights, dict) or not all(isinstance(tensor, Tensor) for tensor in weights.values()):
         raise MtkitError(f"{resolve_checkpoint(path)}: its model is not a state dict of tensors; not an mtkit checkpoint")
     mismatch = f"{resolve_checkpoint(path)}: the weights do not fit the checkpoint's own config"
-    return model_with_weights(config.model, tokenizers, weights, mismatch=mismatch), config, tokenizers, payload
+    return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch), config, tokenizers, payload
 
 
 def model_with_weights(
-    config: ModelConfig, tokenizers: TokenizerPair, weights: dict[str, Tensor], *, mismatch: str
+    config: ModelConfig, tokenizers: TokenizerPair, *, weights: dict[str, Tensor], mismatch: str
 ) -> EncoderDecoder:
     """The model of `config` holding `weights` themselves, nothing sized from the config before it is compared with
     the weights: built on the meta device (free at any size), its tensors compared by name and shape with `weights`
@@ -132,7 +132,7 @@ def model_with_weights(
             setattr(model.get_submodule(module), attribute, model.get_parameter(first))
     for module in model.modules():
         if isinstance(module, SinusoidalPositions) and module.table.is_meta:
-            module.table = type(module)(module.d_model, module.table.size(0), module.halves).table
+            module.table = type(module)(module.d_model, module.table.size(0), halves=module.halves).table
     left = next((name for name, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_meta), None)
     if left is not None:
         raise RuntimeError(f"{left} was built on the meta device and neither loaded nor derived")  # a module mtkit added

@@ -183,7 +183,8 @@ def test_the_imported_config_meets_the_recipe_rules_before_the_model_is_built(fo
         raise AssertionError("the weights were read")
 
     with pytest.raises(MtkitError, match=r"\(as mtkit's config\): 'decode.beam' is 0; give a whole number >= 1") as raised:
-        imported_model(Config(decode=DecodeConfig(beam=0)), TokenizerPair(tokenizer, tokenizer), state, folders["marian"])
+        pair = TokenizerPair(tokenizer, tokenizer)
+        imported_model(Config(decode=DecodeConfig(beam=0)), pair, state=state, folder=folders["marian"])
     assert "\n" not in str(raised.value)
 
 
