@@ -31,6 +31,8 @@ def test_m2m100s_codes_follow_vocab_json_and_made_up_words_fill_the_rest(tmp_pat
     assert pieces[-9:] == ["__de__", *(f"<madeupword{k}>" for k in range(8))]
     with pytest.raises(MtkitError, match="vocab_size 10; the tokenizer files and config.json must belong to one model"):
         fairseq_pieces(folder, FAMILIES["m2m100"], 10)
+    with pytest.raises(MtkitError, match="vocab_size 50000000; the tokenizer files"):  # not 50M made-up words
+        fairseq_pieces(folder, FAMILIES["m2m100"], 50_000_000)
 
 
 def test_unknown_codes_a_missing_model_and_an_unreachable_hub_are_one_line(tmp_path: Path) -> None:
