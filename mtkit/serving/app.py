@@ -45,11 +45,10 @@ from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, sto
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
 from mtkit.serving.hosts import HostCheck
-from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH_LINES, ServeLimits, body_limit
+from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, MOST_BEAM, OTHER_BATCH_LINES, ServeLimits, body_limit
 from mtkit.serving.rerank_jobs import RerankBusy, RerankJobs
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
-MOST_BEAM = 64  # the largest beam a request may ask for, and so its nbest and candidates
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
 DECODING, SAMPLING = Decoding(), Sampling()  # the defaults of a request's options, stated there once

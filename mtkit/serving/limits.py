@@ -13,6 +13,7 @@ HOST = "127.0.0.1"  # the address a server binds unless told: loopback, this mac
 CPU_BATCH_LINES = 16
 OTHER_BATCH_LINES = 128
 CPU_WORKERS = 2
+MOST_BEAM = 64  # the largest beam a request may ask for (and so its nbest and candidates), and an import's beam
 
 
 @dataclass(frozen=True, kw_only=True)
