@@ -336,6 +336,9 @@ class TokenizerConfig:
     # dropout probability, e.g. 0.1; unigram: the smoothing alpha, e.g. 0.1-0.5); 0 = off. Validation and
     # decoding always use the best segmentation.
     sampling_alpha: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.1))
+    # an imported model's tokenizer family (marian, nllb, ...), written by `mtkit import` and inherited by its fine-tuned
+    # children: the transformers export writes that family's classes back; none for mtkit's own tokenizers
+    family: str | None = field(default=None, metadata=_pattern(r"[a-z][a-z0-9_]*", "a family's name", "nllb"))
 
 
 @dataclass

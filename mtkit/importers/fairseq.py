@@ -11,6 +11,7 @@ every log-probability is the original's; fairseq's <s> becomes an ordinary piece
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from mtkit.data.tokenizer import BOS_ID, Tokenizer, TokenizerPair, code_name
 from mtkit.errors import MtkitError
 from mtkit.importers.loader import Family, Imported, build_imported, read_json, read_weights, transformer_sizes
 from mtkit.importers.marian import UNREACHABLE_BIAS, MarianVocab
-from mtkit.importers.names import layer_names
+from mtkit.importers.names import TokenizerFamily, layer_names
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's ids 0..3
 SENTENCEPIECE = "sentencepiece.bpe.model"  # the name every family's folder gives its SentencePiece model
@@ -48,19 +49,35 @@ class FairseqSettings:
     scale_embedding: bool  # the family's default where config.json leaves it out
 
 
+@dataclass(frozen=True, kw_only=True)
+class FairseqNames:
+    """A fairseq-born family's names: in messages, in config.json, its tokenizer classes, an example hub id."""
+
+    name: str  # `mtkit import NAME`
+    title: str  # in messages
+    model_type: str  # config.json's
+    architecture: str  # transformers' class
+    tokenizers: tuple[TokenizerFamily, ...]  # its folders' tokenizer classes, the most particular code form first
+    example: str  # a hub id
+
+
 def fairseq_family(
-    settings: FairseqSettings, *, name: str, title: str, model_type: str, architecture: str, example: str
+    settings: FairseqSettings, names: FairseqNames, *, export_keys: Mapping[str, Any], logits_bias: bool
 ) -> Family:
-    """A fairseq-born family's row of `FAMILIES`: its names, what its folder holds, and its reader."""
+    """A fairseq-born family's row of `FAMILIES`: its names, what its folder holds, its reader, and its export."""
     family = Family(
-        name=name,
-        title=title,
-        model_types=(model_type,),
-        architectures=(architecture,),
+        name=names.name,
+        title=names.title,
+        model_types=(names.model_type,),
+        architectures=(names.architecture,),
         holds=f"config.json, model.safetensors (or pytorch_model.bin), {SENTENCEPIECE} and tokenizer.json (or vocab.json)",
-        example=example,
+        example=names.example,
         hub_files=("config.json", "generation_config.json", "tokenizer*.json", "vocab.json", "*.model", "*.safetensors"),
         read=lambda folder, run: read_fairseq_run(folder, run, family, settings),
+        tokenizers=names.tokenizers,
+        model_keys={"positions": settings.positions, "embedding_norm": settings.embedding_norm},
+        export_keys=export_keys,
+        logits_bias=logits_bias,
     )
     return family
 
@@ -183,12 +200,15 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     src_lang = code_name(str(settings.get("src_lang") or english))
     tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
     beam = generation.get("num_beams", 5)
+    held = family.tokenizer(
+        settings.get("tokenizer_class"), [(tokenizer.table or [])[index] for index in tokenizer.codes.values()]
+    )
     return Config(
         name=name,
         src_lang=src_lang if src_lang in tokenizer.codes else english,
         tgt_lang=tgt_lang if tgt_lang in tokenizer.codes else "tgt",
         data=DataConfig(normalize="none", lang_tag="code"),
-        tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size),
+        tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size, family=held.name),
         model=model,
         decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
     )

@@ -19,7 +19,7 @@ from torch import Tensor
 from mtkit.config import Config, ModelConfig, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import MtkitError, one_line
-from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES
+from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, TokenizerFamily
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
@@ -40,7 +40,8 @@ class Imported:
 
 @dataclass(frozen=True, kw_only=True)
 class Family:
-    """One foreign family: how its config.json names it, what its folder holds, and its reader."""
+    """One foreign family: how its config.json names it, what its folder holds, its reader, and what its
+    transformers class needs of an export (read by mtkit.exporters, so the two directions cannot drift)."""
 
     name: str  # `mtkit import NAME`
     title: str  # in messages: "not a folder of a {title} model"
@@ -50,6 +51,29 @@ class Family:
     example: str  # a hub id
     hub_files: tuple[str, ...]  # what a hub download fetches (allow_patterns)
     read: Callable[[Path, str], Imported]  # (folder, the run's name) -> the import
+    tokenizers: tuple[TokenizerFamily, ...]  # the tokenizer classes its folders hold; the run records which
+    model_keys: Mapping[str, Any]  # mtkit model keys every import of it has (how a run imported before the record is known)
+    export_keys: Mapping[str, Any]  # config.json keys its class's export always writes (mBART's normalize_before, ...)
+    logits_bias: bool  # its class holds an output bias (final_logits_bias)
+
+    @property
+    def architecture(self) -> str:
+        """The transformers class an export names (config.json's architectures)."""
+        return self.architectures[0]
+
+    @property
+    def model_type(self) -> str:
+        """The model_type an export writes."""
+        return self.model_types[0]
+
+    def tokenizer(self, tokenizer_class: object, codes: list[str]) -> TokenizerFamily:
+        """The tokenizer class a folder of this family holds: the one its tokenizer_config.json names (a Fast one as
+        its slow twin), else the first whose language codes are written as the table's `codes` are (__de__, deu_Latn)."""
+        named = str(tokenizer_class or "").removesuffix("Fast")
+        for tokenizer in self.tokenizers:
+            if tokenizer.class_name == named:
+                return tokenizer
+        return next((tokenizer for tokenizer in self.tokenizers if all(map(tokenizer.writes, codes))), self.tokenizers[-1])
 
 
 def import_family(source: str, output: Path, family: Family) -> tuple[Config, EncoderDecoder]:

@@ -27,7 +27,7 @@ from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, Tokenize
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError
 from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights, transformer_sizes
-from mtkit.importers.names import layer_names
+from mtkit.importers.names import TokenizerFamily, layer_names
 from mtkit.models.base import EncoderDecoder
 
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
@@ -72,21 +72,20 @@ def read_marian(folder: Path) -> MarianModel:
 
 def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
     """mtkit's `model` keys for a Marian config.json; a variant mtkit cannot run is refused by its key."""
-    if settings.get("model_type") != "marian":
+    if settings.get("model_type") not in MARIAN.model_types:
         raise MtkitError(f"{where}: model_type is {settings.get('model_type')!r}; only Marian (OPUS-MT) models are imported")
-    refusals = {
-        "normalize_before": (False, "a pre-norm Marian variant"),
-        "scale_embedding": (True, "unscaled embeddings"),
-        "add_final_layer_norm": (False, "a final layer norm"),
-        "normalize_embedding": (False, "a layer norm on the embeddings"),
+    refusals = {  # each key's value in MARIAN.export_keys is the one mtkit represents
+        "normalize_before": "a pre-norm Marian variant",
+        "scale_embedding": "unscaled embeddings",
+        "add_final_layer_norm": "a final layer norm",
+        "normalize_embedding": "a layer norm on the embeddings",
     }
-    for key, (wanted, what) in refusals.items():
-        if settings.get(key, wanted) != wanted:
+    for key, what in refusals.items():
+        if settings.get(key, MARIAN.export_keys[key]) != MARIAN.export_keys[key]:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
     return ModelConfig(
         **transformer_sizes(settings, where, "swish"),
-        norm="post",
-        positions="sinusoidal_halves",
+        **MARIAN.model_keys,
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
         output_bias=True,
     )
@@ -212,7 +211,7 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
         src_lang=str(languages.get("source_lang") or "src"),
         tgt_lang=str(languages.get("target_lang") or "tgt"),
         data=DataConfig(normalize="none"),  # SentencePiece's own normaliser, as MarianTokenizer does
-        tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size),
+        tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size, family=MARIAN_TOKENIZER.name),
         model=marian.model,
         decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
     )
@@ -225,6 +224,8 @@ def read_marian_run(folder: Path, name: str) -> Imported:
     return Imported(config=imported_config(marian, folder, name), tokenizers=marian.tokenizers, model=model)
 
 
+# MarianTokenizer reads a target-language token >>fr<< as the first token of a text
+MARIAN_TOKENIZER = TokenizerFamily(name="marian", class_name="MarianTokenizer", code=">>{}<<")
 MARIAN = Family(
     name="marian",
     title="Marian",
@@ -234,6 +235,17 @@ MARIAN = Family(
     example="Helsinki-NLP/opus-mt-de-en",
     hub_files=("config.json", "generation_config.json", "tokenizer_config.json", "*.spm", "*vocab.json", "*.safetensors"),
     read=read_marian_run,
+    tokenizers=(MARIAN_TOKENIZER,),
+    model_keys={"norm": "post", "positions": "sinusoidal_halves"},
+    # the layout MarianMTModel computes, as marian_model_config reads it: post-norm, scaled, no extra norms
+    export_keys={
+        "scale_embedding": True,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": False,
+        "static_position_embeddings": True,
+    },
+    logits_bias=True,
 )
 
 
