@@ -54,17 +54,32 @@ def run_family(config: Config, codes: list[str]) -> RunFamily | None:
     by how the table writes its language `codes`; None for mtkit's own models."""
     recorded = config.tokenizer.family
     if recorded is not None:
-        found = [RunFamily(family, held) for family in FAMILIES.values() for held in family.tokenizers if held.name == recorded]
-        if not found:
-            known = ", ".join(held.name for family in FAMILIES.values() for held in family.tokenizers)
-            raise MtkitError(f"tokenizer.family {recorded!r}: not a family mtkit knows; it knows {known}")
-        return found[0]
+        return _recorded(config, recorded)
     if config.data.lang_tag != "code":  # a run imported before the record without codes: its architecture decides
         return None
     for family in FAMILIES.values():
-        if all(getattr(config.model, key) == value for key, value in family.model_keys.items()):
+        if _has_keys(config, family):
             return RunFamily(family, family.tokenizer(None, codes))
     raise MtkitError(
         "the model has language codes (data.lang_tag: code), but neither tokenizer.family nor its model keys name an "
         f"imported family; re-import it with mtkit import (families: {', '.join(FAMILIES)})"
     )
+
+
+def _recorded(config: Config, recorded: str) -> RunFamily:
+    """The rows of the tokenizer family a run records, checked against its model keys."""
+    found = [RunFamily(family, held) for family in FAMILIES.values() for held in family.tokenizers if held.name == recorded]
+    if not found:
+        known = ", ".join(held.name for family in FAMILIES.values() for held in family.tokenizers)
+        raise MtkitError(f"tokenizer.family {recorded!r}: not a family mtkit knows; it knows {known}")
+    if not _has_keys(config, found[0].family):
+        keys = ", ".join(f"model.{key}: {value}" for key, value in found[0].family.model_keys.items())
+        raise MtkitError(
+            f"tokenizer.family {recorded!r}: the model lacks that family's keys ({keys}); re-import it with mtkit import"
+        )
+    return found[0]
+
+
+def _has_keys(config: Config, family: Family) -> bool:
+    """Whether the run's model has the keys every import of `family` has."""
+    return all(getattr(config.model, key) == value for key, value in family.model_keys.items())

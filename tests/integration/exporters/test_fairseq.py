@@ -203,3 +203,24 @@ def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_pat
             )
             hypothesis = tokenizer.convert_tokens_to_ids(result[0].hypotheses[0])
             assert tokenizer.decode(hypothesis, skip_special_tokens=True) == best.text
+
+
+def test_the_export_writes_the_family_the_run_records(exported: Exported, tmp_path: Path, request) -> None:
+    """The family comes from the run's record (tokenizer.family, written by the import), not from its language codes:
+    a run imported before the record exports as before, and a record of another family is refused in one line."""
+    family = request.node.callspec.params["exported"]
+    payload = read_checkpoint(exported.run / "best.pt")
+    assert payload["config"]["tokenizer"]["family"] == family
+    payload["config"]["tokenizer"]["family"] = None
+    save_checkpoint(payload, tmp_path / "unrecorded.pt")
+    cli_output("export", "-m", str(tmp_path / "unrecorded.pt"), "-o", str(tmp_path / "old"), "--format", "transformers")
+    for name in ("config.json", "tokenizer_config.json", "generation_config.json"):
+        assert json.loads((tmp_path / "old" / name).read_text()) == json.loads((exported.folder / name).read_text())
+    other, refusal = {"nllb": ("m2m100", "M2M100Tokenizer builds"), "m2m100": ("nllb", "NllbTokenizer builds")}.get(
+        family, ("nllb", "the model lacks that family's keys")
+    )
+    payload["config"]["tokenizer"]["family"] = other
+    save_checkpoint(payload, tmp_path / "other.pt")
+    refused = invoke("export", "-m", str(tmp_path / "other.pt"), "-o", str(tmp_path / "out"), "--format", "transformers")
+    assert_one_line_error(refused, refusal)
+    assert not (tmp_path / "out").exists()
