@@ -58,15 +58,14 @@ def tokenizer_files(held: TokenizerFamily, config: Config, tokenizer: Tokenizer,
     files: dict[str, Any] = {"tokenizer_config.json": settings}
     if held.vocab_json:  # vocab.json's pieces in their own order, the codes of a known list, the made-up words
         vocab = pieces[: pieces.index(codes[0])]
-        listed = [name for name, known in M2M100_CODES.items() if [f"__{code}__" for code in known] == codes]
+        listed = [name for name, known in M2M100_CODES.items() if [held.piece(code) for code in known] == codes]
         fillers = len(pieces) - len(vocab) - len(codes)
         expected = [*vocab, *codes, *(FILLER.format(k) for k in range(fillers))] if listed else []
         settings |= {"language_codes": listed[0] if listed else "", "num_madeup_words": fillers}
         settings["extra_special_tokens"] = codes  # special, so skip_special_tokens drops the forced code
         files["vocab.json"] = {piece: index for index, piece in enumerate(vocab)}
     else:  # the SentencePiece pieces shifted by one, the codes, <mask>
-        processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-        shifted = [processor.id_to_piece(index) for index in range(3, processor.get_piece_size())]
+        shifted = sentencepiece_pieces(held, tokenizer)
         expected = [*SPECIALS, *shifted, *codes, "<mask>"]
         if held.added_tokens:  # the codes and <mask> at the table's ids, in whatever order the table holds them
             added = pieces[len(SPECIALS) + len(shifted) :]
@@ -74,12 +73,28 @@ def tokenizer_files(held: TokenizerFamily, config: Config, tokenizer: Tokenizer,
             settings["extra_special_tokens"] = codes
             settings["added_tokens_decoder"] = {str(pieces.index(piece)): added_token(piece) for piece in added}
     if expected != pieces:
-        raise MtkitError(
-            f"the model's table ({len(pieces)} pieces) is not what {held.class_name} builds from its SentencePiece "
-            "model and language codes (pieces or codes were added after the import); export it with --format ctranslate2 "
-            "or translate it with mtkit"
-        )
+        raise MtkitError(_table_differs(held.class_name, pieces, expected))
     return files
+
+
+def _table_differs(tokenizer_class: str, pieces: list[str], expected: list[str]) -> str:
+    """The refusal when the model's table is not the tokenizer class's: where the two first differ."""
+    first = next((index for index, pair in enumerate(zip(pieces, expected, strict=False)) if pair[0] != pair[1]), None)
+    where = f"id {first} is {pieces[first]!r} where it builds {expected[first]!r}" if first is not None else "sizes differ"
+    return (
+        f"the model's table ({len(pieces)} pieces) is not what {tokenizer_class} builds from its SentencePiece model and "
+        f"language codes ({len(expected)} pieces; {where}), as when pieces or codes were added after the import; export it "
+        "with --format ctranslate2 or translate it with mtkit"
+    )
+
+
+def sentencepiece_pieces(held: TokenizerFamily, tokenizer: Tokenizer) -> list[str]:
+    """The SentencePiece model's pieces as the tokenizer class numbers them after fairseq's four specials: NLLB's
+    takes every piece that is not one of the four (`drops_specials`: a model holding <s>, <pad>, </s> and <unk> as
+    its first pieces gives them once); mBART-50's every piece after the model's first three (<unk>, <s>, </s>)."""
+    processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    pieces = [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
+    return [piece for piece in pieces if piece not in SPECIALS] if held.drops_specials else pieces[3:]
 
 
 def added_token(piece: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ the tokenizer's `bos_token`: generate() puts it first in every output, and only 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from mtkit.importers import RunFamily, run_family
 from mtkit.importers.m2m100 import M2M100
 from mtkit.importers.marian import MARIAN, MARIAN_TOKENIZER
 from mtkit.importers.mbart import MBART
-from mtkit.importers.names import ACTIVATIONS, depths, layer_names
+from mtkit.importers.names import ACTIVATIONS, KEPT_GENERATION, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
 from mtkit.textio import write_file
@@ -69,23 +70,23 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             "{quantization} {value}: CTranslate2's weight types; a transformers export keeps float32",
             value=quantization,
         )
-    check_output_dir(output_dir, force)
-    model, config, tokenizers, _ = load_model(model_path)
+    held = check_output_dir(output_dir, force=force)
+    model, config, tokenizers, payload = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
             "so only Transformers are exported; translate with mtkit itself (mtkit translate / mtkit serve)"
         )
-    held = run_family(config, code_pieces(tokenizers.src))  # the family the run records, not a guess from its codes
-    own = held if held is not None and held.family.name in FAIRSEQ_FAMILIES else None  # imported NLLB, M2M-100, mBART
+    imported = run_family(config, code_pieces(tokenizers.src))  # the family the run records, not a guess from its codes
+    own = imported if imported is not None and imported.family.name in FAIRSEQ_FAMILIES else None  # NLLB, M2M-100, mBART
     if own is None:
         check_exportable(config, model_path, "transformers")
-    with staged(output_dir) as staging:
+    with staged(output_dir, held=held) as staging:
         if own is not None:
             write_fairseq_folder(staging, config, model, tokenizers.src, own)
             written: RunFamily | None = own
         else:
-            written = write_mtkit_folder(staging, config, tokenizers, model)
+            written = write_mtkit_folder(staging, config, tokenizers, model, kept=kept_settings(payload))
         form = written.tokenizer.name if written is not None else REMOTE_CODE_FORM
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
@@ -98,12 +99,14 @@ def code_pieces(tokenizer: Tokenizer) -> list[str]:
     return [(tokenizer.table or [])[index] for index in tokenizer.codes.values()]
 
 
-def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer) -> RunFamily | None:
+def write_mtkit_folder(
+    folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer, *, kept: dict[str, Any]
+) -> RunFamily | None:
     """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; Marian's rows, or None for
-    mtkit's own code."""
-    held = RunFamily(MARIAN, MARIAN_TOKENIZER) if marian_form(config.model) else None
+    mtkit's own code. `kept`: the generation settings an imported model came with (`kept_settings`)."""
+    written = RunFamily(MARIAN, MARIAN_TOKENIZER) if marian_form(config.model) else None
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
-    if held is not None:
+    if written is not None:
         settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
     else:
         settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
@@ -111,9 +114,9 @@ def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, 
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
-    write_json(folder / "generation_config.json", generation_config(config, tokenizers))
+    write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept=kept))
     write_tokenizer(folder, config, tokenizers)
-    return held
+    return written
 
 
 def marian_form(model: ModelConfig) -> bool:
@@ -220,16 +223,28 @@ def remote_weights(weights: dict[str, torch.Tensor], model: Transformer) -> dict
     return {name: tensor for name, tensor in weights.items() if name not in tied}
 
 
-def generation_config(config: Config, tokenizers: TokenizerPair) -> dict[str, Any]:
-    """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search)."""
+def kept_settings(payload: dict[str, Any]) -> dict[str, Any]:
+    """The generation settings an imported model came with (the import keeps them in best.pt, mtkit's ids), so
+    that its export generates as the original did: EOS forced at the cap, its words never written, its cap."""
+    kept = payload.get("generation") or {}
+    try:
+        return {key: json.loads(json.dumps(kept[key])) for key in KEPT_GENERATION if key in kept}  # plain data only
+    except (TypeError, ValueError):
+        raise MtkitError("the checkpoint's generation settings are not plain data; import the model again") from None
+
+
+def generation_config(config: Config, tokenizers: TokenizerPair, *, kept: dict[str, Any]) -> dict[str, Any]:
+    """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search); and
+    what an imported model's own generation config said of the cap, the forced EOS and the words never written."""
     never = [[PAD_ID], [BOS_ID], *([tag] for tag in sorted(tokenizers.src.tags.values()) if tag < tokenizers.tgt.vocab_size)]
     return {
         **special_ids(),
         "num_beams": config.decode.beam,
         "length_penalty": config.decode.length_penalty,
         "early_stopping": True,  # a sentence ends once `num_beams` hypotheses have finished, as in mtkit
-        "max_length": min(MAX_LENGTH, config.model.max_positions),
-        "bad_words_ids": never,
+        **kept,
+        "max_length": kept.get("max_length", min(MAX_LENGTH, config.model.max_positions)),
+        "bad_words_ids": [*never, *(words for words in kept.get("bad_words_ids", []) if words not in never)],
     }
 
 

@@ -14,6 +14,10 @@ from mtkit.config import ModelConfig
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Hugging Face name -> model.activation
+# generate()'s settings of a Marian folder that its transformers export writes back (`mtkit export --format
+# transformers`), by kind: what transformers' own generate does at the length cap, the words it never writes, its cap,
+# and its scores. Its beam is the run's decode.beam; mtkit's own search reads none of these.
+KEPT_GENERATION = {"forced_eos_token_id": "ids", "bad_words_ids": "words", "max_length": "length", "renormalize_logits": "flag"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +30,7 @@ class TokenizerFamily:
     code: str  # how the class writes a language code, `{}` the name: __{}__ (M2M-100: __de__), {} (deu_Latn, de_DE)
     vocab_json: bool = False  # a vocab.json of the pieces, the codes named by tokenizer_config.json's language_codes
     added_tokens: bool = False  # tokenizer_config.json lists the codes and <mask> at the table's ids (added_tokens_decoder)
+    drops_specials: bool = False  # numbers every SentencePiece piece but fairseq's four; else those after the first three
     settings: Mapping[str, Any] = field(default_factory=dict)  # fixed keys of its tokenizer_config.json
 
     def writes(self, piece: str) -> bool:
