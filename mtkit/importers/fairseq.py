@@ -195,14 +195,13 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     tokenizer = tokenizers.src
     settings = read_json(folder / "tokenizer_config.json", family) if (folder / "tokenizer_config.json").is_file() else {}
     generation = read_json(folder / "generation_config.json", family) if (folder / "generation_config.json").is_file() else {}
-    codes = list(tokenizer.codes)
-    english = next((code for code in ("eng_Latn", "en_XX", "en") if code in tokenizer.codes), codes[0])
-    src_lang = code_name(str(settings.get("src_lang") or english))
-    tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
-    beam = generation.get("num_beams", 5)
     held = family.tokenizer(
         settings.get("tokenizer_class"), [(tokenizer.table or [])[index] for index in tokenizer.codes.values()]
     )
+    english = held.english if held.english in tokenizer.codes else next(iter(tokenizer.codes))
+    src_lang = code_name(str(settings.get("src_lang") or english))
+    tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
+    beam = generation.get("num_beams", 5)
     return Config(
         name=name,
         src_lang=src_lang if src_lang in tokenizer.codes else english,

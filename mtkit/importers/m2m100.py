@@ -12,10 +12,12 @@ from mtkit.importers.fairseq import FairseqNames, FairseqSettings, fairseq_famil
 from mtkit.importers.names import TokenizerFamily
 
 # M2M100Tokenizer: vocab.json, its codes (__de__) named by tokenizer_config.json's language_codes, made-up words
-M2M100_TOKENIZER = TokenizerFamily(name="m2m100", class_name="M2M100Tokenizer", code="__{}__", vocab_json=True)
+M2M100_TOKENIZER = TokenizerFamily(name="m2m100", class_name="M2M100Tokenizer", code="__{}__", vocab_json=True, english="en")
 # NllbTokenizer: the SentencePiece pieces but fairseq's four specials, then its codes (deu_Latn) and <mask>, listed in
 # tokenizer_config.json
-NLLB_TOKENIZER = TokenizerFamily(name="nllb", class_name="NllbTokenizer", code="{}", added_tokens=True, drops_specials=True)
+NLLB_TOKENIZER = TokenizerFamily(
+    name="nllb", class_name="NllbTokenizer", code="{}", added_tokens=True, drops_specials=True, english="eng_Latn"
+)
 
 M2M100 = fairseq_family(
     FairseqSettings(positions="sinusoidal_fairseq", embedding_norm=False, scale_embedding=True),  # M2M100Config's

@@ -12,7 +12,9 @@ from mtkit.importers.names import TokenizerFamily
 
 # MBart50Tokenizer: the SentencePiece pieces, then its codes (de_DE) and <mask>; the hub's folders name its
 # bos_token (CTranslate2's converter reads it)
-MBART50_TOKENIZER = TokenizerFamily(name="mbart", class_name="MBart50Tokenizer", code="{}", settings={"bos_token": "<s>"})
+MBART50_TOKENIZER = TokenizerFamily(
+    name="mbart", class_name="MBart50Tokenizer", code="{}", settings={"bos_token": "<s>"}, english="en_XX"
+)
 
 MBART = fairseq_family(
     FairseqSettings(positions="learned", embedding_norm=True, scale_embedding=False),  # MBartConfig's defaults

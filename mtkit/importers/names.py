@@ -31,6 +31,7 @@ class TokenizerFamily:
     vocab_json: bool = False  # a vocab.json of the pieces, the codes named by tokenizer_config.json's language_codes
     added_tokens: bool = False  # tokenizer_config.json lists the codes and <mask> at the table's ids (added_tokens_decoder)
     drops_specials: bool = False  # numbers every SentencePiece piece but fairseq's four; else those after the first three
+    english: str = ""  # its name of English: the source of an import whose tokenizer_config.json names none
     settings: Mapping[str, Any] = field(default_factory=dict)  # fixed keys of its tokenizer_config.json
 
     def writes(self, piece: str) -> bool:
