@@ -58,7 +58,7 @@ def split_pairs(translator: Translator) -> tuple[list[str], list[str]]:
     config = translator.config
     if config is None or not config.data.test:
         raise SystemExit("distill: the teacher's saved recipe names no data.test to translate")
-    pairs = list(iter_split(config.data.test[0], config.src_lang, config.tgt_lang, config.data.normalize))
+    pairs = list(iter_split(config.data.test[0], config.src_lang, tgt_lang=config.tgt_lang, normalize=config.data.normalize))
     return [source for source, _ in pairs], [target for _, target in pairs]
 
 

@@ -204,7 +204,7 @@ def benchmark_decoding(config: Config, model_dir: Path, engines: list[str]) -> d
 def decode_split(config: Config, translator: Translator) -> dict:
     """Sentences/s, target pieces/s and BLEU at beam 5 and greedy on the recipe's test split (else its valid split)."""
     split = (config.data.test or config.data.valid)[0]
-    pairs = list(iter_split(split, config.src_lang, config.tgt_lang, config.data.normalize))
+    pairs = list(iter_split(split, config.src_lang, tgt_lang=config.tgt_lang, normalize=config.data.normalize))
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     results = {}
     for name, beam in (("beam5", 5), ("greedy", 1)):

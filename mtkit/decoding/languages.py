@@ -48,8 +48,8 @@ class Languages:
                 count=len(codes),
                 example=example,
             )
-        source = code_id(codes, src_lang or self.config.src_lang, "src_lang")
-        return source, [code_id(codes, tgt_lang or self.config.tgt_lang, "tgt_lang")]
+        source = code_id(codes, src_lang or self.config.src_lang, option="src_lang")
+        return source, [code_id(codes, tgt_lang or self.config.tgt_lang, option="tgt_lang")]
 
     def tag(self, tgt_lang: str | None) -> int | None:
         """The id a source starts with to be translated into `tgt_lang`: its tag (None: an untagged model), or the

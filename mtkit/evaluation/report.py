@@ -297,7 +297,7 @@ def _sources_and_references(
         if request.tgt_lang is not None and split_languages(config, split)[1] != request.tgt_lang:
             continue  # --tgt-lang with --split: the directions into that language only
         src_lang, tgt_lang = split_languages(config, split)
-        pairs = list(iter_split(split, src_lang, tgt_lang, config.data.normalize))
+        pairs = list(iter_split(split, src_lang, tgt_lang=tgt_lang, normalize=config.data.normalize))
         directions.append(_Direction(direction(config, split), tgt_lang, len(sources), len(sources) + len(pairs)))
         sources += [s for s, _ in pairs]
         references += [t for _, t in pairs]

@@ -296,13 +296,13 @@ class TrainingData:
         self.ids = ParallelIds(split)
         names = corpus_names(corpora)
         weights = [source.weight for source in corpora]
-        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.corpus_temperature)
+        self.mix = CorpusMix(corpus_column(data_path, split, names=names), weights, names, config.data.corpus_temperature)
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
         keys = [recipe_key(config.data, "train", i) for i in range(len(corpora))]
-        prefixes = [corpus_tag(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
+        prefixes = [corpus_tag(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
-        codes = [corpus_lead(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
+        codes = [corpus_lead(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]
         leads = None if not any(codes) else [codes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
         self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags, leads) if alpha > 0 else None

@@ -72,7 +72,7 @@ def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> Token
     training data that they lack (one id space stays one: both sides get the pieces of both)."""
     if size < 8:
         raise MtkitError(f"--extend-vocab {size}: give the size of the vocabulary to learn from the new data, such as 8000")
-    learned = learn_tokenizers(config, size, parent.joint)  # joint: one model of both sides' text
+    learned = learn_tokenizers(config, size, joint=parent.joint)  # joint: one model of both sides' text
     return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
 
 
@@ -82,7 +82,7 @@ def add_language_codes(tokenizers: TokenizerPair, text: str) -> TokenizerPair:
     if not text:
         return tokenizers
     table = tokenizers.src.table or []
-    added = added_code_pieces(new_languages(text), tokenizers.src.codes, table)
+    added = added_code_pieces(new_languages(text), tokenizers.src.codes, pieces=table)
     src = Tokenizer(tokenizers.src.model_proto, [*table, *added])
     tgt = src if tokenizers.joint else Tokenizer(tokenizers.tgt.model_proto, [*(tokenizers.tgt.table or []), *added])
     return TokenizerPair(src, tgt)
@@ -101,7 +101,7 @@ def load_parent(
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
     said = None
     if extends(tokenizers, theirs):
-        starts = start_rows(new_languages(added_codes), theirs.tgt.codes, theirs.tgt.table or [])
+        starts = start_rows(new_languages(added_codes), theirs.tgt.codes, pieces=theirs.tgt.table or [])
         weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers, starts)
         sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
         said = f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows"

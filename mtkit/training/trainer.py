@@ -189,7 +189,7 @@ class Trainer:
         self.config, self.train_config = config, config.train
         self.device, self.distributed, self.run_dir = device, distributed or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
-        self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+        self.tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)

@@ -105,7 +105,7 @@ def test_bucket_lengths_are_the_cheapest_and_fewer_when_another_does_not_pay():
 
 def test_ranks_get_disjoint_equal_shares_and_a_new_process_the_same_epoch(tmp_path):
     config = prepared_reverse_task(tmp_path, batch_tokens=200, shapes="4")
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     data, again = TrainingData(config, tokenizers), TrainingData(config, tokenizers)
     whole = data.epoch(1, 1024, shapes=4)
     assert isinstance(whole.ids, BucketedIds) and 1 <= whole.shapes <= 4 and 0 < whole.padding < 0.5

@@ -75,7 +75,7 @@ def test_a_missing_model_or_encoder_names_the_recipe_key(tmp_path):
 
 def test_validation_scores_the_first_lines_with_the_metric_beside_bleu(reverse_task):
     config = dataclasses.replace(reverse_task, train=dataclasses.replace(reverse_task.train, valid_beam=1))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     valid = load_prepared(config.data_path, "valid")
     torch.manual_seed(0)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)

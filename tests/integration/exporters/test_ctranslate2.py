@@ -131,7 +131,7 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
     """Teacher-forced log-probabilities of a randomly perturbed model agree token by token."""
     model_config = dataclasses.replace(reverse_run.model, norm=norm, positions=positions, tie_embeddings=tie, max_positions=40)
     config = dataclasses.replace(reverse_run, model=model_config)
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     torch.manual_seed(0)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint).eval()
     with torch.no_grad():
@@ -155,7 +155,7 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
 
 def test_an_rnn_checkpoint_is_refused_with_the_reason(reverse_run, tmp_path):
     config = dataclasses.replace(reverse_run, model=ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
     checkpoint = tmp_path / "rnn.pt"
     save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)

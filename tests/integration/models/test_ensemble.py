@@ -48,7 +48,7 @@ def test_an_ensemble_of_models_with_other_vocabularies_is_one_clear_error(revers
     from mtkit.data.tokenizer import TokenizerPair, load_tokenizers, train_sentencepiece
     from mtkit.models.ensemble import check_same_vocabularies
 
-    pair = load_tokenizers(reverse_run.data_path, reverse_run.tokenizer.joint)
+    pair = load_tokenizers(reverse_run.data_path, joint=reverse_run.tokenizer.joint)
     other_words = ["m n o p q r s t u v w x y z", "mn op qr st uv wx yz"] * 50  # not the task's letters
     other = TokenizerPair.of(pair.src, train_sentencepiece(other_words, 30))
     check_same_vocabularies([Path("a"), Path("b")], [pair, pair])  # the same vocabularies pass

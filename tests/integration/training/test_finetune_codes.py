@@ -69,7 +69,7 @@ def child(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Pat
 def test_prepared_pairs_and_the_loss_are_the_family_tokenizers_and_transformers(child) -> None:
     built, parent, path = child
     config = load_config(path)
-    tokenizers = load_tokenizers(config.data_path, True)
+    tokenizers = load_tokenizers(config.data_path, joint=True)
     train = load_prepared(config.data_path, "train")
     model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
     load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path)
@@ -166,7 +166,7 @@ def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(with_new_code) -> Non
     built, parent, path = with_new_code
     new, related = NEW_CODES[built.src_lang]
     config = load_config(path)
-    tokenizers = load_tokenizers(config.data_path, True)
+    tokenizers = load_tokenizers(config.data_path, joint=True)
     codes = tokenizers.src.codes
     assert list(codes)[-1] == new
     assert tokenizers.src.vocab_size == read_checkpoint(parent)["model"]["output.bias"].numel() + 1
