@@ -368,9 +368,7 @@ def load_shipped_recipe(recipe: Path, tmp_path: Path) -> Config:
     parent_run = (raw.get("train") or {}).get("init_from")
     if not parent_run:
         return load_config(recipe)
-    parents = [
-        other for other in recipe.parent.glob("*.yaml") if f"runs/{parse_yaml(other.read_text())['name']}" == parent_run
-    ]
+    parents = [other for other in recipe.parent.glob("*.yaml") if f"runs/{parse_yaml(other.read_text())['name']}" == parent_run]
     assert len(parents) == 1, f"{recipe.name}: train.init_from names no recipe of its folder"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(load_config(parents[0]))))
     return load_config(recipe, [f"train.init_from={tmp_path}"])
@@ -382,7 +380,9 @@ def test_every_shipped_recipe_loads_and_builds_its_model(recipe, tmp_path):
 
     config = load_shipped_recipe(recipe, tmp_path)
     assert config.name == f"{recipe.parent.name}_{recipe.stem}"  # the Makefile's RUN=runs/multi30k_FILE
-    model = build_model(config.model, config.tokenizer.vocab_size, config.tokenizer.vocab_size, config.tokenizer.joint)
+    model = build_model(
+        config.model, config.tokenizer.vocab_size, tgt_vocab_size=config.tokenizer.vocab_size, share_vocab=config.tokenizer.joint
+    )
     assert model.num_parameters() > 1_000_000
 
 

@@ -36,7 +36,9 @@ def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found:
     for row, hypothesis in enumerate(flat):
         tgt[row, : len(hypothesis.tokens) + 1] = torch.tensor([BOS_ID, *hypothesis.tokens])
     memory = model.encode(src, src_mask).index_select(0, index)  # (N, S, D)
-    weights = model.cross_attention(tgt.to(src.device), memory, src_mask.index_select(0, index), layer)  # (N, H, T, S)
+    weights = model.cross_attention(
+        tgt.to(src.device), memory, src_mask=src_mask.index_select(0, index), layer=layer
+    )  # (N, H, T, S)
     source_lengths = src_mask.index_select(0, index).sum(dim=1) - 1  # (N,) without EOS
     # Row t of the weights is the step that predicts token t (its input is token t - 1, or BOS).
     weights = weights.float().mean(dim=1)  # (N, T, S)

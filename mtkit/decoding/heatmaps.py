@@ -45,7 +45,7 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
     src = torch.tensor([source], device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.tensor([[BOS_ID, *target]], device=device)
-    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask)[0].float().cpu()  # (H, T, S)
+    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask=src_mask)[0].float().cpu()  # (H, T, S)
     return AttentionMap(
         weights,
         translator.tokenizers.src.id_to_piece(source[:-1]) + ["</s>"],

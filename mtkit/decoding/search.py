@@ -132,7 +132,7 @@ def greedy_search(
     alpha, stop, constraints = options.length_penalty, options.stop, step_rules
     batch_size = src.size(0)
     banned = torch.tensor(list(options.never), device=src.device)
-    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded=src_padded))  # (B, S, D)
     sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
     log_prob = torch.zeros(batch_size, device=src.device)  # (A,)
@@ -202,7 +202,7 @@ def beam_search(
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device
-    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded=src_padded))  # (B, S, D)
     rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B*K,)
     # Only beam 0 is alive at the first step, so the K beams do not start as K copies.
     running = torch.full((batch_size, beam_size), float("-inf"), device=device)  # (B, K)
@@ -313,7 +313,9 @@ def _next_log_probs(
     set to -inf after the softmax, so every other token keeps the model's own log-probability (as
     `mtkit score` computes it).
     """
-    logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state, **padding_hint(src_padded))  # (rows, 1, V)
+    logits, new_state = model.decode(
+        tokens[:, -1:], memory, src_mask=src_mask, state=state, **padding_hint(src_padded=src_padded)
+    )  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
     return log_probs.index_fill_(1, banned, float("-inf")), new_state

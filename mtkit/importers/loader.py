@@ -187,7 +187,9 @@ def build_imported(
 ) -> EncoderDecoder:
     """An mtkit model holding the family's weights, `state()` in mtkit's names (checked by `load_state_dict`,
     strict; a tensor that does not fit while `state` joins them is the same one-line error)."""
-    model = build_model(model_config, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        model_config, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     try:
         model.load_state_dict(state())
     except RuntimeError as err:
@@ -201,7 +203,7 @@ def write_run(imported: Imported, output: Path, source: str) -> None:
     config.run_dir = str(output)
     progress = {"step": 0, "best_bleu": -1.0}
     weights = imported.model.state_dict()
-    payload = checkpoint_payload(config, imported.tokenizers, weights, progress=progress, imported_from=source)
+    payload = checkpoint_payload(config, imported.tokenizers, weights=weights, progress=progress, imported_from=source)
     files = RunFiles(output)
     save_checkpoint(payload, files.best)
     files.write_config(config_to_dict(config))

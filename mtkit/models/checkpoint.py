@@ -34,7 +34,7 @@ def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
 
 
 def checkpoint_payload(
-    config: Config, tokenizers: TokenizerPair, weights: dict[str, torch.Tensor], **extra: Any
+    config: Config, tokenizers: TokenizerPair, *, weights: dict[str, torch.Tensor], **extra: Any
 ) -> dict[str, Any]:
     """What every checkpoint holds: format marker, config, tokenizers and the model's state dict."""
     return {
@@ -79,7 +79,7 @@ def validated_score(path: Path) -> float | None:
     return payload.get(f"valid_{metric}")
 
 
-def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
     """Load a checkpoint file safely (no arbitrary unpickling); with `mmap`, its tensors are mapped from the file
     and read only when used."""
     path = resolve_checkpoint(path)
@@ -102,7 +102,9 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     payload = read_checkpoint(path)
     config = config_from_dict(payload["config"], source=str(path), saved=True)
     tokenizers = checkpoint_tokenizers(payload)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     model.load_state_dict(payload["model"])
     return model, config, tokenizers, payload
 

@@ -182,6 +182,6 @@ class FusedTeacherForcing(nn.Module):
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_padded: bool | None = None) -> Tensor:
         with autocast(src.device, self.amp_dtype):
             memory = self.model.encode(src, src_mask, src_padded=src_padded)
-            hidden = self.model.final_states(tgt_in, memory, src_mask, src_padded=src_padded)  # (B, T, D)
+            hidden = self.model.final_states(tgt_in, memory, src_mask=src_mask, src_padded=src_padded)  # (B, T, D)
         output = self.model.output
         return output_layer_loss(hidden, output.weight, output.bias, tgt_out, self.label_smoothing, self.amp_dtype)

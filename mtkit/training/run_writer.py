@@ -132,7 +132,7 @@ class RunWriter:
     def _write(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
         extra = {"progress": checkpoint.progress, "step": step}
-        weights = checkpoint_payload(config, tokenizers, checkpoint.weights, **extra)
+        weights = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, **extra)
         if best:
             save_checkpoint(weights, self.files.best)
         if keep > 0:
@@ -140,13 +140,13 @@ class RunWriter:
             for old in self.files.steps()[:-keep]:
                 old.unlink()
         if checkpoint.ema_weights is not None:
-            save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.files.ema)
+            save_checkpoint(checkpoint_payload(config, tokenizers, weights=checkpoint.ema_weights, **extra), self.files.ema)
         save_checkpoint({**weights, **checkpoint.training_state}, self.files.last)
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
-        payload = checkpoint_payload(config, tokenizers, checkpoint.weights, progress=checkpoint.progress, step=step)
+        payload = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, progress=checkpoint.progress, step=step)
         try:
             save_checkpoint(payload, self.files.snapshot(label))
         except OSError as err:

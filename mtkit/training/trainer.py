@@ -199,7 +199,10 @@ class Trainer:
             amp_dtype=self.amp_dtype, metric=metric,
         )  # fmt: skip
         self.model: EncoderDecoder = build_model(
-            config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
+            config.model,
+            self.tokenizers.src.vocab_size,
+            tgt_vocab_size=self.tokenizers.tgt.vocab_size,
+            share_vocab=self.tokenizers.joint,
         ).to(device, weights_dtype(self.train_config))
         train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())

@@ -300,7 +300,7 @@ def test_a_stop_ends_the_search_before_the_next_step(beam_size: int):
     beam = SearchOptions(beam=beam_size, length_penalty=0.6)
     unstopped = beam_search(model, src, src_mask, max_len, beam)
     steps, decode = [], model.decode
-    model.decode = lambda *arguments: (steps.append(1), decode(*arguments))[1]
+    model.decode = lambda *arguments, **options: (steps.append(1), decode(*arguments, **options))[1]
     never = StopAfter(10**9)
     assert beam_search(model, src, src_mask, max_len, replace(beam, stop=never)) == unstopped
     assert never.asked == len(steps)  # asked before every step

@@ -106,7 +106,7 @@ def test_final_states_through_the_output_layer_are_the_logits(arch):
     src, tgt = torch.randint(3, 30, (3, 6)), torch.randint(3, 30, (3, 5))
     src_mask = src.ne(PAD_ID)
     memory = model.encode(src, src_mask)
-    torch.testing.assert_close(model.output(model.final_states(tgt, memory, src_mask)), model(src, src_mask, tgt))
+    torch.testing.assert_close(model.output(model.final_states(tgt, memory, src_mask=src_mask)), model(src, src_mask, tgt))
 
 
 @pytest.mark.parametrize(

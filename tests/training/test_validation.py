@@ -24,7 +24,9 @@ def untrained(reverse_task):
     config = dataclasses.replace(reverse_task, model=dataclasses.replace(reverse_task.model, dropout=0.3))
     tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     return config, tokenizers, load_prepared(config.data_path, "valid"), model
 
 

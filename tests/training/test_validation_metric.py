@@ -78,7 +78,9 @@ def test_validation_scores_the_first_lines_with_the_metric_beside_bleu(reverse_t
     tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     valid = load_prepared(config.data_path, "valid")
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     metric = metric_load("qe", str(COMET / "referenceless"), lines=3)
     seen, score = [], metric.scorer.score
 

@@ -182,7 +182,9 @@ def test_alignments_equal_pytorchs_and_come_from_the_last_layer_averaged_over_he
     )[0]
     with torch.no_grad():
         src = torch.tensor([[*source, EOS_ID]])
-        weights = model.cross_attention(torch.tensor([[BOS_ID, *target]]), model.encode(src, src.ne(0)), src.ne(0), -1)
+        weights = model.cross_attention(
+            torch.tensor([[BOS_ID, *target]]), model.encode(src, src.ne(0)), src_mask=src.ne(0), layer=-1
+        )
     expected_weights = weights[0].mean(dim=0)[: len(target), : len(source)]  # (T, S)
     torch.testing.assert_close(torch.tensor(result.attention[0][: len(target)]), expected_weights, atol=1e-4, rtol=0)
 

@@ -133,19 +133,21 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
     config = dataclasses.replace(reverse_run, model=model_config)
     tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint).eval()
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    ).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))  # no weight keeps its (often zero or one) initial value
     checkpoint = tmp_path / "model.pt"
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), checkpoint)
     translator = Translator.over(load_export(export_ctranslate2(checkpoint, tmp_path / "exported", None), threads=1))
     for source, target in [("a b c d", "d c b a"), ("l k j i h g f", "f g h i j k l l"), ("e", "")]:
         source_ids, target_ids = tokenizers.src.encode(source) + [EOS_ID], tokenizers.tgt.encode(target)
         with torch.no_grad():
             src = torch.tensor([source_ids])
             memory = model.encode(src, src.ne(0))
-            logits, _ = model.decode(torch.tensor([[BOS_ID, *target_ids]]), memory, src.ne(0))
+            logits, _ = model.decode(torch.tensor([[BOS_ID, *target_ids]]), memory, src_mask=src.ne(0))
         expected = torch.log_softmax(logits[0], dim=-1)[torch.arange(len(target_ids) + 1), target_ids + [EOS_ID]]
         scored = translator.engine.model.score_batch(
             [tokenizers.src.id_to_piece(source_ids[:-1])], [tokenizers.tgt.id_to_piece(target_ids)]
@@ -156,9 +158,11 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
 def test_an_rnn_checkpoint_is_refused_with_the_reason(reverse_run, tmp_path):
     config = dataclasses.replace(reverse_run, model=ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16))
     tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     checkpoint = tmp_path / "rnn.pt"
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), checkpoint)
     with pytest.raises(MtkitError, match=r"RNN models are not supported by CTranslate2; translate with the PyTorch engine"):
         export_ctranslate2(checkpoint, tmp_path / "out", None)
     assert not (tmp_path / "out").exists()

@@ -45,7 +45,7 @@ def own_run(root: Path) -> Path:
     model_config = ModelConfig(arch="transformer", layers=2, d_model=16, heads=2, ffn_dim=32, dropout=0.0)
     config = Config(name="own", src_lang="en", tgt_lang="de", model=model_config)
     torch.manual_seed(0)
-    model = build_model(model_config, tokenizer.vocab_size, tokenizer.vocab_size, True)
+    model = build_model(model_config, tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, share_vocab=True)
     for parameter in model.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
     write_run(Imported(config=config, tokenizers=TokenizerPair(tokenizer, tokenizer), model=model), root / "run", "random")

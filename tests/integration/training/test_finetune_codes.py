@@ -71,7 +71,9 @@ def test_prepared_pairs_and_the_loss_are_the_family_tokenizers_and_transformers(
     config = load_config(path)
     tokenizers = load_tokenizers(config.data_path, joint=True)
     train = load_prepared(config.data_path, "train")
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
+    ).eval()
     load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path)
     batch = collate(list(train["src_ids"]), list(train["tgt_ids"]))
     with torch.no_grad():
@@ -170,7 +172,9 @@ def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(with_new_code) -> Non
     codes = tokenizers.src.codes
     assert list(codes)[-1] == new
     assert tokenizers.src.vocab_size == read_checkpoint(parent)["model"]["output.bias"].numel() + 1
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
+    ).eval()
     load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path, config.data.new_languages)
     rows = model.state_dict()["src_embed.embedding.weight"]
     assert torch.equal(rows[codes[new]], rows[codes[related]])
