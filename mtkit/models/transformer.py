@@ -11,6 +11,8 @@ cross-attention weights come from the same decoder forward, asked for the last l
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import Tensor, nn
 
 from mtkit.models.base import DecoderState, EncoderDecoder
@@ -101,20 +103,18 @@ class Transformer(EncoderDecoder):
     ) -> None:
         super().__init__()
         pre_norm = norm == "pre"
-        self.positions_kind = positions
-        self.position_limit = max_positions
-        self.src_embed = ScaledEmbedding(src_vocab_size, d_model, pad_id=pad_id, scale=scale_embedding)
+        self.positions_kind, self.position_limit = positions, max_positions
+        embedding = partial(ScaledEmbedding, d_model=d_model, pad_id=pad_id, scale=scale_embedding)
+        self.src_embed = embedding(src_vocab_size)
         share = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
-        self.tgt_embed = (
-            self.src_embed if share else ScaledEmbedding(tgt_vocab_size, d_model, pad_id=pad_id, scale=scale_embedding)
-        )
+        self.tgt_embed = self.src_embed if share else embedding(tgt_vocab_size)
         self.src_positions = make_positions(positions, d_model, max_positions=max_positions)
         self.tgt_positions = make_positions(positions, d_model, max_positions=max_positions)
         # mBART's layernorm_embedding: a LayerNorm over embeddings + positions, before dropout (no parameters without it)
-        self.src_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
-        self.tgt_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
+        self.src_embed_norm, self.tgt_embed_norm = (nn.LayerNorm(d_model) if embedding_norm else nn.Identity() for _ in range(2))
         self.dropout = Dropout(dropout)
-        block = dict(ffn_dim=ffn_dim, dropout=dropout, attention_dropout=attention_dropout, pre_norm=pre_norm, activation=activation)
+        block = dict(ffn_dim=ffn_dim, dropout=dropout, attention_dropout=attention_dropout, activation=activation)
+        block["pre_norm"] = pre_norm
         self.encoder_layers = nn.ModuleList(EncoderLayer(d_model, heads, **block) for _ in range(encoder_layers or layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(d_model, heads, **block) for _ in range(decoder_layers or layers))
         # Pre-norm stacks end with a LayerNorm; post-norm blocks already normalise their output.

@@ -163,9 +163,10 @@ def attention_cases(original: type, copy: type, remote: ModuleType) -> Iterator[
         pair = original(D_MODEL, HEADS, dropout=DROPOUT), copy(D_MODEL, HEADS, dropout=DROPOUT, layer_idx=None)
         for layer in pair:
             layer.out = nn.Linear(D_MODEL, D_MODEL)
-        query, key, value = HEADS_QKV
-        options = {"value": value, "mask": mask, "causal": causal}
-        yield Case(f"mask={mask is not None}, causal={causal}", *pair, lambda layer, o=options: layer.attend(query, key, **o))
+        options = {"value": HEADS_QKV[2], "mask": mask, "causal": causal}
+        yield Case(
+            f"mask={mask is not None}, causal={causal}", *pair, lambda layer, o=options: layer.attend(*HEADS_QKV[:2], **o)
+        )
 
 
 def self_attention_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
