@@ -154,7 +154,7 @@ def update_system(name: str, scratch: Path, sources: list[str], targets: list[st
     gold = torch.nn.utils.rnn.pad_sequence([torch.tensor([*t, 3]) for t in tgt_ids], batch_first=True)
 
     def mtkit_update() -> None:
-        loss = sequence_loss(mt_model(src, src.ne(0), tgt_in), gold, 0.1)
+        loss = sequence_loss(mt_model(src, src.ne(0), tgt_in), gold, label_smoothing=0.1)
         loss.backward()
         mt_optimizer.step()
         mt_optimizer.zero_grad(set_to_none=True)

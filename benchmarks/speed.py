@@ -70,9 +70,9 @@ class TimedTraining:
     def __init__(self, config: Config) -> None:
         self.config = config
         distributed, self.device = setup_process(config.train)
-        self.trainer = Trainer(config, self.device, distributed)
+        self.trainer = Trainer(config, self.device, distributed=distributed)
         epoch = self.trainer.epoch()
-        self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers)
+        self.ahead = BatchAhead(epoch, 1, device=self.device, levers=self.trainer.levers)
         self.src_lengths, self.tgt_lengths = epoch.ids.src.lengths + 1, epoch.ids.tgt.lengths + 1  # + EOS
         self.batches, self.position = epoch.batches, 0
 

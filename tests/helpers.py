@@ -553,7 +553,7 @@ def plain_loss(hidden, weight, bias, target, smoothing):
 
 def fused_loss(chunks: int, compute_dtype: torch.dtype | None = None):
     return lambda hidden, weight, bias, target, smoothing: output_layer_loss(
-        hidden, weight, bias, target, smoothing, compute_dtype, chunks
+        hidden, weight, bias=bias, target=target, label_smoothing=smoothing, compute_dtype=compute_dtype, chunks=chunks
     )
 
 

@@ -71,9 +71,7 @@ def train_run_tokenizers(config: Config, source: str) -> RunTokenizers:
     return RunTokenizers(config=config, tokenizers=train_tokenizers(config))
 
 
-def prepare_run_data(
-    config: Config, *, extend_vocab: int = 0, device: str = "auto", fast_paths: bool = False
-) -> PreparedData:
+def prepare_run_data(config: Config, *, extend_vocab: int = 0, device: str = "auto", fast_paths: bool = False) -> PreparedData:
     """`mtkit prepare`: with `train.init_from`, the parent's tokenizers (grown by an `extend_vocab`-piece
     vocabulary of the new data when > 0); each synthetic corpus written by its model on `device`, once
     (cached in the data directory); then every split read, cleaned (the filter rules' models on `device` too),

@@ -47,7 +47,7 @@ class Checkpoint:
 class RunWriter:
     """A training's hold on a run directory: locked, and checked against `resume` and `overwrite`, when opened."""
 
-    def __init__(self, path: Path, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
+    def __init__(self, path: Path, *, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
         """Create and lock `path`; refuse a run that is there without `resume` or `overwrite`, or resume nothing.
 
         `overwrite` deletes the previous run's checkpoints and log. The lock is held until `close()`
@@ -100,7 +100,7 @@ class RunWriter:
                     self._events.add_scalar(key, value, record["step"])
             self._events.flush()
 
-    def draw_curves(self, final: bool = False) -> bool:
+    def draw_curves(self, *, final: bool = False) -> bool:
         """curves.png: the learning curves in log.jsonl so far. The trainer calls it after each validation, where
         it draws only when due (`CURVES_PACE`), and with `final` at the end, where it draws what is not drawn yet.
         Returns whether it drew."""
@@ -115,7 +115,7 @@ class RunWriter:
         self._curves_due_at, self._curves_behind = finished + CURVES_PACE * (finished - started), False
         return True
 
-    def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
+    def save(self, checkpoint: Checkpoint, *, best: bool, keep: int) -> None:
         """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.
 
         Each file is written atomically, last.pt last; a failed write (a full disk) is one line that

@@ -55,7 +55,7 @@ def test_each_attention_variant_learns_to_reverse_exactly(variant):
     model.train()
     for _ in range(steps):
         src, src_mask, tgt_in, tgt_out = _reverse_batch(generator, 64)
-        loss = sequence_loss(model(src, src_mask, tgt_in), tgt_out, 0.0) / tgt_out.ne(0).sum()
+        loss = sequence_loss(model(src, src_mask, tgt_in), tgt_out, label_smoothing=0.0) / tgt_out.ne(0).sum()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

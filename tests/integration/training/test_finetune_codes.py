@@ -74,11 +74,11 @@ def test_prepared_pairs_and_the_loss_are_the_family_tokenizers_and_transformers(
     model = build_model(
         config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
     ).eval()
-    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path)
+    load_parent(model, read_checkpoint(parent), parent=str(parent), tokenizers=tokenizers, config=config)
     batch = collate(list(train["src_ids"]), list(train["tgt_ids"]))
     with torch.no_grad():
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
-        mine = sequence_loss(logits, batch.tgt_out, 0.0).item() / batch.num_tokens
+        mine = sequence_loss(logits, batch.tgt_out, label_smoothing=0.0).item() / batch.num_tokens
     built.tokenizer.src_lang, built.tokenizer.tgt_lang = built.src_lang, built.tgt_langs[0]
     theirs = built.tokenizer(list(train["src"]), text_target=list(train["tgt"]), return_tensors="pt", padding=True)
     labels = theirs["labels"].masked_fill(theirs["labels"] == 1, -100)  # the pads left out, as mtkit leaves them
@@ -175,7 +175,7 @@ def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(with_new_code) -> Non
     model = build_model(
         config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
     ).eval()
-    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path, config.data.new_languages)
+    load_parent(model, read_checkpoint(parent), parent=str(parent), tokenizers=tokenizers, config=config)
     rows = model.state_dict()["src_embed.embedding.weight"]
     assert torch.equal(rows[codes[new]], rows[codes[related]])
     child_translator = Translator(PyTorchEngine(model, torch.device("cpu")), tokenizers, config.decode, "none", config)

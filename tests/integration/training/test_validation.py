@@ -30,4 +30,4 @@ def test_validation_gives_the_logged_scores_and_the_bleu_of_evaluate(reverse_run
     translator = Translator(PyTorchEngine(model.eval(), CPU), tokenizers, config.decode, config.data.normalize)
     hypotheses = translator.translate(list(valid["src"]), beam=config.train.valid_beam)
     assert result.bleu == score_corpus(hypotheses, [list(valid["tgt"])]).scores[0].score  # BLEU as `mtkit evaluate` reports it
-    assert result.loss == valid_loss(model, valid, CPU, None)
+    assert result.loss == valid_loss(model, valid, device=CPU, amp_dtype=None)
