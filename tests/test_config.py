@@ -633,8 +633,10 @@ def test_the_recipe_names_a_corpus_by_its_split_and_its_place_in_a_list():
     from mtkit.config import recipe_key
 
     data = config_from_dict({"data": {"train": [{"tsv": "a"}, {"tsv": "b"}], "test": {"tsv": "t"}}}).data
-    assert [recipe_key(data, "train", index) for index in range(2)] == ["data.train[0]", "data.train[1]"]
-    assert recipe_key(data, "valid", 0) == "data.valid" and recipe_key(data, "test", 0) == "data.test"  # a split of one
+    assert [recipe_key(data, "train", index=index) for index in range(2)] == ["data.train[0]", "data.train[1]"]
+    assert (
+        recipe_key(data, "valid", index=0) == "data.valid" and recipe_key(data, "test", index=0) == "data.test"
+    )  # a split of one
     with pytest.raises(MtkitError, match=re.escape("but data.train.weight is 2; give either")):  # named as the rule says
         config_from_dict({"data": {"train": {"tsv": "a", "weight": 2}, "temperature": 5}})
 

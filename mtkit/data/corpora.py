@@ -116,7 +116,7 @@ def _read_lines(path: Path, recipe_key: str, bad_bytes: str = "error") -> Iterat
     if not path.is_file():
         raise MtkitError(f"{path}: file not found; check {recipe_key} in the recipe")
     progress = sys.stderr.isatty() and path.stat().st_size >= PROGRESS_MIN_BYTES
-    return file_lines(path, bad_bytes, " or set data.bad_bytes=replace", progress)
+    return file_lines(path, bad_bytes, fix=" or set data.bad_bytes=replace", progress=progress)
 
 
 def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:

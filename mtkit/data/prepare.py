@@ -79,7 +79,7 @@ def learn_tokenizers(config: Config, vocab_size: int, *, joint: bool) -> Tokeniz
     def sentences(sides: tuple[int, ...]) -> Iterator[str]:
         """The training text of `sides` (0: source, 1: target), pair by pair; a synthetic corpus gives its real side."""
         for index, source in enumerate(config.data.train):
-            key = recipe_key(config.data, "train", index)
+            key = recipe_key(config.data, "train", index=index)
             if source.generated_side is None:
                 yield from (pair[side] for pair in _pairs(config, key, source) for side in sides)
             elif (given := 1 if source.generated_side == "src" else 0) in sides:
@@ -124,7 +124,7 @@ def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
         for name, splits in tests.items():
             writer = output.split(name, TRAIN_SCHEMA if len(splits) > 1 else SCHEMA)
             for index, split in enumerate(splits):
-                key = recipe_key(config.data, name, index)
+                key = recipe_key(config.data, name, index=index)
                 tag, lead = (
                     corpus_tag(config, tokenizers, split=split, key=key),
                     corpus_lead(config, tokenizers, split=split, key=key),
@@ -169,7 +169,7 @@ def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, c
     if cleaner.filters:
         output.start_dropped()
     for index, source in enumerate(config.data.train):
-        key = recipe_key(config.data, "train", index)
+        key = recipe_key(config.data, "train", index=index)
         tag, languages = corpus_tag(config, pipeline.tokenizers, split=source, key=key), split_languages(config, source)
         lead = corpus_lead(config, pipeline.tokenizers, split=source, key=key)
         pairs = _pairs(config, key, source, max_chars=character_cap(config.data))  # cut while read: see iter_split
@@ -235,7 +235,7 @@ def check_language_codes(config: Config, tokenizers: TokenizerPair) -> None:
     one line before the tokenizers are written."""
     for name in ("train", "valid", "test"):
         for index, split in enumerate(getattr(config.data, name) or []):
-            key = recipe_key(config.data, name, index)
+            key = recipe_key(config.data, name, index=index)
             corpus_tag(config, tokenizers, split=split, key=key)
             corpus_lead(config, tokenizers, split=split, key=key)
 

@@ -74,7 +74,9 @@ def translate_file(
     distributed = distributed or Distributed()
     _check(translator, options, distributed, chooser)
     glossary = _checked_terms(translator, options)
-    windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
+    windows = line_windows(
+        options.input, options.buffer_lines, bad_bytes=BadBytes(options.bad_bytes).value, fix=" or pass --bad-bytes replace"
+    )
     prefixes = _side_lines(options.prefix, "--prefix", options.input, "target prefix")
     constraint_lines = _side_lines(options.constraints, "--constraints", options.input, "list of constraints")
     done = plotted = split_lines = lacking = 0
@@ -102,9 +104,14 @@ def translate_file(
     for lines, path in ((prefixes, options.prefix), (constraint_lines, options.constraints)):
         if lines is not None and next(lines, None) is not None:
             raise MtkitError(f"{path} has more lines than the input ({done}); give one line per input line")
-    split_lines = sum(gather_in_order([split_lines], distributed))
     if options.plot_attention is not None:
         say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
+    _say_warnings(lacking=lacking, split_lines=sum(gather_in_order([split_lines], distributed)))
+    return done
+
+
+def _say_warnings(*, lacking: int, split_lines: int) -> None:
+    """Warn of translations that lack a constraint and of input lines translated in segments, if any."""
     if lacking:
         say(
             f"mtkit: warning: {lacking} translations lack a constraint: the output cap (decode.max_len_a, max_len_b) "
@@ -112,7 +119,6 @@ def translate_file(
         )
     if split_lines:
         say(f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments")
-    return done
 
 
 def render(translations: list[Translation], nbest: int, alignments: bool = False) -> str:

@@ -47,7 +47,7 @@ def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     train = list(config.data.train)
     by_key = {job.key: job for job in jobs}
     for index, source in enumerate(train):
-        job = by_key.get(recipe_key(config.data, "train", index))
+        job = by_key.get(recipe_key(config.data, "train", index=index))
         if job is not None:
             sides = (
                 {"src": str(job.input), "tgt": str(job.output)}

@@ -321,7 +321,7 @@ class TrainingData:
         )
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
-        keys = [recipe_key(config.data, "train", i) for i in range(len(corpora))]
+        keys = [recipe_key(config.data, "train", index=i) for i in range(len(corpora))]
         prefixes = [corpus_tag(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
         codes = [corpus_lead(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]

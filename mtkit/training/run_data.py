@@ -37,7 +37,7 @@ class RunTokenizers:
         for index, source in enumerate(config.data.train):
             if source.generated_side is not None:  # the model writes it at `mtkit prepare`, with these tokenizers' help
                 given = "tgt" if source.generated_side == "src" else "src"
-                key = recipe_key(config.data, "train", index)
+                key = recipe_key(config.data, "train", index=index)
                 said.append(f"{key}: its {source.generated_side} is written by a model; the tokenizer learns from its {given}")
         sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
         shape = f"{config.tokenizer.type}, {'joint' if pair.joint else 'separate'}, vocabulary {sizes}"

@@ -310,7 +310,7 @@ class Trainer:
         """One optimiser update over `accumulate` batches; its summed loss and target tokens (device tensors, 0
         for a skipped update). No host sync: `while_waiting` runs once the update's work is queued, then
         the previous update's outcome is read (`_settle`; on a GPU that waits for that update only)."""
-        total_tokens = tokens_over_ranks(sum(b.num_tokens for b in batches), self.device, self.distributed)
+        total_tokens = tokens_over_ranks(sum(b.num_tokens for b in batches), self.device, distributed=self.distributed)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
@@ -360,11 +360,11 @@ class Trainer:
     def _should_stop(self) -> bool:
         """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock).
         A limit is checked again once the last update's outcome is read: a skipped update does not reach max_steps."""
-        limit_reached = self._limit_reached()
-        if limit_reached or self.stop_requested:
+        limit = self._limit_reached()
+        if limit or self.stop_requested:
             self._settle()
-            limit_reached = self._limit_reached()
-        stop, self._agreed_elapsed = self.agreement.stop(limit_reached, self.stop_requested, self.elapsed())
+            limit = self._limit_reached()
+        stop, self._agreed_elapsed = self.agreement.stop(self.elapsed(), limit_reached=limit, signalled=self.stop_requested)
         return stop
 
     def _limit_reached(self) -> bool:
