@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mtkit.runtime import resolve_device
+
 
 @dataclass(frozen=True, kw_only=True)
 class Distributed:
@@ -130,13 +132,14 @@ def shutdown(distributed: Distributed) -> None:
 
 
 @contextlib.contextmanager
-def distributed_translation(device: torch.device) -> Iterator[tuple[Distributed, torch.device]]:
-    """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device; leave it at the end.
+def distributed_translation(device: str) -> Iterator[tuple[Distributed, torch.device]]:
+    """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device (`device`: a name or
+    auto, `runtime.resolve_device`); leave it at the end.
 
     After an error the rank leaves at once without waiting for its peers: torchrun then ends the job.
     """
-    distributed, device = init_distributed(device)
-    yield distributed, device
+    distributed, rank_device = init_distributed(resolve_device(device))
+    yield distributed, rank_device
     shutdown(distributed)
 
 

@@ -22,7 +22,7 @@ WORD_START = "\u2581"
 
 
 @torch.inference_mode()
-def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found: list[list[Hypothesis]], layer: int) -> None:
+def link_hypotheses(model: EncoderDecoder, src: Tensor, *, src_mask: Tensor, found: list[list[Hypothesis]], layer: int) -> None:
     """Set `links` of every hypothesis, from `layer`'s teacher-forced cross-attention.
 
     src (B, S) ids with EOS and src_mask (B, S) of the searched batch; found[b] the hypotheses of source b.
@@ -47,7 +47,7 @@ def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found:
         hypothesis.links = weights[row, : len(hypothesis.tokens), : max(length, 1)].argmax(dim=1).tolist()
 
 
-def word_alignment(source_pieces: Sequence[str], target_pieces: Sequence[str], links: Sequence[int]) -> list[tuple[int, int]]:
+def word_alignment(source_pieces: Sequence[str], target_pieces: Sequence[str], *, links: Sequence[int]) -> list[tuple[int, int]]:
     """(source word, target word) pairs, 0-based and sorted, of target pieces linked to source pieces."""
     source_words, target_words = word_indices(source_pieces), word_indices(target_pieces)
     pairs = {(source_words[link], target_words[t]) for t, link in enumerate(links) if link < len(source_words)}

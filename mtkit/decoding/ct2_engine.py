@@ -88,6 +88,7 @@ class CT2Engine(Engine):
         self,
         model: Any,
         tokenizers: TokenizerPair,
+        *,
         max_positions: int,
         batch_tokens: int,
         load: Callable[[], Any],
@@ -301,7 +302,12 @@ class CT2Engine(Engine):
         assert candidate.log_prob is not None
         tokens = [self._target_ids[piece] for piece in candidate.pieces]
         links = None if candidate.links is None else list(candidate.links)
-        return Hypothesis(tokens, candidate.log_prob / length_penalty(len(tokens) + 1, alpha), candidate.log_prob, links)
+        return Hypothesis(
+            tokens=tokens,
+            score=candidate.log_prob / length_penalty(len(tokens) + 1, alpha),
+            log_prob=candidate.log_prob,
+            links=links,
+        )
 
 
 def _draws(options: SearchOptions) -> int:
@@ -342,7 +348,7 @@ def _distinct(candidates: list[_Candidate]) -> list[_Candidate]:
     return list(kept.values())
 
 
-def load_export(directory: Path | str, device: str = "cpu", compute_type: str = "default", threads: int = 0) -> LoadedModel:
+def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str = "default", threads: int = 0) -> LoadedModel:
     """The CTranslate2 engine over an export directory, for `Translator.over`.
 
     device: auto, cpu, cuda or cuda:N; threads 0 = one per core.
@@ -377,6 +383,11 @@ def load_export(directory: Path | str, device: str = "cpu", compute_type: str = 
     recipe = config_from_dict(manifest["recipe"], source=str(directory / MANIFEST), saved=True)
     decode = config_from_dict({"decode": manifest["decode"]}, source=str(directory / MANIFEST), saved=True).decode
     engine = CT2Engine(
-        model, tokenizers, manifest["max_positions"], decode.batch_beam_tokens, load, manifest.get("alignment_layer")
+        model,
+        tokenizers,
+        max_positions=manifest["max_positions"],
+        batch_tokens=decode.batch_beam_tokens,
+        load=load,
+        alignment_layer=manifest.get("alignment_layer"),
     )
-    return LoadedModel(engine, tokenizers, decode, manifest["normalize"], recipe)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=manifest["normalize"], config=recipe)

@@ -81,7 +81,7 @@ def position_rows(config: Config) -> int:
     if config.model.positions == "learned":
         return config.model.max_positions
     longest_source = config.decode.max_input_tokens + 1
-    return max(config.model.max_positions, longest_source, output_cap(longest_source, config.decode, UNLIMITED) + 1)
+    return max(config.model.max_positions, longest_source, output_cap(longest_source, config.decode, max_positions=UNLIMITED) + 1)
 
 
 def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: TokenizerPair, positions: int) -> Any:

@@ -190,7 +190,7 @@ def _decoding(
         except UnicodeEncodeError:
             raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
     try:
-        sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
+        sampling = Sampling.parse(body.sampling, body.temperature, seed=body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
         nbest = reranker.candidates if reranker is not None else body.nbest
         decoding = Decoding(
@@ -199,7 +199,9 @@ def _decoding(
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)
-        plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
+        plan = translator.plan(
+            body.text, decoding, prefixes=body.prefix, constraints=_terms(body)
+        )  # refuses what the engine cannot do
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
@@ -359,7 +361,7 @@ def run_server(
     The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.
     """
     scorer = CometScorer.load(comet) if comet is not None else None
-    translator = Translator.load(models, engine, str(resolve_device(device)), fast_paths=True)
+    translator = Translator.load(models, engine, device=str(resolve_device(device)), fast_paths=True)
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores

@@ -20,7 +20,6 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translator
 from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
-from mtkit.runtime import resolve_device
 from mtkit.synthetic.jobs import FORMAT, SyntheticJob, plan_jobs
 from mtkit.textio import atomic_file, count_lines, file_lines, say, write_file
 
@@ -33,7 +32,7 @@ def synthesize(config: Config, device: str = "auto", *, fast_paths: bool = False
     jobs = plan_jobs(config)  # every input and model checked before any work
     if not jobs:
         return config
-    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
+    with distributed_translation(device) as (distributed, rank_device):
         for job in jobs:
             if job.done:
                 say(f"{job.key}: {job.output} is cached (same models, input and decoding)", distributed=distributed)
@@ -98,7 +97,7 @@ def check_direction(job: SyntheticJob, translator: Translator) -> None:
 
 def _decoding(job: SyntheticJob, translator: Translator, chunk: int) -> Decoding:
     decode = job.decode
-    drawn = Sampling.parse(decode.sampling, decode.temperature, decode.seed + chunk) if decode.sampling else None
+    drawn = Sampling.parse(decode.sampling, decode.temperature, seed=decode.seed + chunk) if decode.sampling else None
     lang = job.to_lang if translator.tagged else None
     return Decoding(beam=None if drawn else decode.beam, length_penalty=decode.length_penalty, sampling=drawn, tgt_lang=lang)
 

@@ -197,7 +197,9 @@ def validate(
     try:
         loss = valid_loss(model, valid, device=device, amp_dtype=amp_dtype)
         decode = replace(config.decode, beam=config.train.valid_beam)
-        translator = Translator(PyTorchEngine(model, device), tokenizers, decode, config.data.normalize, config)
+        translator = Translator(
+            PyTorchEngine(model, device), tokenizers, decode=decode, normalize=config.data.normalize, config=config
+        )
         sets = _decoded_sets(translator, config, valid)
         quality = metric.measure(sets) if metric is not None else None
         if len(sets) == 1:

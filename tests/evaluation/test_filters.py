@@ -94,7 +94,7 @@ class StubModel:
         self.table = table
 
     def score(self, sources: list[str], targets: list[str]) -> list[PairScore]:
-        return [PairScore(self.table[(s, t)] * 4, 4) for s, t in zip(sources, targets, strict=True)]
+        return [PairScore(log_prob=self.table[(s, t)] * 4, tokens=4) for s, t in zip(sources, targets, strict=True)]
 
 
 PAIRS = [("ein Hund", "a dog"), ("eine Katze", "a cat"), ("ein Haus", "zebra"), ("ein Baum", "a tree")]

@@ -92,13 +92,13 @@ def test_search_gives_the_same_hypotheses_with_the_hint(padded):
     src, src_mask, _ = padded_batch() if padded else random_batch()
     caps = torch.full((3,), 6)
     options = SearchOptions(beam=3, nbest=2)
-    hinted = beam_search(model, src, src_mask, caps, options, src_padded=padded)
-    plain = beam_search(model, src, src_mask, caps, options)
+    hinted = beam_search(model, src, src_mask=src_mask, max_len=caps, options=options, src_padded=padded)
+    plain = beam_search(model, src, src_mask=src_mask, max_len=caps, options=options)
     assert [[h.tokens for h in found] for found in hinted] == [[h.tokens for h in found] for found in plain]
     for mine, theirs in zip(hinted, plain, strict=True):
         assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-5)
-    greedy = greedy_search(model, src, src_mask, caps, src_padded=padded)
-    assert [h.tokens for h in greedy] == [h.tokens for h in greedy_search(model, src, src_mask, caps)]
+    greedy = greedy_search(model, src, src_mask=src_mask, max_len=caps, src_padded=padded)
+    assert [h.tokens for h in greedy] == [h.tokens for h in greedy_search(model, src, src_mask=src_mask, max_len=caps)]
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,9 @@ def test_search_never_emits_a_tag():
     import torch
 
     src = torch.tensor([[5, 6, 3]])
-    found = greedy_search(Stub(), src, src.ne(0), torch.tensor([6]), SearchOptions(never=(*NEVER_EMITTED, 4)))
+    found = greedy_search(
+        Stub(), src, src_mask=src.ne(0), max_len=torch.tensor([6]), options=SearchOptions(never=(*NEVER_EMITTED, 4))
+    )
     assert 4 not in found[0].tokens and found[0].tokens
 
 

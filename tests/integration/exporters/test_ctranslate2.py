@@ -110,7 +110,7 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(reverse_pytor
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     # One call per batch of the pipeline: every length shares the cap.
     lengths = [len(segments[0]) for segments in map(fixed_exported.segments, sources) if segments]
-    assert calls == [len(batch) for batch in length_batches(lengths, 4, fixed_exported.decode.batch_beam_tokens)]
+    assert calls == [len(batch) for batch in length_batches(lengths, 4, batch_tokens=fixed_exported.decode.batch_beam_tokens)]
     assert len({len(line.split()) for line in sources}) > 3
 
 

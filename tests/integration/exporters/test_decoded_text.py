@@ -84,7 +84,7 @@ def test_batch_decode_of_greedy_generate_is_mtkits_translation(exported) -> None
     outputs = []
     for line in SOURCES:
         batch = tokenizer([line], return_tensors="pt")
-        cap = output_cap(batch["input_ids"].size(1), translator.decode, translator.engine.max_positions)
+        cap = output_cap(batch["input_ids"].size(1), translator.decode, max_positions=translator.engine.max_positions)
         outputs.append(model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=cap)[0].tolist())
     assert [[i for i in ids[1:] if i != EOS_ID] for ids in outputs] == [t.tokens for t in mine]
     assert all(ids[0] == BOS_ID for ids in outputs)  # every output starts with the decoder's start piece

@@ -178,7 +178,9 @@ def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(with_new_code) -> Non
     load_parent(model, read_checkpoint(parent), parent=str(parent), tokenizers=tokenizers, config=config)
     rows = model.state_dict()["src_embed.embedding.weight"]
     assert torch.equal(rows[codes[new]], rows[codes[related]])
-    child_translator = Translator(PyTorchEngine(model, torch.device("cpu")), tokenizers, config.decode, "none", config)
+    child_translator = Translator(
+        PyTorchEngine(model, torch.device("cpu")), tokenizers, decode=config.decode, normalize="none", config=config
+    )
     parent_translator = Translator.load(parent)
     for translator in (child_translator, parent_translator):
         translator.decode = dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=4)
