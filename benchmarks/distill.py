@@ -83,7 +83,7 @@ def rows(found: list[System], sources: list[str], references: list[str]) -> list
                 "sentences_per_s": round(len(sources) / system.seconds, 1),
                 "bleu": round(bleu(outputs, references), 2),
                 "chrf": round(chrf(outputs, references), 2),
-                "flags": flag_counts(flag_corpus(outputs, references, sources, FlagRules())),
+                "flags": flag_counts(flag_corpus(outputs, references, sources=sources, rules=FlagRules())),
             }
         )
     for row in table:

@@ -450,7 +450,7 @@ def evaluate_command(
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
     directory = scores_directory(request)
     if record_scores and directory is not None and request.split is not None:
-        save_scores(directory, request.split, report.systems[0].result)
+        save_scores(directory, request.split, result=report.systems[0].result)
 
 
 def _comet_options(model: str | None, *, encoder: Path | None, device: str, precision: CometPrecision) -> CometOptions | None:

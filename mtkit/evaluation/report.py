@@ -50,7 +50,7 @@ class EvaluateRequest:
     comet: CometOptions | None = None  # the COMET model that scores `metric`
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SystemReport:
     name: str
     result: EvalResult
@@ -66,7 +66,7 @@ class SystemReport:
         return f"{self.result.format()}\nproblems: {problems} (of {self.result.num_sentences} sentences)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DirectionReport:
     """The first system's scores on one direction of a split of several (or with --off-target)."""
 
@@ -85,7 +85,7 @@ class DirectionReport:
         return f"{self.name}: BLEU {self.bleu:.2f}, chrF {self.chrf:.2f}{off} ({self.sentences} sentences)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     systems: list[SystemReport]
     comparison: Comparison | None = None
@@ -125,16 +125,16 @@ def evaluate(request: EvaluateRequest) -> Report:
     names, hypotheses, sources, references = systems.names, systems.hypotheses, systems.sources, systems.references
     reports, all_flags = [], []
     for name, hyps in zip(names, hypotheses, strict=True):
-        flags = flag_corpus(hyps, references[0], sources, request.rules)
-        reports.append(SystemReport(name, score_corpus(hyps, references), flag_counts(flags)))
+        flags = flag_corpus(hyps, references[0], sources=sources, rules=request.rules)
+        reports.append(SystemReport(name=name, result=score_corpus(hyps, references), flags=flag_counts(flags)))
         all_flags.append(flags)
     if quality is not None:
         _add_quality_scores(reports, systems, quality, request.metric or "comet")
     if request.flags_file is not None:
-        write_flags(request.flags_file, names, all_flags, sources, hypotheses, references[0])
+        write_flags(request.flags_file, names, flags=all_flags, sources=sources, hypotheses=hypotheses, references=references[0])
     comparison = None
     if len(names) > 1:
-        comparison = compare_systems(names, hypotheses, references, request.tests)
+        comparison = compare_systems(names, hypotheses, references=references, tests=request.tests)
         for metric in reports[0].sentence_scores:
             comparison.scores[metric] = compare_sentence_scores([r.sentence_scores[metric] for r in reports], request.tests)
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
@@ -146,7 +146,7 @@ def evaluate(request: EvaluateRequest) -> Report:
         verdict = _band_verdict(mean, band, f"mean test BLEU of {len(directions)} directions")
     elif band:
         verdict = _band_verdict(reports[0].result.scores[0].score, band, "test BLEU")
-    return Report(reports, comparison, verdict, directions)
+    return Report(systems=reports, comparison=comparison, band=verdict, directions=directions)
 
 
 def _quality_scorer(request: EvaluateRequest) -> CometScorer | None:
@@ -178,8 +178,10 @@ def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: 
         raise MtkitError(f"--src has {len(sources)} lines but the hypotheses {len(systems.hypotheses[0])}; give aligned files")
     references = systems.references[0] if scorer.needs_references else None
     for report, hypotheses in zip(reports, systems.hypotheses, strict=True):
-        sentences = scorer.score(sources, hypotheses, references, progress=True)
-        report.result.scores.append(Score(row.name, sum(sentences) / len(sentences), scorer.signature, digits=row.digits))
+        sentences = scorer.score(sources, hypotheses, references=references, progress=True)
+        report.result.scores.append(
+            Score(name=row.name, score=sum(sentences) / len(sentences), signature=scorer.signature, digits=row.digits)
+        )
         report.sentence_scores[row.name] = sentences
 
 
@@ -198,8 +200,10 @@ def _directions(systems: _Systems, request: EvaluateRequest) -> list[DirectionRe
         hyps, refs = systems.hypotheses[0][way.start : way.end], systems.references[0][way.start : way.end]
         if way.tgt_lang is None and request.off_target:
             raise OptionError("off_target", "{off_target} needs the target language: give {tgt_lang}, such as {tgt_lang} fr")
-        off = off_target_rate(hyps, way.tgt_lang, candidates) if request.off_target and way.tgt_lang else None
-        found.append(DirectionReport(way.name, bleu(hyps, refs), chrf(hyps, refs), len(hyps), off))
+        off = off_target_rate(hyps, way.tgt_lang, candidates=candidates) if request.off_target and way.tgt_lang else None
+        found.append(
+            DirectionReport(name=way.name, bleu=bleu(hyps, refs), chrf=chrf(hyps, refs), sentences=len(hyps), off_target=off)
+        )
     return found
 
 
@@ -318,7 +322,7 @@ def scores_directory(request: EvaluateRequest) -> Path | None:
     return None
 
 
-def save_scores(directory: Path, split: str, result: EvalResult) -> Path:
+def save_scores(directory: Path, split: str, *, result: EvalResult) -> Path:
     """Record a split's scores in `directory/scores.json` (what `mtkit serve`'s /info reports); returns its path.
 
     A directory that cannot be written is an error that says how to evaluate without recording.

@@ -162,7 +162,7 @@ class ValidationMetric:
     def _mean(self, decoded: DecodedSet) -> float:
         count = self.lines or len(decoded.sources)
         references = decoded.references[:count] if self.scorer.needs_references else None
-        scores = self.scorer.score(decoded.sources[:count], decoded.hypotheses[:count], references)
+        scores = self.scorer.score(decoded.sources[:count], decoded.hypotheses[:count], references=references)
         return sum(scores) / max(len(scores), 1)
 
 

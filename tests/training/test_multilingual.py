@@ -106,7 +106,7 @@ def test_off_target_rate_counts_outputs_in_another_language():
     from mtkit.evaluation.language import off_target_rate
 
     outputs = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow.", "Un chien court dans le pré.", ""]
-    assert off_target_rate(outputs, "en", ["de", "en", "fr"]) == pytest.approx(200 / 3)
+    assert off_target_rate(outputs, "en", candidates=["de", "en", "fr"]) == pytest.approx(200 / 3)
     assert off_target_rate(outputs[1:2], "en") == 0.0
     with pytest.raises(MtkitError, match="not one py3langid identifies"):
         off_target_rate(outputs, "xx")

@@ -86,7 +86,7 @@ def test_validation_scores_the_first_lines_with_the_metric_beside_bleu(reverse_t
 
     def scored(sources, translations, references=None, **options):
         seen.append((sources, translations, references))
-        return score(sources, translations, references, **options)
+        return score(sources, translations, references=references, **options)
 
     metric.scorer.score = scored
     run = dict(valid=valid, tokenizers=tokenizers, config=config, device=CPU, amp_dtype=None)

@@ -27,7 +27,7 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class CometScorer:
     """Scores translations with one COMET checkpoint; `needs_references` says whether it is COMET or COMET-QE."""
 
-    def __init__(self, checkpoint: CometCheckpoint, model: CometModel, tokenizer: Any, options: CometOptions) -> None:
+    def __init__(self, checkpoint: CometCheckpoint, model: CometModel, *, tokenizer: Any, options: CometOptions) -> None:
         self.checkpoint, self.model, self.tokenizer, self.options = checkpoint, model, tokenizer, options
         self.max_length = model.encoder.config.max_position_embeddings - 4  # unbabel-comet's truncation
 
@@ -42,7 +42,7 @@ class CometScorer:
         _load_weights(model, checkpoint)
         device = resolve_device(options.device)
         model.to(device=device, dtype=PRECISIONS[options.precision]).eval()
-        return cls(checkpoint, model, tokenizer, options)
+        return cls(checkpoint, model, tokenizer=tokenizer, options=options)
 
     @property
     def needs_references(self) -> bool:
@@ -53,8 +53,9 @@ class CometScorer:
         """What reproduces the score, in sacrebleu's style: the model, mtkit's version, the precision."""
         return f"model:{self.checkpoint.name}|scorer:mtkit-{_mtkit_version()}|precision:{self.options.precision}"
 
-    def score(self, sources: list[str], translations: list[str], references: list[str] | None = None, *,
-              progress: bool = False) -> list[float]:  # fmt: skip
+    def score(
+        self, sources: list[str], translations: list[str], *, references: list[str] | None = None, progress: bool = False
+    ) -> list[float]:
         """One score per translation, in input order; a bar on stderr when `progress` and a terminal."""
         if self.needs_references and references is None:
             raise MtkitError(f"--comet-model {self.checkpoint.name} scores against references: give --ref FILE")
