@@ -47,7 +47,7 @@ def systems(teacher: Path, students: dict[str, Path], workdir: Path) -> list[Sys
     found = [System("teacher pytorch beam5", Translator.load(teacher, device="cpu", fast_paths=True), 5)]
     found.append(System("teacher pytorch greedy", found[0].translator, 1))
     for name, run in students.items():
-        exported = export_ctranslate2(run, workdir / name, "int8")
+        exported = export_ctranslate2(run, workdir / name, quantization="int8")
         found.append(System(f"{name} pytorch greedy", Translator.load(run, device="cpu", fast_paths=True), 1))
         found.append(System(f"{name} ctranslate2-int8 greedy", Translator.load(exported, engine="ctranslate2"), 1))
     return found

@@ -184,7 +184,7 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path) -> Tra
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None
-    exported = export_ctranslate2(model_dir, workdir / engine, quantization)
+    exported = export_ctranslate2(model_dir, workdir / engine, quantization=quantization)
     return Translator.load(exported, engine="ctranslate2", device="cpu")
 
 

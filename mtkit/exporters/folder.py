@@ -26,7 +26,7 @@ MARKERS = (MANIFEST, TRANSFORMERS_NOTE)
 MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
 
 
-def check_exportable(config: Config, model_path: Path, form: str) -> None:
+def check_exportable(config: Config, model_path: Path, *, form: str) -> None:
     """What a MarianMTModel or mtkit's own modeling code cannot hold (fairseq's positions, the LayerNorm on the
     embeddings, unscaled embeddings), outside an imported NLLB-200, M2M-100 or mBART-50 run, which goes to its own
     class; refused in one line before anything is written."""
@@ -40,7 +40,7 @@ def check_exportable(config: Config, model_path: Path, form: str) -> None:
         )
 
 
-def check_output_dir(output_dir: Path, force: bool) -> None:
+def check_output_dir(output_dir: Path, *, force: bool) -> None:
     """An export may go to a new or empty folder, or replace an earlier mtkit export with `force`."""
     if output_dir.exists() and not output_dir.is_dir():
         raise MtkitError(f"{output_dir}: exists and is not a directory; choose another -o")

@@ -12,7 +12,7 @@ from mtkit.importers.names import depths
 from mtkit.run_files import RunFiles
 
 
-def model_card(config: Config, model_path: Path, form: str, tokenizers: TokenizerPair) -> str:
+def model_card(config: Config, model_path: Path, *, form: str, tokenizers: TokenizerPair) -> str:
     """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe."""
     codes = sorted(tokenizers.src.codes)
     languages = sorted(tokenizers.src.tags) if tokenizers.src.tags else codes or [config.tgt_lang]

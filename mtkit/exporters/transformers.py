@@ -53,7 +53,7 @@ SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
 START_PIECE = "<s>"  # vocab.json's name of the decoder's start (mtkit's BOS), whatever the SentencePiece model holds
 
 
-def export_transformers(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
+def export_transformers(model_path: Path, output_dir: Path, *, quantization: str | None = None, force: bool = False) -> Path:
     """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`;
     float32 weights only (`quantization` None: the exporters' shared signature)."""
     if quantization is not None:
@@ -62,7 +62,7 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             "{quantization} {value}: CTranslate2's weight types; a transformers export keeps float32",
             value=quantization,
         )
-    check_output_dir(output_dir, force)
+    check_output_dir(output_dir, force=force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
@@ -71,32 +71,32 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
         )
     fairseq = config.data.lang_tag == "code"  # an imported NLLB-200, M2M-100 or mBART-50 model: its own class
     if not fairseq:
-        check_exportable(config, model_path, "transformers")
+        check_exportable(config, model_path, form="transformers")
     with staged(output_dir) as staging:
         if fairseq:
-            form = write_fairseq_folder(staging, config, model, tokenizers.src)
+            form = write_fairseq_folder(staging, config, model=model, tokenizer=tokenizers.src)
         else:
-            form = write_mtkit_folder(staging, config, tokenizers, model)
+            form = write_mtkit_folder(staging, config, tokenizers=tokenizers, model=model)
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
-        write_file(staging / "README.md", model_card(config, model_path, form, tokenizers))
+        write_file(staging / "README.md", model_card(config, model_path, form=form, tokenizers=tokenizers))
     return output_dir
 
 
-def write_mtkit_folder(folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer) -> str:
+def write_mtkit_folder(folder: Path, config: Config, *, tokenizers: TokenizerPair, model: Transformer) -> str:
     """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written."""
     form = "marian" if marian_form(config.model) else "remote-code"
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     if form == "marian":
-        settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+        settings, tensors = marian_config(config, tokenizers, model=model), marian_weights(weights, config.model, model=model)
     else:
-        settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
+        settings, tensors = remote_config(config, tokenizers, model=model), remote_weights(weights, model)
         for path in REMOTE_CODE.glob("*_mtkit.py"):
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
     write_json(folder / "generation_config.json", generation_config(config, tokenizers))
-    write_tokenizer(folder, config, tokenizers)
+    write_tokenizer(folder, config, tokenizers=tokenizers)
     return form
 
 
@@ -110,7 +110,7 @@ def _shared(model: Transformer) -> bool:
     return model.src_embed is model.tgt_embed
 
 
-def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def marian_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of a MarianMTModel computing what `model` does."""
     m = config.model
     return {
@@ -156,7 +156,7 @@ def special_ids() -> dict[str, int]:
     return {"pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "bos_token_id": BOS_ID, "decoder_start_token_id": BOS_ID}
 
 
-def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Transformer) -> dict[str, torch.Tensor]:
+def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, *, model: Transformer) -> dict[str, torch.Tensor]:
     """MarianMTModel's tensors from mtkit's, through the importer's table (split where mtkit fuses)."""
     out = {}
     for mine, theirs in layer_names(m):
@@ -174,7 +174,7 @@ def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Tran
     return out
 
 
-def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def remote_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of the shipped modeling file (`remote_code/modeling_mtkit.py`)."""
     m = config.model
     return {
@@ -220,7 +220,7 @@ def generation_config(config: Config, tokenizers: TokenizerPair) -> dict[str, An
     }
 
 
-def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> None:
+def write_tokenizer(folder: Path, config: Config, *, tokenizers: TokenizerPair) -> None:
     """MarianTokenizer's files: both SentencePiece models and the piece tables in mtkit's id order."""
     write_file(folder / "source.spm", tokenizers.src.model_proto)
     write_file(folder / "target.spm", tokenizers.tgt.model_proto)
