@@ -543,7 +543,7 @@ def import_auto_command(
 def _import(source: str, output: Path, family: str) -> None:
     from mtkit.importers import import_model
 
-    config, model = import_model(source, output, family)
+    config, model = import_model(source, output, family=family)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(

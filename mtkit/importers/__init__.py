@@ -25,13 +25,13 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (MARIAN, M2M100
 AUTO = "auto"  # the family read from config.json
 
 
-def import_model(source: str, output: Path, family: str = AUTO) -> tuple[Config, EncoderDecoder]:
+def import_model(source: str, output: Path, *, family: str = AUTO) -> tuple[Config, EncoderDecoder]:
     """Import `source` (a folder or hub id) of `family`, or of the family its config.json names, into `output`."""
     if family != AUTO:
         if family not in FAMILIES:
             raise MtkitError(f"family {family!r}: not one mtkit imports; choose one of {', '.join([*FAMILIES, AUTO])}")
-        return import_family(source, output, FAMILIES[family])
+        return import_family(source, output, family=FAMILIES[family])
     check_output(output)
     folder = locate(source, None)  # a hub id: its config.json only, until the family is known
     where = folder / "config.json"
-    return import_family(source, output, family_of(read_json(where, None), where, FAMILIES))
+    return import_family(source, output, family=family_of(read_json(where, None), where, families=FAMILIES))

@@ -60,19 +60,19 @@ def fairseq_family(
         holds=f"config.json, model.safetensors (or pytorch_model.bin), {SENTENCEPIECE} and tokenizer.json (or vocab.json)",
         example=example,
         hub_files=("config.json", "generation_config.json", "tokenizer*.json", "vocab.json", "*.model", "*.safetensors"),
-        read=lambda folder, run: read_fairseq_run(folder, run, family, settings),
+        read=lambda folder, run: read_fairseq_run(folder, run, family=family, settings=settings),
     )
     return family
 
 
-def fairseq_model_config(settings: dict[str, Any], where: Path, family: FairseqSettings) -> ModelConfig:
+def fairseq_model_config(settings: dict[str, Any], where: Path, *, family: FairseqSettings) -> ModelConfig:
     """mtkit's `model` keys for a fairseq-born config.json: pre-norm with final layer norms, tied embeddings, and the
     output bias that keeps mtkit's BOS unreachable; special ids other than fairseq's are refused by their keys."""
     for key, wanted in (("pad_token_id", 1), ("decoder_start_token_id", 2), ("eos_token_id", 2)):
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={settings[key]!r}; mtkit imports fairseq's layout only, where it is {wanted}")
     return ModelConfig(
-        **transformer_sizes(settings, where, "relu"),
+        **transformer_sizes(settings, where, activation="relu"),
         norm="pre",
         positions=family.positions,
         tie_embeddings=True,
@@ -82,7 +82,7 @@ def fairseq_model_config(settings: dict[str, Any], where: Path, family: FairseqS
     )
 
 
-def fairseq_pieces(folder: Path, family: Family, vocab_size: int) -> list[str]:
+def fairseq_pieces(folder: Path, family: Family, *, vocab_size: int) -> list[str]:
     """fairseq's table (index = id) of `vocab_size` pieces: tokenizer.json's, else vocab.json's with M2M-100's
     language codes; rows past the tokenizer's (M2M-100's made-up words) named as fairseq names them."""
     if (folder / "tokenizer.json").is_file():
@@ -131,7 +131,7 @@ def fairseq_vocab(pieces: list[str]) -> MarianVocab:
     return MarianVocab(pieces, [1, 3, 2, 2, 0, *range(4, len(pieces))])
 
 
-def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> TokenizerPair:
+def fairseq_tokenizers(folder: Path, family: Family, *, vocab: MarianVocab) -> TokenizerPair:
     """One tokenizer for both sides: the folder's SentencePiece model with fairseq's table in mtkit's order."""
     path = folder / SENTENCEPIECE
     if not path.is_file():
@@ -142,7 +142,7 @@ def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> Toke
     return TokenizerPair(tokenizer, tokenizer)
 
 
-def fairseq_weights(weights: dict[str, Tensor], model: ModelConfig, vocab: MarianVocab) -> dict[str, Tensor]:
+def fairseq_weights(weights: dict[str, Tensor], model: ModelConfig, *, vocab: MarianVocab) -> dict[str, Tensor]:
     """mtkit's state dict from the checkpoint's tensors, rows of the vocabulary in mtkit's id order."""
     shared = _tensor(weights, "shared.weight")
     if shared.size(0) != len(vocab.pieces):
@@ -172,7 +172,7 @@ def _tensor(weights: dict[str, Tensor], name: str) -> Tensor:
     return weights[name]
 
 
-def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
+def fairseq_config(folder: Path, family: Family, *, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
     """The run's config: the model keys, the language codes (`data.lang_tag: code`), the tokenizer's languages and
     the beam of generation_config.json, text passed to SentencePiece as it is."""
     tokenizer = tokenizers.src
@@ -194,13 +194,15 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     )
 
 
-def read_fairseq_run(folder: Path, name: str, family: Family, settings: FairseqSettings) -> Imported:
+def read_fairseq_run(folder: Path, name: str, *, family: Family, settings: FairseqSettings) -> Imported:
     """A fairseq-born family's reader: its config.json's keys, the tokenizer in mtkit's order, the weights reordered."""
     where = folder / "config.json"
     config_json = read_json(where, family)
-    model = fairseq_model_config(config_json, where, settings)
-    vocab = fairseq_vocab(fairseq_pieces(folder, family, int(config_json.get("vocab_size", 0))))
-    tokenizers = fairseq_tokenizers(folder, family, vocab)
+    model = fairseq_model_config(config_json, where, family=settings)
+    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size=int(config_json.get("vocab_size", 0))))
+    tokenizers = fairseq_tokenizers(folder, family, vocab=vocab)
     weights = read_weights(folder)
-    built = build_imported(model, tokenizers, lambda: fairseq_weights(weights, model, vocab))
-    return Imported(config=fairseq_config(folder, family, model, tokenizers, name), tokenizers=tokenizers, model=built)
+    built = build_imported(model, tokenizers, state=lambda: fairseq_weights(weights, model, vocab=vocab))
+    return Imported(
+        config=fairseq_config(folder, family, model=model, tokenizers=tokenizers, name=name), tokenizers=tokenizers, model=built
+    )

@@ -52,12 +52,12 @@ class Family:
     read: Callable[[Path, str], Imported]  # (folder, the run's name) -> the import
 
 
-def import_family(source: str, output: Path, family: Family) -> tuple[Config, EncoderDecoder]:
+def import_family(source: str, output: Path, *, family: Family) -> tuple[Config, EncoderDecoder]:
     """`mtkit import FAMILY`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
     check_output(output)
     folder = locate(source, family)
     imported = family.read(folder, output.name or "imported")
-    write_run(imported, output, source)
+    write_run(imported, output, source=source)
     return imported.config, imported.model
 
 
@@ -91,7 +91,7 @@ def _words(family: Family | None) -> tuple[str, str, str]:
     return (family.title, family.holds, family.example) if family else ANY_FAMILY
 
 
-def family_of(settings: dict[str, Any], where: Path, families: Mapping[str, Family]) -> Family:
+def family_of(settings: dict[str, Any], where: Path, *, families: Mapping[str, Family]) -> Family:
     """The family config.json names: by `model_type`, else by `architectures`; another is one line listing the known."""
     model_type, architectures = settings.get("model_type"), settings.get("architectures") or []
     for family in families.values():
@@ -154,7 +154,7 @@ def read_safetensors(path: Path) -> dict[str, Tensor]:
     return tensors
 
 
-def transformer_sizes(settings: dict[str, Any], where: Path, activation: str) -> dict[str, Any]:
+def transformer_sizes(settings: dict[str, Any], where: Path, *, activation: str) -> dict[str, Any]:
     """The `model` keys every Hugging Face encoder-decoder's config.json gives alike (depths, sizes, dropout, the
     activation, `activation` where it names none); encoder and decoder sizes that differ are refused by their keys."""
     pairs = (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"))
@@ -183,7 +183,7 @@ def transformer_sizes(settings: dict[str, Any], where: Path, activation: str) ->
 
 
 def build_imported(
-    model_config: ModelConfig, tokenizers: TokenizerPair, state: Callable[[], dict[str, Tensor]]
+    model_config: ModelConfig, tokenizers: TokenizerPair, *, state: Callable[[], dict[str, Tensor]]
 ) -> EncoderDecoder:
     """An mtkit model holding the family's weights, `state()` in mtkit's names (checked by `load_state_dict`,
     strict; a tensor that does not fit while `state` joins them is the same one-line error)."""
@@ -197,7 +197,7 @@ def build_imported(
     return model
 
 
-def write_run(imported: Imported, output: Path, source: str) -> None:
+def write_run(imported: Imported, output: Path, *, source: str) -> None:
     """The run directory: best.pt (nothing validated yet: `mtkit evaluate` measures it) and config.yaml."""
     config = imported.config
     config.run_dir = str(output)

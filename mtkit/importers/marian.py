@@ -49,7 +49,7 @@ class MarianVocab:
         return matrix.index_select(0, torch.tensor(self.order)).float()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MarianModel:
     """A Marian checkpoint read into mtkit's terms: its model keys, tokenizers and weights."""
 
@@ -67,7 +67,7 @@ def read_marian(folder: Path) -> MarianModel:
     model = marian_model_config(settings, folder / "config.json")
     source, target, tokenizers = _vocabularies(folder, settings)
     weights = read_weights(folder)
-    return MarianModel(model, tokenizers, source, target, weights, settings)
+    return MarianModel(model=model, tokenizers=tokenizers, source=source, target=target, weights=weights, settings=settings)
 
 
 def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
@@ -84,7 +84,7 @@ def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
     return ModelConfig(
-        **transformer_sizes(settings, where, "swish"),
+        **transformer_sizes(settings, where, activation="swish"),
         norm="post",
         positions="sinusoidal_halves",
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
@@ -202,7 +202,7 @@ def _tensor(weights: dict[str, Tensor], name: str, fallback: Tensor | None = Non
     return found
 
 
-def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
+def imported_config(marian: MarianModel, folder: Path, *, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
     languages = read_json(folder / "tokenizer_config.json", MARIAN) if (folder / "tokenizer_config.json").is_file() else {}
     generation = read_json(folder / "generation_config.json", MARIAN) if (folder / "generation_config.json").is_file() else {}
@@ -221,8 +221,8 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
 def read_marian_run(folder: Path, name: str) -> Imported:
     """The Marian family's reader (`Family.read`): the model with Marian's weights and the run's config."""
     marian = read_marian(folder)
-    model = build_imported(marian.model, marian.tokenizers, lambda: mtkit_weights(marian))
-    return Imported(config=imported_config(marian, folder, name), tokenizers=marian.tokenizers, model=model)
+    model = build_imported(marian.model, marian.tokenizers, state=lambda: mtkit_weights(marian))
+    return Imported(config=imported_config(marian, folder, name=name), tokenizers=marian.tokenizers, model=model)
 
 
 MARIAN = Family(
@@ -239,4 +239,4 @@ MARIAN = Family(
 
 def import_marian(source: str, output: Path) -> tuple[Config, EncoderDecoder]:
     """`mtkit import marian`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
-    return import_family(source, output, MARIAN)
+    return import_family(source, output, family=MARIAN)

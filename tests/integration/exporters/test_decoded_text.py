@@ -48,7 +48,7 @@ def own_run(root: Path) -> Path:
     model = build_model(model_config, tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, share_vocab=True)
     for parameter in model.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
-    write_run(Imported(config=config, tokenizers=TokenizerPair(tokenizer, tokenizer), model=model), root / "run", "random")
+    write_run(Imported(config=config, tokenizers=TokenizerPair(tokenizer, tokenizer), model=model), root / "run", source="random")
     return root / "run"
 
 
