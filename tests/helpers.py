@@ -472,7 +472,7 @@ def serving(
     from mtkit.serving.app import create_app, model_info
 
     port = free_port()
-    web_app = create_app(translator, limits, model_info(translator, name), comet=comet)
+    web_app = create_app(translator, limits, info=model_info(translator, name), comet=comet)
     server = uvicorn.Server(uvicorn.Config(name=web_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

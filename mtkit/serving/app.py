@@ -82,7 +82,7 @@ class TranslateRequest(BaseModel):
     )
 
 
-def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any], *, comet: CometScorer | None = None) -> FastAPI:
+def create_app(translator: Translator, limits: ServeLimits, *, info: dict[str, Any], comet: CometScorer | None = None) -> FastAPI:
     """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any)."""
     limits = batching_for(translator, limits)
     batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
@@ -121,7 +121,7 @@ def create_app(translator: Translator, limits: ServeLimits, info: dict[str, Any]
         reranker = _reranker(body, comet)
         decoding, line_work = _decoding(translator, body, limits, reranker)
         try:
-            pending = batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
+            pending = batcher.translate(body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work)
             found = await _unless_gone(request, pending, limits.request_timeout)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
@@ -365,7 +365,7 @@ def run_server(
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
-    app = create_app(translator, limits, model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
+    app = create_app(translator, limits, info=model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(name=app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()

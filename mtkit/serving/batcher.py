@@ -129,6 +129,7 @@ class Batcher:
         self,
         lines: Sequence[str],
         decoding: Decoding,
+        *,
         prefixes: Sequence[str] | None = None,
         constraints: list[list[Term]] | None = None,
         line_work: Sequence[int] = (),

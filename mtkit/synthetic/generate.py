@@ -37,7 +37,7 @@ def synthesize(config: Config, device: str = "auto", *, fast_paths: bool = False
             if job.done:
                 say(f"{job.key}: {job.output} is cached (same models, input and decoding)", distributed=distributed)
             else:
-                run_job(job, distributed, str(rank_device), fast_paths=fast_paths)
+                run_job(job, distributed, device=str(rank_device), fast_paths=fast_paths)
     return resolved(config, jobs) if distributed.is_main else None
 
 
@@ -57,7 +57,7 @@ def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: SyntheticJob, distributed: Distributed, device: str, *, fast_paths: bool = False) -> None:
+def run_job(job: SyntheticJob, distributed: Distributed, *, device: str, fast_paths: bool = False) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
     translator = Translator.load(job.models, device=device, fast_paths=fast_paths)
     check_direction(job, translator)
