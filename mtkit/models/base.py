@@ -3,12 +3,12 @@
 Every architecture implements it, so nothing outside `mtkit.models` asks which model it drives:
 
 - `encode(src, src_mask) -> memory`
-- `decode(tgt, memory, src_mask, state) -> (logits, state)`
+- `decode(tgt, memory, *, src_mask, state) -> (logits, state)`
 - `reorder_state(state, order) -> state`
-- `final_states(tgt, memory, src_mask) -> states` (B, T, D), for models that train: teacher-forced
+- `final_states(tgt, memory, *, src_mask) -> states` (B, T, D), for models that train: teacher-forced
   `tgt`'s final decoder states, which the model's `output` layer (an `nn.Linear`, D -> V) turns
   into `decode`'s logits (the training loss fuses the two: `mtkit.training.fused_loss`)
-- `cross_attention(tgt, memory, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
+- `cross_attention(tgt, memory, *, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
   position of teacher-forced `tgt` looks in the source, per head, in decoder attention layer `layer`
   of `attention_layers` (for heatmaps, word alignments and tests)
 
