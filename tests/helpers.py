@@ -473,7 +473,7 @@ def serving(
 
     port = free_port()
     web_app = create_app(translator, limits, info=model_info(translator, name), comet=comet)
-    server = uvicorn.Server(uvicorn.Config(name=web_app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(web_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -367,7 +367,7 @@ def run_server(
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
     app = create_app(translator, limits, info=model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
-    config = uvicorn.Config(name=app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()
     print("mtkit: stopped; every request in flight was answered", file=sys.stderr)
 
