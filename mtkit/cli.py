@@ -330,11 +330,12 @@ def serve_command(
         int, typer.Option(min=0, help="Decoding threads, each on its share of the cores (0: 2 on CPU).")
     ] = LIMITS.workers,
     max_work: Annotated[
-        int, typer.Option(min=1, help="Decoding steps x beam one request may take at most (413 above); see docs/serving.md.")
+        int, typer.Option(min=1, help="Decoding steps x beam, and reranking, one request may take at most (413 above).")
     ] = LIMITS.max_work,
     max_output_steps: Annotated[
         int, typer.Option(min=1, help="Decoding steps one sentence may take at most: its output cap or prefix (413 above).")
     ] = LIMITS.max_output_steps,
+    max_reranks: Annotated[int, typer.Option(min=1, help="Requests reranking at once (more: 503).")] = LIMITS.max_reranks,
     max_steps: Annotated[Optional[int], typer.Option(min=1, hidden=True, help="Renamed --max-output-steps.")] = None,
     chunk_work: Annotated[
         int, typer.Option(min=1, help="A request of more work is decoded in chunks of this work, each queued on its own.")
@@ -357,7 +358,7 @@ def serve_command(
     limits = ServeLimits(
         max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, max_work=max_work, max_output_steps=max_output_steps,
         chunk_work=chunk_work, request_timeout=request_timeout, max_wait_ms=max_wait_ms, batch_lines=batch_lines,
-        workers=workers, api_key=api_key,
+        workers=workers, api_key=api_key, max_reranks=max_reranks,
     )  # fmt: skip
     comet = CometOptions(model=comet_model, encoder=comet_encoder, device=device) if comet_model is not None else None
     run_server(model, engine=engine, device=device, host=host, port=port, limits=limits, comet=comet)

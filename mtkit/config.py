@@ -165,6 +165,9 @@ class SplitConfig:
 
 
 SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  # as mtkit translate --sampling
+# Sampling's temperature wherever it is read (--temperature, a request's, a synthetic side's decode.temperature):
+# below the floor the scaled float32 logits overflow to -inf and the draw fails; at the ceiling it is uniform already.
+TEMPERATURE = Range(low=0.01, high=100.0, example=1.0)
 
 
 @dataclass(kw_only=True)
@@ -179,7 +182,7 @@ class SyntheticDecodeConfig:
     length_penalty: float | None = field(default=None, metadata=_range(0.0, 10.0))
     # draw each translation instead of searching: topk:K, topp:P or full (sampled back-translations)
     sampling: str | None = field(default=None, metadata=_pattern(SAMPLING_RULE, "topk:K, topp:P or full", "topk:10"))
-    temperature: float = field(default=1.0, metadata=_range(0.0, 100.0, open_low=True, example=1.0))
+    temperature: float = field(default=1.0, metadata={"range": TEMPERATURE})
     seed: int = field(default=0, metadata=_range(0, 2**63 - 1))
 
 
@@ -670,7 +673,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Config:
         raise MtkitError(f"{path}: recipe not found; give the path of a YAML recipe such as recipes/multi30k/transformer.yaml")
     try:
         raw = parse_yaml(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise MtkitError(f"{path}: not valid YAML ({one_line(err, limit=300)}); fix the recipe file") from None
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: a recipe must be a mapping of keys to values")
@@ -769,7 +772,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         raise MtkitError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.max_steps=100")
     try:
         value = parse_yaml(text) if text.strip() else None
-    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
+    except yaml.YAMLError:  # such as an integer of more than 4300 digits: kept as text
         value = text
     parts = key.strip().split(".")
     node = raw

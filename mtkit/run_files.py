@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from mtkit.errors import MtkitError
-from mtkit.textio import write_file
+from mtkit.textio import leftover_temporaries, write_file
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,12 @@ class RunFiles:
         """What a training writes besides config.yaml and the TensorBoard folder: what `--overwrite` deletes."""
         named = [self.last, self.best, self.ema, self.average, self.log, self.curves]
         return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
+
+    def leftover_temporaries(self) -> list[Path]:
+        """The temporary files of writes of a training's files (checkpoints, config.yaml, log.jsonl, curves.png) that a
+        killed process left (`textio.atomic_file`'s naming): what a training removes once it holds the lock."""
+        names = ["last.pt", "best.pt", "ema.pt", "average.pt", "step_*.pt", "at_*.pt", "config.yaml", "log.jsonl", "curves.png"]
+        return [path for name in names for path in leftover_temporaries(self.path, name)]
 
     def chosen_weights(self, validated_score: Callable[[Path], float | None]) -> Path:
         """Which checkpoint `-m RUN` means: its best-validated final weights. best.pt, or ema.pt (train.ema) or

@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import io
 import os
+import re
 import select
 import stat
 import sys
@@ -23,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import yaml
 from tqdm import tqdm
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, one_line
 
 if TYPE_CHECKING:  # only its type: mtkit.distributed imports torch, which text files do not need
     from mtkit.distributed import Distributed
@@ -45,8 +46,16 @@ def say(message: str, *, distributed: Distributed | None = None) -> None:
 
 
 def parse_yaml(text: str) -> Any:
-    """`yaml.safe_load(text)` through `SAFE_LOADER`; raises yaml.YAMLError (or ValueError) as it does."""
-    return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506  a safe loader
+    """`yaml.safe_load(text)` through `SAFE_LOADER`; every way the text is not readable YAML is a yaml.YAMLError.
+
+    PyYAML's constructors let Python's own errors escape for values they cannot build: an integer of more than
+    4,300 digits (Python's limit), a date out of range, `!!bool maybe`. They are YAML errors of the file too, so
+    every caller's one `except yaml.YAMLError` names the file.
+    """
+    try:
+        return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506  a safe loader
+    except (ValueError, KeyError, AttributeError) as err:
+        raise yaml.YAMLError(f"a value YAML cannot build: {one_line(err, 100)}") from None
 
 
 def model_text(line: str, normalize: str) -> str:
@@ -111,17 +120,23 @@ def file_lines(path: Path, bad_bytes: str = "error", *, fix: str = "", progress:
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
 
+# `atomic_file`'s temporary files: .NAME.<8 of mkstemp's random characters>.tmp beside NAME
+TEMPORARY_SUFFIX = ".tmp"
+TEMPORARY_RANDOM = re.compile(r"[a-z0-9_]{8}")
+
+
 @contextlib.contextmanager
-def atomic_file(path: Path | str, *, binary: bool = False) -> Iterator[IO]:
+def atomic_file(path: Path | str, *, binary: bool = False, mode: int = 0o666) -> Iterator[IO]:
     """The one writer of every file mtkit writes: a temporary file in `path`'s directory, flushed to
-    disk (fsync), then renamed onto `path` with the mode a new file gets (0666 less the umask).
+    disk (fsync), then renamed onto `path` with the mode a new file gets (`mode`, by default 0666, less the umask).
 
     A reader sees the old file or the whole new one, never a part. If the block raises, `path` is
-    left as it was and the temporary file is removed. A failed write is a `MtkitError` naming `path`.
+    left as it was and the temporary file is removed; only a killed process leaves one
+    (`leftover_temporaries` finds them). A failed write is a `MtkitError` naming `path`.
     """
     path = Path(path)
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     except OSError as err:
         raise MtkitError(f"{path}: cannot write ({err.strerror}); check the directory exists and is writable") from None
     try:
@@ -129,7 +144,7 @@ def atomic_file(path: Path | str, *, binary: bool = False) -> Iterator[IO]:
             yield file
             file.flush()
             os.fsync(file.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())
+        os.chmod(temporary, mode & ~_umask())
         os.replace(temporary, path)
         _fsync_directory(path.parent)
     except OSError as err:
@@ -138,10 +153,17 @@ def atomic_file(path: Path | str, *, binary: bool = False) -> Iterator[IO]:
         Path(temporary).unlink(missing_ok=True)
 
 
-def write_file(path: Path | str, data: str | bytes) -> None:
-    """Replace `path` with `data` (text as UTF-8) through `atomic_file`."""
-    with atomic_file(path, binary=isinstance(data, bytes)) as file:
+def write_file(path: Path | str, data: str | bytes, *, mode: int = 0o666) -> None:
+    """Replace `path` with `data` (text as UTF-8) through `atomic_file` (`mode` less the umask)."""
+    with atomic_file(path, binary=isinstance(data, bytes), mode=mode) as file:
         file.write(data)
+
+
+def leftover_temporaries(directory: Path, name: str) -> list[Path]:
+    """The temporary files that killed `atomic_file` writes of `name` (a glob such as step_*.pt) left in `directory`:
+    nothing removes them but this (a live writer's too match: call it only where no writer can be running)."""
+    found = directory.glob(f".{name}.{'?' * 8}{TEMPORARY_SUFFIX}")
+    return sorted(path for path in found if TEMPORARY_RANDOM.fullmatch(path.name.removesuffix(TEMPORARY_SUFFIX)[-8:]))
 
 
 @contextlib.contextmanager

@@ -44,14 +44,19 @@ class Built:
     tgt_langs: tuple[str, str]  # two target languages
 
 
-def _sentencepiece(kind: str, size: int) -> bytes:
+def _sentencepiece(kind: str, size: int, four_specials: bool) -> bytes:
     lines = []
     for lang in ("de", "en", "fr"):
         with gzip.open(CORPUS / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
             lines += [line.strip() for line in itertools.islice(handle, 150)]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=size, model_type=kind, minloglevel=2
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=size,
+        model_type=kind,
+        minloglevel=2,
+        **({"bos_id": 0, "pad_id": 1, "eos_id": 2, "unk_id": 3} if four_specials else {}),  # fairseq's four as pieces
     )
     return model.getvalue()
 
@@ -65,10 +70,10 @@ def _m2m100_vocab(proto: bytes, seed: int) -> dict[str, int]:
     return {piece: index for index, piece in enumerate(["<s>", "<pad>", "</s>", "<unk>", *pieces])}
 
 
-def _tokenizer(family: str, folder: Path):  # noqa: ANN202 - transformers' tokenizer
+def _tokenizer(family: str, folder: Path, four_specials: bool):  # noqa: ANN202 - transformers' tokenizer
     from transformers import M2M100Tokenizer, MBart50Tokenizer, NllbTokenizer
 
-    proto = _sentencepiece("unigram" if family == "mbart" else "bpe", 300)
+    proto = _sentencepiece("unigram" if family == "mbart" else "bpe", 300, four_specials)
     (folder / "sentencepiece.bpe.model").write_bytes(proto)
     if family == "nllb":
         return NllbTokenizer.from_pretrained(folder, extra_special_tokens=NLLB_CODES, src_lang="deu_Latn")
@@ -113,10 +118,11 @@ def _model(family: str, vocab_size: int, seed: int):  # noqa: ANN202 - transform
     return model.eval()
 
 
-def build(family: str, folder: Path, seed: int = 0) -> Built:
-    """A tiny random model of `family` (nllb, m2m100 or mbart) and its tokenizer, saved in `folder`."""
+def build(family: str, folder: Path, seed: int = 0, *, four_specials: bool = False) -> Built:
+    """A tiny random model of `family` (nllb, m2m100 or mbart) and its tokenizer, saved in `folder`. four_specials: the
+    SentencePiece model holds <s>, <pad>, </s> and <unk> as its first pieces (fairseq's ids), not the usual three."""
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer(family, folder)
+    tokenizer = _tokenizer(family, folder, four_specials)
     tokenizer.save_pretrained(folder)
     # M2M-100's model has eight rows past its tokenizer's (fairseq's made-up words)
     size = len(tokenizer.encoder) + len(tokenizer.lang_token_to_id) + 8 if family == "m2m100" else len(tokenizer.get_vocab())

@@ -30,6 +30,7 @@ class Variant:
     safetensors: bool = True
     fp16: bool = False
     bos_piece: bool = True  # False: SentencePiece models without a <s> piece (bos_id -1), as some OPUS-MT models
+    generation: bool = False  # generation_config.json as OPUS-MT's: EOS forced at the cap, pad never written, 4 beams
 
 
 def _sentencepiece(lang: str, size: int, bos_piece: bool = True) -> bytes:
@@ -116,6 +117,10 @@ def build_marian(folder: Path, variant: Variant | None = None, seed: int = 0):  
             else:
                 parameter.normal_(0.0, 0.3)
         model.final_logits_bias.normal_(0.0, 1.0)
+    if variant.generation:
+        settings = model.generation_config
+        settings.forced_eos_token_id, settings.bad_words_ids = settings.eos_token_id, [[settings.pad_token_id]]
+        settings.max_length, settings.num_beams, settings.renormalize_logits = 24, 4, True
     saved = model.half() if variant.fp16 else model
     saved.save_pretrained(folder, safe_serialization=variant.safetensors)
     return model.float()

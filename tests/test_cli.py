@@ -94,6 +94,12 @@ def test_translate_file_that_is_not_a_checkpoint(tmp_path):
     assert_one_line_error(invoke("translate", "-m", fake, input="Ein Hund.\n"), str(fake))
 
 
+@pytest.mark.parametrize("temperature", ["1e-300", "0.009", "1e308"])
+def test_a_temperature_out_of_range_is_one_line_before_the_model_is_read(tmp_path, temperature):
+    result = invoke("translate", "-m", tmp_path, "--sampling", "full", "--temperature", temperature, input="Ein Hund.\n")
+    assert_one_line_error(result, f"--temperature {float(temperature):g}: give a number in [0.01, 100]")
+
+
 def test_evaluate_without_arguments():
     assert_one_line_error(invoke("evaluate"), "--hyp", "--ref", "-m")
 

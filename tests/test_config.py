@@ -286,6 +286,14 @@ def test_invalid_yaml_is_a_one_line_error(tmp_path):
     assert "\n" not in str(caught.value)
 
 
+def test_a_parent_config_with_an_integer_past_python_s_limit_is_one_line(tmp_path):
+    (tmp_path / "parent").mkdir()
+    (tmp_path / "parent" / "config.yaml").write_text(f"model:\n  d_model: {'1' * 5000}\n", encoding="utf-8")
+    with pytest.raises(MtkitError, match="cannot read the parent's config.yaml .*a value YAML cannot build") as caught:
+        load_config(MULTI30K_RECIPE, [f"train.init_from={tmp_path / 'parent'}"])
+    assert "\n" not in str(caught.value)
+
+
 def test_a_recipe_that_is_not_a_mapping_is_an_error(tmp_path):
     path = tmp_path / "list.yaml"
     path.write_text("- a\n- b\n", encoding="utf-8")
@@ -693,6 +701,7 @@ def test_a_synthetic_corpus_is_checked_at_load():
         ({"src": "b.de", "tgt": "b.en", "decode": {"beam": 4}}, "decode says how a model writes a corpus"),
         ({"src": "b.de", "translate_with": "runs/t", "tag": "2x"}, "'data.train[1].tag' is '2x'"),
         ({"src": "b.de", "translate_with": "runs/t", "decode": {"sampling": "top"}}, "give topk:K, topp:P or full"),
+        ({"src": "b.de", "translate_with": "runs/t", "decode": {"temperature": 1e-300}}, "give a number in [0.01, 100]"),
     ]:
         with pytest.raises(MtkitError, match=re.escape(message)):
             load(entry)

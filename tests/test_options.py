@@ -218,15 +218,31 @@ def positional_limits() -> dict[str, int]:
     return {name: int(limit) for name, limit in limits.items() if limit != float("inf")}
 
 
+def foreign_names(tree: ast.Module) -> set[str]:
+    """The names a file binds to what is not mtkit's: other packages' imports (uvicorn's `Config` is not mtkit's)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {(alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name.split(".")[0] != "mtkit"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] != "mtkit":
+            found |= {alias.asname or alias.name for alias in node.names}
+    return found
+
+
 def positional_calls(tree: ast.Module, where: str, limits: dict[str, int]) -> list[str]:
     """`where:line name` for each call in `tree` of a function or class of `limits` with more positional arguments
-    than it takes (a `*args` counts as too many)."""
-    found = []
+    than it takes (a `*args` counts as too many): `name(...)`, or `module.name(...)` where `module` is not another
+    package's (a method's calls are Python's to check: which class an object is, the source does not say)."""
+    found, foreign = [], foreign_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
+            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+            while isinstance(receiver, ast.Attribute):
+                receiver = receiver.value
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            root = receiver.id if isinstance(receiver, ast.Name) else name if receiver is None else None
             starred = any(isinstance(argument, ast.Starred) for argument in node.args)
-            if name in limits and (len(node.args) > limits[name] or starred):
+            if name in limits and root not in foreign and (len(node.args) > limits[name] or starred):
                 found.append(f"{where}:{node.lineno} {name}")
     return found
 
@@ -235,7 +251,8 @@ def test_the_call_check_finds_a_planted_positional_call():
     limits = {"validate": 1, "QueuedRequest": 0}
     planted = "def f(engine, batcher, model):\n    validate(model, valid, tokenizers)\n    QueuedRequest(lines)\n"
     assert positional_calls(ast.parse(planted), "planted.py", limits) == ["planted.py:2 validate", "planted.py:3 QueuedRequest"]
-    assert positional_calls(ast.parse("validate(engine, tokenizers=t)\nLevers(compile=True)\n"), "fine.py", limits) == []
+    fine = "import uvicorn\nvalidate(engine, tokenizers=t)\nLevers(compile=True)\nuvicorn.QueuedRequest(app, port=1)\n"
+    assert positional_calls(ast.parse(fine), "fine.py", limits) == []
 
 
 def own_names(tree: ast.Module) -> set[str]:

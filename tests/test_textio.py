@@ -102,3 +102,11 @@ def test_yaml_is_read_by_libyaml_where_pyyaml_has_it_with_safe_loads_values_and_
     for bad in ("a: [1, 2", "a: b: c", "!!python/object/apply:os.system ['true']", "a: \x00"):
         with pytest.raises(yaml.YAMLError):
             parse_yaml(bad)
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "!!bool maybe", "!!timestamp 99999-01-01"], ids=["digits", "bool", "date"])
+def test_a_value_yaml_cannot_build_is_a_yaml_error_like_any_other(value):
+    """Python's own errors from PyYAML's constructors (its 4,300-digit limit on integers, ...) are YAML errors too,
+    so each caller's `except yaml.YAMLError` names the file in one line."""
+    with pytest.raises(yaml.YAMLError, match="a value YAML cannot build"):
+        parse_yaml(f"a: {value}")

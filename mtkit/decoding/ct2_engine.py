@@ -39,13 +39,18 @@ from types import ModuleType
 from typing import Any
 
 from mtkit.config import config_from_dict
-from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair
+from mtkit.data.tokenizer import EOS_ID, Tokenizer, TokenizerPair, pieces_file
 from mtkit.decoding.engine import Capability, Engine, LoadedModel, SourceBatch
 from mtkit.decoding.search import Hypothesis, SearchOptions, length_penalty
 from mtkit.errors import MtkitError, OptionError, one_line
 from mtkit.runtime import cpu_cores
 
 MANIFEST = "mtkit.json"  # what an export holds besides CTranslate2's model (mtkit.exporters.ctranslate2 writes it)
+MAX_MANIFEST_BYTES = 16 << 20  # far above any recipe's; a larger mtkit.json is not one mtkit wrote
+# the manifest's keys that loading reads, and their JSON types
+MANIFEST_KEYS: dict[str, type] = {"tokenizers": dict, "recipe": dict, "decode": dict, "max_positions": int, "normalize": str}
+MANIFEST_KINDS = {dict: "an object", int: "a whole number above 0", str: "a string"}
+SIDES = ("src", "tgt")
 
 
 def import_ctranslate2() -> ModuleType:
@@ -362,9 +367,12 @@ def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str
             f"{directory}: not a CTranslate2 export (needs {MANIFEST} and model.bin); "
             "create one with `mtkit export -m RUN --format ctranslate2 -o DIR`"
         )
-    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    tokenizers = TokenizerPair.of(
-        Tokenizer.load(directory / manifest["tokenizers"]["src"]), Tokenizer.load(directory / manifest["tokenizers"]["tgt"])
+    manifest = read_manifest(directory)
+    tokenizers = TokenizerPair.of(*(Tokenizer.load(export_file(directory, manifest["tokenizers"][side])) for side in SIDES))
+    where = str(directory / MANIFEST)
+    recipe = config_from_dict(manifest["recipe"], source=where, saved=True)
+    given = config_from_dict(
+        {"decode": manifest["decode"], "data": {"normalize": manifest["normalize"]}}, source=where, saved=True
     )
     device_name, _, index = device.partition(":")
     load = partial(
@@ -380,8 +388,7 @@ def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str
         model = load()
     except (RuntimeError, ValueError) as err:
         raise MtkitError(f"{directory}: CTranslate2 cannot load it ({one_line(err)})") from None
-    recipe = config_from_dict(manifest["recipe"], source=str(directory / MANIFEST), saved=True)
-    decode = config_from_dict({"decode": manifest["decode"]}, source=str(directory / MANIFEST), saved=True).decode
+    decode = given.decode
     engine = CT2Engine(
         model,
         tokenizers,
@@ -390,4 +397,48 @@ def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str
         load=load,
         alignment_layer=manifest.get("alignment_layer"),
     )
-    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=manifest["normalize"], config=recipe)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=given.data.normalize, config=recipe)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """An export's mtkit.json, its keys and their types checked, so that a damaged or hand-edited one is one line
+    naming the key (the recipe's and decoding keys are checked by the recipe rules when they are read)."""
+    path = directory / MANIFEST
+    again = f"export the model again (mtkit export -m RUN --format ctranslate2 -o {directory} --force)"
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise MtkitError(f"{path}: {path.stat().st_size} bytes, more than an export's {MAX_MANIFEST_BYTES}; {again}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise MtkitError(f"{path}: not valid JSON ({one_line(err)}); {again}") from None
+    if not isinstance(manifest, dict):
+        raise MtkitError(f"{path}: holds {type(manifest).__name__}, not an object of keys; {again}")
+    for key, kind in MANIFEST_KEYS.items():
+        value = manifest.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+            found = "missing" if key not in manifest else f"{json.dumps(value)[:60]}, not {MANIFEST_KINDS[kind]}"
+            raise MtkitError(f"{path}: '{key}' is {found}; {again}")
+    alignment = manifest.get("alignment_layer")
+    if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 0):
+        raise MtkitError(f"{path}: 'alignment_layer' is {json.dumps(alignment)[:60]}, not a layer number; {again}")
+    if not all(isinstance(manifest["tokenizers"].get(side), str) for side in SIDES):
+        raise MtkitError(
+            f"{path}: 'tokenizers' is {json.dumps(manifest['tokenizers'])[:80]}, not {{src: FILE, tgt: FILE}}; {again}"
+        )
+    return manifest
+
+
+def export_file(directory: Path, name: str) -> Path:
+    """A tokenizer file the manifest names: a plain file name of a regular file inside the export (a link is
+    followed only where it stays inside), so a manifest cannot make translate read files from elsewhere."""
+    path = directory / name
+    inside = name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+    for candidate in (path, pieces_file(path)) if inside else ():
+        if candidate.exists() and candidate.resolve().parent != directory.resolve():
+            inside = False
+    if not inside or not path.is_file():
+        raise MtkitError(
+            f"{directory / MANIFEST}: tokenizer {name!r} is not a file of this export; name a SentencePiece model "
+            f"beside {MANIFEST} (source.spm, target.spm), or export the model again"
+        )
+    return path

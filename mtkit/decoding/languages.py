@@ -12,7 +12,7 @@ lacks is one line naming the closest codes it has.
 
 from __future__ import annotations
 
-from mtkit.config import Config, target_languages
+from mtkit.config import Config, split_languages, target_languages
 from mtkit.data.language_codes import code_id
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import OptionError
@@ -38,6 +38,7 @@ class Languages:
         """What every source starts with (a tag, a language code, or nothing: None) and what every translation must
         start with (a language code, or nothing), for these languages or else the recipe's."""
         if not self.coded or self.config is None:
+            self._check_uncoded_source(src_lang)
             return self.tag(tgt_lang), []
         codes = self.tokenizers.tgt.codes
         if tgt_lang is None and self.config.tgt_lang not in codes:  # the import found no target language to default to
@@ -50,6 +51,21 @@ class Languages:
             )
         source = code_id(codes, src_lang or self.config.src_lang, option="src_lang")
         return source, [code_id(codes, tgt_lang or self.config.tgt_lang, option="tgt_lang")]
+
+    def _check_uncoded_source(self, src_lang: str | None) -> None:
+        """A source language named to a model without language codes: nothing tells the model which it reads, so
+        only a language it was trained to read is taken (as a no-op); any other would be ignored silently."""
+        config = self.config
+        sources = list(dict.fromkeys(split_languages(config, split)[0] for split in config.data.train)) if config else []
+        if src_lang is not None and src_lang not in sources:
+            reads = f" (it reads {', '.join(sources)})" if sources else ""
+            raise OptionError(
+                "src_lang",
+                "{src_lang} {value}: this model has no language codes to be told its source's language{reads}; leave "
+                "{src_lang} out (it is read by an imported NLLB-200, M2M-100 or mBART-50 model)",
+                value=src_lang,
+                reads=reads,
+            )
 
     def tag(self, tgt_lang: str | None) -> int | None:
         """The id a source starts with to be translated into `tgt_lang`: its tag (None: an untagged model), or the

@@ -6,13 +6,13 @@ A drawn token keeps the model's own log-probability, so a sample is scored like 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from mtkit.config import TEMPERATURE
 from mtkit.errors import OptionError
 
 SEED_LIMIT = 2**64 - 1  # torch's generators take 64-bit seeds
@@ -32,9 +32,12 @@ class Sampling:
     def parse(cls, text: str, temperature: float = 1.0, *, seed: int = 0) -> Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
-        if not math.isfinite(temperature) or temperature <= 0:
+        if not TEMPERATURE.admits(temperature):
             raise OptionError(
-                "temperature", "{temperature} {value}: give a finite number > 0, such as 1.0 (sharper below 1)", value=temperature
+                "temperature",
+                "{temperature} {value}: give {range}, such as 1.0 (sharper below 1)",
+                value=temperature,
+                range=TEMPERATURE.describe(whole=False),
             )
         if not 0 <= seed <= SEED_LIMIT:
             raise OptionError("seed", "{seed} {value}: give a whole number from 0 to 2^64-1, such as 1", value=seed)

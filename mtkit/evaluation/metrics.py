@@ -111,6 +111,11 @@ class EvalResult:
             "scores": {s.name: {"score": s.score, "signature": s.signature} for s in self.scores},
         }
 
+    def score_of(self, key: str) -> float:
+        """The score of the metric whose row in METRICS has `key` ("bleu")."""
+        name = METRICS[key].name
+        return next(s.score for s in self.scores if s.name == name)
+
     def format(self) -> str:
         """One line per metric: name, score with two decimals, signature."""
         width = max(len(s.name) for s in self.scores)

@@ -6,7 +6,8 @@
 - `empty`: an empty output for a non-empty source;
 - `too_long` / `too_short`: the output's length in characters, divided by its source's (or, without
   sources, its reference's), is more than `length_band` times the corpus's own ratio (references
-  over sources), or less than that ratio divided by `length_band`: runaway or truncated output.
+  over sources; without references, the outputs' own over the sources), or less than that ratio
+  divided by `length_band`: runaway or truncated output.
 """
 
 from __future__ import annotations
@@ -95,11 +96,14 @@ def sentence_flags(hypothesis: str, source: str | None, *, expected_ratio: float
 
 
 def flag_corpus(
-    hypotheses: Sequence[str], references: Sequence[str], *, sources: Sequence[str] | None, rules: FlagRules
+    hypotheses: Sequence[str], references: Sequence[str] | None, *, sources: Sequence[str] | None, rules: FlagRules
 ) -> list[list[str]]:
-    """Each output's flags; lengths are compared with the sources when given, else the references."""
+    """Each output's flags; lengths are compared with the sources when given, else the references (one of
+    them is given)."""
     bases = sources if sources is not None else references
-    expected = sum(map(len, references)) / max(sum(map(len, bases)), 1)  # the corpus's own length ratio
+    assert bases is not None, "flags need the sources or the references"
+    targets = references if references is not None else hypotheses
+    expected = sum(map(len, targets)) / max(sum(map(len, bases)), 1)  # the corpus's own length ratio
     return [
         sentence_flags(
             hypothesis, sources[n] if sources is not None else None, expected_ratio=expected, length_of=bases[n], rules=rules
@@ -120,7 +124,7 @@ def write_flags(
     flags: Sequence[Sequence[Sequence[str]]],
     sources: Sequence[str] | None,
     hypotheses: Sequence[Sequence[str]],
-    references: Sequence[str],
+    references: Sequence[str] | None,
 ) -> int:
     """A TSV (line, flags, source, hypothesis, reference; first `system` when there are several) of
     every flagged sentence of every system, worst (most flags) first; returns the number of rows."""
@@ -132,7 +136,8 @@ def write_flags(
         out.write(("system\t" if several else "") + "line\tflags\tsource\thypothesis\treference\n")
         for system, n in rows:
             source = sources[n] if sources is not None else ""
-            fields = [str(n + 1), ",".join(flags[system][n]), source, hypotheses[system][n], references[n]]
+            reference = references[n] if references is not None else ""
+            fields = [str(n + 1), ",".join(flags[system][n]), source, hypotheses[system][n], reference]
             fields = [names[system], *fields] if several else fields
             out.write("\t".join(field.replace("\t", " ") for field in fields) + "\n")
     return len(rows)

@@ -119,34 +119,73 @@ class Report:
 
 
 def evaluate(request: EvaluateRequest) -> Report:
-    """Score every system, flag its problems, and compare several with the first."""
+    """Score every system, flag its problems, and compare several with the first.
+
+    Without references (`--hyp H --src S` alone) only a reference-free metric (`--metric qe`) scores.
+    """
+    _check_inputs(request)
     quality = _quality_scorer(request)  # a COMET model is checked and loaded before anything is translated
     systems = _systems(request)
     names, hypotheses, sources, references = systems.names, systems.hypotheses, systems.sources, systems.references
+    first_reference = references[0] if references else None
     reports, all_flags = [], []
     for name, hyps in zip(names, hypotheses, strict=True):
-        flags = flag_corpus(hyps, references[0], sources=sources, rules=request.rules)
-        reports.append(SystemReport(name=name, result=score_corpus(hyps, references), flags=flag_counts(flags)))
+        flags = flag_corpus(hyps, first_reference, sources=sources, rules=request.rules)
+        result = score_corpus(hyps, references) if references else EvalResult([], len(hyps))
+        reports.append(SystemReport(name=name, result=result, flags=flag_counts(flags)))
         all_flags.append(flags)
     if quality is not None:
         _add_quality_scores(reports, systems, quality, request.metric or "comet")
     if request.flags_file is not None:
-        write_flags(request.flags_file, names, flags=all_flags, sources=sources, hypotheses=hypotheses, references=references[0])
-    comparison = None
-    if len(names) > 1:
-        comparison = compare_systems(names, hypotheses, references=references, tests=request.tests)
-        for metric in reports[0].sentence_scores:
-            comparison.scores[metric] = compare_sentence_scores([r.sentence_scores[metric] for r in reports], request.tests)
+        write_flags(
+            request.flags_file, names, flags=all_flags, sources=sources, hypotheses=hypotheses, references=first_reference
+        )
+    comparison = _comparison(reports, systems, request.tests) if len(names) > 1 else None
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
-    by_direction = len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None
+    by_direction = bool(references) and (len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None)
     directions = _directions(systems, request) if by_direction else []
     verdict = None
     if band and len(directions) > 1:  # a multilingual recipe's band is for the mean of its directions
         mean = sum(direction.bleu for direction in directions) / len(directions)
         verdict = _band_verdict(mean, band, f"mean test BLEU of {len(directions)} directions")
     elif band:
-        verdict = _band_verdict(reports[0].result.scores[0].score, band, "test BLEU")
+        verdict = _band_verdict(reports[0].result.score_of("bleu"), band, "test BLEU")
     return Report(systems=reports, comparison=comparison, band=verdict, directions=directions)
+
+
+def _comparison(reports: list[SystemReport], systems: _Systems, tests: PairedTests) -> Comparison:
+    """Each system against the first: sacreBLEU's paired tests (with references), and COMET's over its sentence scores."""
+    if systems.references:
+        comparison = compare_systems(systems.names, systems.hypotheses, references=systems.references, tests=tests)
+    else:
+        comparison = Comparison(
+            systems=systems.names,
+            scores={},
+            seed=tests.seed,
+            bootstrap_samples=tests.bootstrap_samples,
+            randomisation_trials=tests.randomisation_trials,
+        )  # no references: COMET-QE's tests alone
+    for metric in reports[0].sentence_scores:
+        comparison.scores[metric] = compare_sentence_scores([report.sentence_scores[metric] for report in reports], tests)
+    return comparison
+
+
+def _check_inputs(request: EvaluateRequest) -> None:
+    """What the metrics need from the files given, checked before a COMET model is loaded or anything translated:
+    the sources for COMET, and references for every metric but a reference-free one (`--metric qe`)."""
+    if request.metric is not None and request.hyps and request.src is None:
+        raise MtkitError(f"--metric {request.metric} reads the sources too: give --src FILE with --hyp")
+    from_files = bool(request.hyps) or (bool(request.models) and request.src is not None)  # else the recipe's split
+    if request.refs or not from_files:
+        return
+    if request.metric is None or METRICS[request.metric].needs_references:
+        scored = f"--metric {request.metric} scores" if request.metric is not None else "BLEU, chrF and TER score"
+        raise MtkitError(
+            f"{scored} against references: give --ref FILE (or score from the sources alone with "
+            "--metric qe --comet-model M, a reference-free COMET model)"
+        )
+    if request.off_target:
+        raise MtkitError("--off-target is reported beside each direction's BLEU and chrF: give --ref FILE with it")
 
 
 def _quality_scorer(request: EvaluateRequest) -> CometScorer | None:
@@ -172,10 +211,10 @@ def _quality_scorer(request: EvaluateRequest) -> CometScorer | None:
 def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: CometScorer, metric: str) -> None:
     """Each system's COMET (or COMET-QE) score, the mean of its sentence scores, beside sacreBLEU's."""
     sources, row = systems.sources, METRICS[metric]
-    if sources is None:
-        raise MtkitError(f"--metric {metric} reads the sources too: give --src FILE with --hyp")
-    if len(sources) != len(systems.hypotheses[0]):
-        raise MtkitError(f"--src has {len(sources)} lines but the hypotheses {len(systems.hypotheses[0])}; give aligned files")
+    assert sources is not None, "_check_inputs asks --hyp for --src"
+    for system, hypotheses in zip(systems.names, systems.hypotheses, strict=True):
+        if len(sources) != len(hypotheses):
+            raise MtkitError(f"--src has {len(sources)} lines but {system} {len(hypotheses)}; give aligned files")
     references = systems.references[0] if scorer.needs_references else None
     for report, hypotheses in zip(reports, systems.hypotheses, strict=True):
         sentences = scorer.score(sources, hypotheses, references=references, progress=True)
@@ -239,16 +278,22 @@ def _systems(request: EvaluateRequest) -> _Systems:
     if request.hyps:
         if request.models:
             raise MtkitError("evaluate takes --hyp FILE (translations) or -m RUN (a model to translate with), not both")
-        if not request.refs:
-            raise MtkitError("evaluate --hyp needs at least one --ref FILE to score against")
-        sources = read_lines(request.src) if request.src is not None else None
+        sources = _sentences(request.src, "--src") if request.src is not None else None
         references = [read_lines(r) for r in request.refs]
-        hypotheses = [read_lines(h) for h in request.hyps]
+        hypotheses = [_sentences(h, "--hyp") for h in request.hyps]
         whole = [_Direction(f"into {request.tgt_lang}", request.tgt_lang, 0, len(hypotheses[0]))]
         return _Systems([str(h) for h in request.hyps], hypotheses, sources, references, directions=whole)
     if not request.models:
         raise MtkitError("evaluate needs --hyp FILE --ref FILE, or -m RUN_DIR with --split test (or --src FILE --ref FILE)")
     return _translated(request)
+
+
+def _sentences(path: Path, option: str) -> list[str]:
+    """A file's lines, of which there must be some: an empty file is one line, not a score of nothing."""
+    lines = read_lines(path)
+    if not lines:
+        raise MtkitError(f"{option} {path}: no sentences to score (the file is empty); give one sentence a line")
+    return lines
 
 
 def _translated(request: EvaluateRequest) -> _Systems:
@@ -285,10 +330,8 @@ def _sources_and_references(
     refs = [read_lines(ref) for ref in request.refs]
     config = translator.config
     if request.src is not None:
-        if not refs:
-            raise MtkitError("evaluate --src needs at least one --ref FILE to score against")
         translator.leads(Decoding(src_lang=request.src_lang, tgt_lang=request.tgt_lang))  # checked before translating
-        sources = read_lines(request.src)
+        sources = _sentences(request.src, "--src")
         target = request.tgt_lang or (translator.target_languages or [None])[0]
         return sources, refs, [_Direction(f"into {target}", target, 0, len(sources))]
     if request.split not in ("valid", "test"):
@@ -312,6 +355,8 @@ def _sources_and_references(
             value=request.tgt_lang,
             split=request.split,
         )
+    if not sources:
+        raise MtkitError(f"{model}: the recipe's data.{request.split} has no sentences to score; check its files")
     return sources, [references, *refs], directions
 
 

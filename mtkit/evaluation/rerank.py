@@ -8,13 +8,17 @@ The search finds N candidates per line (a beam's n-best, or N samples); one is r
 A text found several times (two tokenisations of one sentence, or a repeated sample) is scored once and counted
 as often as it was found: in MBR it is evidence, as the samples of a distribution are. Ties go to the candidate
 the search ranked first.
+
+A server counts a reranking's cost before it starts (`Reranker.work`, in the units of decoding work) and can stop
+it between chunks of its scorings (`choose`'s `stop`), as it stops a search between steps.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mtkit.decoding.translator import Decoding, Translation, Translator
 from mtkit.errors import OptionError
@@ -23,6 +27,16 @@ from mtkit.evaluation.comet.scorer import CometScorer
 from mtkit.evaluation.metrics import METRICS
 
 Triple = tuple[str, str, str]  # (source, hypothesis, reference)
+Item = TypeVar("Item")
+# What one scoring counts as in a request's work, whose unit is a decoding step of one beam row: a sentence chrF
+# costs about that, and a COMET scoring runs two or three whole sentences through a large encoder.
+CHRF_WORK = 1
+COMET_WORK = 64
+CHRF_CHUNK = 256  # sentence chrF scorings between two looks at `stop` (COMET's: one batch)
+
+
+class RerankStopped(Exception):
+    """`choose` was told to stop (the client has gone, or the deadline passed); its choice is dropped."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,29 +101,61 @@ class Reranker:
                 size=beam,
             )
 
-    def choose(self, sources: Sequence[str], candidates: list[list[Translation]]) -> list[list[Translation]]:
-        """Each line's candidates with the chosen one first, the others in the search's order."""
+    def scorings(self) -> int:
+        """The most scorings one line's reranking makes: every ordered pair of its candidates for MBR (`mbr_pairs`
+        of N candidates make at most N(N - 1)), each candidate for QE."""
+        return self.candidates * (self.candidates - 1) if self.options.method == "mbr" else self.candidates
+
+    def work(self, lines: int) -> int:
+        """What reranking `lines` lines may cost, in the units of decoding work (CHRF_WORK, COMET_WORK a scoring)."""
+        return lines * self.scorings() * (COMET_WORK if self.scorer is not None else CHRF_WORK)
+
+    def describe_work(self, lines: int) -> str:
+        """`work(lines)` in words, for a refusal: "133056 of reranking (33 sentences x 4032 chrF scorings)"."""
+        kind = f"COMET scorings of {COMET_WORK}" if self.scorer is not None else "chrF scorings"
+        return f"{self.work(lines)} of reranking ({lines} sentences x {self.scorings()} {kind})"
+
+    def choose(
+        self, sources: Sequence[str], candidates: list[list[Translation]], *, stop: Callable[[], bool] | None = None
+    ) -> list[list[Translation]]:
+        """Each line's candidates with the chosen one first, the others in the search's order.
+
+        stop: asked between chunks of the scorings; once it says True, `RerankStopped` (None: scored in one call).
+        """
         pools = [Counter(translation.text for translation in line) for line in candidates]
-        values = self.qe_values(sources, pools) if self.options.method == "qe" else self.mbr_values(sources, pools)
+        if self.options.method == "qe":
+            values = self.qe_values(sources, pools, stop=stop)
+        else:
+            values = self.mbr_values(sources, pools, stop=stop)
         chosen = []
         for line, pool, found in zip(candidates, pools, values, strict=True):
             best = list(pool)[max(range(len(found)), key=lambda n: (found[n], -n))] if found else None
             chosen.append(sorted(line, key=lambda translation: translation.text != best))  # stable: the rest keep order
         return chosen
 
-    def qe_values(self, sources: Sequence[str], pools: list[Counter[str]]) -> list[list[float]]:
+    def qe_values(
+        self, sources: Sequence[str], pools: list[Counter[str]], *, stop: Callable[[], bool] | None = None
+    ) -> list[list[float]]:
         """Each line's distinct candidates' COMET-QE scores, one batched call for all lines (none for a line of one)."""
-        assert self.scorer is not None
+        scorer = self.scorer
+        assert scorer is not None
         asked = [(n, text) for n, pool in enumerate(pools) if len(pool) > 1 for text in pool]
-        scores = iter(self.scorer.score([sources[n] for n, _ in asked], [text for _, text in asked]))
+
+        def score(chunk: list[tuple[int, str]]) -> list[float]:
+            return scorer.score([sources[n] for n, _ in chunk], [text for _, text in chunk])
+
+        scores = iter(_scored(score, asked, size=scorer.options.batch_size, stop=stop))
         return [[next(scores) for _ in pool] if len(pool) > 1 else [0.0] * len(pool) for pool in pools]
 
-    def mbr_values(self, sources: Sequence[str], pools: list[Counter[str]]) -> list[list[float]]:
+    def mbr_values(
+        self, sources: Sequence[str], pools: list[Counter[str]], *, stop: Callable[[], bool] | None = None
+    ) -> list[list[float]]:
         """Each line's distinct candidates' expected utility (`expected_utilities`), the utilities of all lines in
         one call."""
         pairs = [mbr_pairs(list(pool.values())) if len(pool) > 1 else [] for pool in pools]
         triples = [(sources[n], list(pool)[a], list(pool)[b]) for n, pool in enumerate(pools) for a, b in pairs[n]]
-        found = iter(self.utilities(triples))
+        size = self.scorer.options.batch_size if self.scorer is not None else CHRF_CHUNK
+        found = iter(_scored(self.utilities, triples, size=size, stop=stop))
         values = []
         for pool, needed in zip(pools, pairs, strict=True):
             utility = {pair: next(found) for pair in needed}
@@ -124,6 +170,21 @@ class Reranker:
             )
         metric = METRICS["chrf"].scorer()  # chrF2, as `mtkit evaluate` reports it
         return [float(metric.sentence_score(hypothesis, [reference]).score) for _, hypothesis, reference in triples]
+
+
+def _scored(
+    score: Callable[[list[Item]], list[float]], items: list[Item], *, size: int, stop: Callable[[], bool] | None
+) -> list[float]:
+    """`score(items)`, in chunks of `size` with a look at `stop` before each (`RerankStopped` once it is True); in one
+    call without `stop`."""
+    if stop is None:
+        return score(items)
+    found: list[float] = []
+    for start in range(0, len(items), size):
+        if stop():
+            raise RerankStopped
+        found += score(items[start : start + size])
+    return found
 
 
 def mbr_pairs(counts: Sequence[int]) -> list[tuple[int, int]]:

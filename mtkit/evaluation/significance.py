@@ -54,9 +54,10 @@ class Comparison:
 
     def format(self, alpha: float = 0.05) -> str:
         """A table per metric: score, mean ± 95% CI, and both p-values, * marking p < alpha."""
-        comet = ", COMET's over its sentence scores" if any(metric_named(m).sacrebleu is None for m in self.scores) else ""
+        quality = {name for name in self.scores if metric_named(name).sacrebleu is None}
+        kinds = (["sacreBLEU"] if set(self.scores) - quality else []) + (["COMET's over its sentence scores"] if quality else [])
         lines = [
-            f"paired tests against {self.systems[0]} (sacreBLEU{comet}; bootstrap: {self.bootstrap_samples} resamples, "
+            f"paired tests against {self.systems[0]} ({', '.join(kinds)}; bootstrap: {self.bootstrap_samples} resamples, "
             f"approximate randomisation: {self.randomisation_trials} trials, seed {self.seed})"
         ]
         width = max(len(name) for name in self.systems)

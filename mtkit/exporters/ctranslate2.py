@@ -48,7 +48,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
     ctranslate2 = import_ctranslate2()
     if quantization is not None and quantization not in {q.value for q in Quantization}:
         raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
-    check_output_dir(output_dir, force=force)
+    held = check_output_dir(output_dir, force=force)
     model, config, tokenizers, _ = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
@@ -59,7 +59,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
     spec = transformer_spec(ctranslate2, model.eval(), tokenizers=tokenizers, positions=positions)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with staged(output_dir) as staging:
+    with staged(output_dir, held=held) as staging:
         spec.save(str(staging))
         tokenizers.src.save(staging / SOURCE_SPM)
         tokenizers.tgt.save(staging / TARGET_SPM)

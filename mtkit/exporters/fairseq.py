@@ -77,8 +77,7 @@ def tokenizer_files(family: str, config: Config, *, tokenizer: Tokenizer, pieces
         settings["extra_special_tokens"] = codes  # special, so skip_special_tokens drops the forced code
         files["vocab.json"] = {piece: index for index, piece in enumerate(vocab)}
     else:  # the SentencePiece pieces shifted by one, the codes, <mask>
-        processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-        shifted = [processor.id_to_piece(index) for index in range(3, processor.get_piece_size())]
+        shifted = sentencepiece_pieces(family, tokenizer)
         expected = [*SPECIALS, *shifted, *codes, "<mask>"]
         if family == "mbart":  # as the hub's mBART-50 names it (CTranslate2's converter reads it)
             settings["bos_token"] = "<s>"
@@ -88,12 +87,28 @@ def tokenizer_files(family: str, config: Config, *, tokenizer: Tokenizer, pieces
             settings["extra_special_tokens"] = codes
             settings["added_tokens_decoder"] = {str(pieces.index(piece)): added_token(piece) for piece in added}
     if expected != pieces:
-        raise MtkitError(
-            f"the model's table ({len(pieces)} pieces) is not what {CLASSES[family][2]} builds from its SentencePiece "
-            "model and language codes (pieces or codes were added after the import); export it with --format ctranslate2 "
-            "or translate it with mtkit"
-        )
+        raise MtkitError(_table_differs(CLASSES[family][2], pieces, expected))
     return files
+
+
+def _table_differs(tokenizer_class: str, pieces: list[str], expected: list[str]) -> str:
+    """The refusal when the model's table is not the tokenizer class's: where the two first differ."""
+    first = next((index for index, pair in enumerate(zip(pieces, expected, strict=False)) if pair[0] != pair[1]), None)
+    where = f"id {first} is {pieces[first]!r} where it builds {expected[first]!r}" if first is not None else "sizes differ"
+    return (
+        f"the model's table ({len(pieces)} pieces) is not what {tokenizer_class} builds from its SentencePiece model and "
+        f"language codes ({len(expected)} pieces; {where}), as when pieces or codes were added after the import; export it "
+        "with --format ctranslate2 or translate it with mtkit"
+    )
+
+
+def sentencepiece_pieces(family: str, tokenizer: Tokenizer) -> list[str]:
+    """The SentencePiece model's pieces as the family's tokenizer numbers them after fairseq's four specials: NLLB's
+    takes every piece that is not one of the four (a model holding <s>, <pad>, </s> and <unk> as its first pieces
+    gives them once); mBART-50's every piece after the model's first three (<unk>, <s>, </s>)."""
+    processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    pieces = [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
+    return [piece for piece in pieces if piece not in SPECIALS] if family == "nllb" else pieces[3:]
 
 
 def added_token(piece: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ the tokenizer's `bos_token`: generate() puts it first in every output, and only 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from mtkit.exporters.folder import (
     write_safetensors,
 )
 from mtkit.exporters.model_card import model_card
-from mtkit.importers.names import ACTIVATIONS, depths, layer_names
+from mtkit.importers.names import ACTIVATIONS, KEPT_GENERATION, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
 from mtkit.textio import write_file
@@ -62,8 +63,8 @@ def export_transformers(model_path: Path, output_dir: Path, *, quantization: str
             "{quantization} {value}: CTranslate2's weight types; a transformers export keeps float32",
             value=quantization,
         )
-    check_output_dir(output_dir, force=force)
-    model, config, tokenizers, _ = load_model(model_path)
+    held = check_output_dir(output_dir, force=force)
+    model, config, tokenizers, payload = load_model(model_path)
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
@@ -72,19 +73,22 @@ def export_transformers(model_path: Path, output_dir: Path, *, quantization: str
     fairseq = config.data.lang_tag == "code"  # an imported NLLB-200, M2M-100 or mBART-50 model: its own class
     if not fairseq:
         check_exportable(config, model_path, form="transformers")
-    with staged(output_dir) as staging:
+    with staged(output_dir, held=held) as staging:
         if fairseq:
             form = write_fairseq_folder(staging, config, model=model, tokenizer=tokenizers.src)
         else:
-            form = write_mtkit_folder(staging, config, tokenizers=tokenizers, model=model)
+            form = write_mtkit_folder(staging, config, tokenizers=tokenizers, model=model, kept=kept_settings(payload))
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
         write_file(staging / "README.md", model_card(config, model_path, form=form, tokenizers=tokenizers))
     return output_dir
 
 
-def write_mtkit_folder(folder: Path, config: Config, *, tokenizers: TokenizerPair, model: Transformer) -> str:
-    """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written."""
+def write_mtkit_folder(
+    folder: Path, config: Config, *, tokenizers: TokenizerPair, model: Transformer, kept: dict[str, Any]
+) -> str:
+    """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written. `kept`:
+    the generation settings an imported model came with (`kept_settings`)."""
     form = "marian" if marian_form(config.model) else "remote-code"
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     if form == "marian":
@@ -95,7 +99,7 @@ def write_mtkit_folder(folder: Path, config: Config, *, tokenizers: TokenizerPai
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
-    write_json(folder / "generation_config.json", generation_config(config, tokenizers))
+    write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept=kept))
     write_tokenizer(folder, config, tokenizers=tokenizers)
     return form
 
@@ -207,16 +211,28 @@ def remote_weights(weights: dict[str, torch.Tensor], model: Transformer) -> dict
     return {name: tensor for name, tensor in weights.items() if name not in tied}
 
 
-def generation_config(config: Config, tokenizers: TokenizerPair) -> dict[str, Any]:
-    """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search)."""
+def kept_settings(payload: dict[str, Any]) -> dict[str, Any]:
+    """The generation settings an imported model came with (the import keeps them in best.pt, mtkit's ids), so
+    that its export generates as the original did: EOS forced at the cap, its words never written, its cap."""
+    kept = payload.get("generation") or {}
+    try:
+        return {key: json.loads(json.dumps(kept[key])) for key in KEPT_GENERATION if key in kept}  # plain data only
+    except (TypeError, ValueError):
+        raise MtkitError("the checkpoint's generation settings are not plain data; import the model again") from None
+
+
+def generation_config(config: Config, tokenizers: TokenizerPair, *, kept: dict[str, Any]) -> dict[str, Any]:
+    """generate()'s defaults: the recipe's beam and length penalty; never PAD, BOS or a tag (as mtkit's search); and
+    what an imported model's own generation config said of the cap, the forced EOS and the words never written."""
     never = [[PAD_ID], [BOS_ID], *([tag] for tag in sorted(tokenizers.src.tags.values()) if tag < tokenizers.tgt.vocab_size)]
     return {
         **special_ids(),
         "num_beams": config.decode.beam,
         "length_penalty": config.decode.length_penalty,
         "early_stopping": True,  # a sentence ends once `num_beams` hypotheses have finished, as in mtkit
-        "max_length": min(MAX_LENGTH, config.model.max_positions),
-        "bad_words_ids": never,
+        **kept,
+        "max_length": kept.get("max_length", min(MAX_LENGTH, config.model.max_positions)),
+        "bad_words_ids": [*never, *(words for words in kept.get("bad_words_ids", []) if words not in never)],
     }
 
 

@@ -9,7 +9,7 @@ import re
 import struct
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Imported:
     config: Config
     tokenizers: TokenizerPair
     model: EncoderDecoder
+    generation: dict[str, Any] = field(default_factory=dict)  # generate()'s settings to keep for an export, mtkit's ids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +204,8 @@ def write_run(imported: Imported, output: Path, *, source: str) -> None:
     config.run_dir = str(output)
     progress = {"step": 0, "best_bleu": -1.0}
     weights = imported.model.state_dict()
-    payload = checkpoint_payload(config, imported.tokenizers, weights=weights, progress=progress, imported_from=source)
+    kept = {"generation": imported.generation} if imported.generation else {}
+    payload = checkpoint_payload(config, imported.tokenizers, weights=weights, progress=progress, imported_from=source, **kept)
     files = RunFiles(output)
     save_checkpoint(payload, files.best)
     files.write_config(config_to_dict(config))

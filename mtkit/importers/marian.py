@@ -27,10 +27,16 @@ from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, Tokenize
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError
 from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights, transformer_sizes
-from mtkit.importers.names import layer_names
+from mtkit.importers.names import KEPT_GENERATION, layer_names
 from mtkit.models.base import EncoderDecoder
 
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
+KINDS = {  # the kinds of KEPT_GENERATION, in words
+    "ids": "an id (or a list of ids) of the target vocabulary's {pieces} pieces",
+    "words": "a list of lists of ids of the target vocabulary's {pieces} pieces",
+    "length": "a whole number above 0",
+    "flag": "true or false",
+}
 
 
 @dataclass
@@ -218,11 +224,58 @@ def imported_config(marian: MarianModel, folder: Path, *, name: str) -> Config:
     )
 
 
+def kept_generation(marian: MarianModel, folder: Path) -> dict[str, Any]:
+    """generate()'s settings that a transformers export writes back (`KEPT_GENERATION`), token ids in mtkit's order:
+    from config.json, where older folders keep them, and generation_config.json, which wins; a value that is not
+    of its kind, or an id outside the target vocabulary, is refused by its key."""
+    ids: dict[int, int] = {}
+    for mtkit_id, marian_id in enumerate(marian.target.order):
+        ids.setdefault(marian_id, mtkit_id)  # the decoder start shares pad's id: pad's own first
+    kept: dict[str, Any] = {}
+    path = folder / "generation_config.json"
+    for where, given in ((folder / "config.json", marian.settings), (path, read_json(path, MARIAN) if path.is_file() else {})):
+        for key, kind in KEPT_GENERATION.items():
+            value = given.get(key)
+            if value is None:
+                continue
+            try:
+                kept[key] = _kept_value(value, kind, ids)
+            except (TypeError, KeyError):
+                raise MtkitError(
+                    f"{where}: {key}={json.dumps(value)[:80]} is not "
+                    f"{KINDS[kind].format(pieces=len(marian.target.pieces))}; fix it or leave it out"
+                ) from None
+    return kept
+
+
+def _kept_value(value: Any, kind: str, ids: dict[int, int]) -> Any:
+    """One setting checked against its kind and its ids mapped to mtkit's (TypeError or KeyError: not of its kind)."""
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if kind == "length":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise TypeError
+        return value
+    if kind == "ids":
+        values = value if isinstance(value, list) else [value]
+        mapped = [ids[token] for token in values if isinstance(token, int) and not isinstance(token, bool)]
+        if len(mapped) != len(values) or not mapped:
+            raise TypeError
+        return mapped if isinstance(value, list) else mapped[0]
+    if not isinstance(value, list) or not all(isinstance(words, list) for words in value):
+        raise TypeError
+    return [_kept_value(words, "ids", ids) for words in value]  # words: lists of ids
+
+
 def read_marian_run(folder: Path, name: str) -> Imported:
-    """The Marian family's reader (`Family.read`): the model with Marian's weights and the run's config."""
+    """The Marian family's reader (`Family.read`): the model with Marian's weights, the run's config and the
+    generation settings its export keeps."""
     marian = read_marian(folder)
     model = build_imported(marian.model, marian.tokenizers, state=lambda: mtkit_weights(marian))
-    return Imported(config=imported_config(marian, folder, name=name), tokenizers=marian.tokenizers, model=model)
+    config = imported_config(marian, folder, name=name)
+    return Imported(config=config, tokenizers=marian.tokenizers, model=model, generation=kept_generation(marian, folder))
 
 
 MARIAN = Family(

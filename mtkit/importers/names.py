@@ -11,6 +11,10 @@ from mtkit.config import ModelConfig
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # Hugging Face name -> model.activation
+# generate()'s settings of a Marian folder that its transformers export writes back (`mtkit export --format
+# transformers`), by kind: what transformers' own generate does at the length cap, the words it never writes, its cap,
+# and its scores. Its beam is the run's decode.beam; mtkit's own search reads none of these.
+KEPT_GENERATION = {"forced_eos_token_id": "ids", "bad_words_ids": "words", "max_length": "length", "renormalize_logits": "flag"}
 
 # The one table of names between mtkit's Transformer layers and Marian's (transformers' MarianMTModel),
 # read by the Marian importer and by mtkit.exporters.transformers: mtkit's parameter <- Marian's, joined

@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from mtkit.config import TEMPERATURE
 from mtkit.decoding.sampling import SEED_LIMIT, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Decoding, Translation, Translator
@@ -42,7 +43,9 @@ from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
 from mtkit.serving.body import BodyLimit
+from mtkit.serving.hosts import HostCheck
 from mtkit.serving.limits import ServeLimits, body_limit
+from mtkit.serving.rerank_jobs import RerankBusy, RerankJobs
 
 API_KEY_VARIABLE = "MTKIT_API_KEY"
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
@@ -60,7 +63,9 @@ class TranslateRequest(BaseModel):
     length_penalty: float | None = Field(None, ge=0.0, le=10.0)
     prefix: list[str] | None = Field(None, description="One target prefix per sentence (empty: none).")
     sampling: str | None = Field(None, description="topk:K, topp:P or full.")
-    temperature: float = Field(1.0, gt=0.0)
+    temperature: float = Field(
+        1.0, ge=TEMPERATURE.low, le=TEMPERATURE.high, description="With sampling: divide the logits by it."
+    )
     seed: int = Field(0, ge=0, le=SEED_LIMIT)
     no_repeat_ngram: int = Field(0, ge=0, le=MOST_NGRAM)
     alignments: bool = False
@@ -82,26 +87,24 @@ class TranslateRequest(BaseModel):
     )
 
 
-def create_app(translator: Translator, limits: ServeLimits, *, info: dict[str, Any], comet: CometScorer | None = None) -> FastAPI:
-    """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any)."""
-    limits = batching_for(translator, limits)
-    batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue, workers=limits.workers,
-                      batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        worker = asyncio.create_task(batcher.run())
-        app.state.ready = True
-        yield
-        app.state.ready = False
-        worker.cancel()
-        batcher.close()
-
-    app = FastAPI(title="mtkit", summary="Neural machine translation", lifespan=lifespan)
-    app.state.ready, app.state.batcher = False, batcher
+def create_app(
+    translator: Translator,
+    limits: ServeLimits,
+    *,
+    info: dict[str, Any],
+    comet: CometScorer | None = None,
+    host: str = "127.0.0.1",
+) -> FastAPI:
+    """The application: the routes over one translator and its batcher (and the COMET model that reranks, if any);
+    without an API key, only requests to the names of `host` (the address it is bound to) or loopback."""
+    service = TranslationService(translator, batching_for(translator, limits), comet=comet)
+    app = FastAPI(title="mtkit", summary="Neural machine translation", lifespan=service.running)
+    app.state.ready, app.state.batcher, app.state.reranks = False, service.batcher, service.reranks
     authorised = _key_check(limits.api_key)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     app.add_middleware(BodyLimit, limit=body_limit(limits.max_chars))
+    if limits.api_key is None:  # added last, so it is the outermost layer: a wrong Host is refused first
+        app.add_middleware(HostCheck, bound=host)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:
@@ -118,25 +121,56 @@ def create_app(translator: Translator, limits: ServeLimits, *, info: dict[str, A
 
     @app.post("/translate", dependencies=[Depends(authorised)])
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-        reranker = _reranker(body, comet)
-        decoding, line_work = _decoding(translator, body, limits, reranker)
-        try:
-            pending = batcher.translate(body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work)
-            found = await _unless_gone(request, pending, limits.request_timeout)
-        except QueueFull:
-            raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
-        except MtkitError as err:
-            raise HTTPException(400, worded(err)) from None
-        return await _answer(body, found, reranker)
+        return await service.translate(body, request)
 
     return app
 
 
-async def _answer(body: TranslateRequest, found: list[list[Translation]], reranker: Reranker | None) -> dict[str, Any]:
-    """The response: each sentence's translation (or n-best), the one `reranker` chooses first when there is one
-    (scored off the event loop), and the terms each lacks when the request gave constraints."""
-    if reranker is not None:
-        found = await asyncio.to_thread(reranker.choose, body.text, found)
+class TranslationService:
+    """What POST /translate runs on: one translator, its batcher and the rerankings, within one server's limits."""
+
+    def __init__(self, translator: Translator, limits: ServeLimits, *, comet: CometScorer | None = None) -> None:
+        self.translator, self.limits, self.comet = translator, limits, comet
+        self.batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue,
+                               workers=limits.workers, batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
+        self.reranks = RerankJobs(limits.max_reranks)
+
+    @contextlib.asynccontextmanager
+    async def running(self, app: FastAPI) -> AsyncIterator[None]:
+        """The server's lifespan: the batcher's workers run, and `app` says it is ready, until the server stops."""
+        worker = asyncio.create_task(self.batcher.run())
+        app.state.ready = True
+        yield
+        app.state.ready = False
+        worker.cancel()
+        self.batcher.close()
+        self.reranks.close()
+
+    async def translate(self, body: TranslateRequest, request: Request) -> dict[str, Any]:
+        """The answer to one request: checked, queued, decoded and reranked within its deadline while its client waits."""
+        limits = self.limits
+        reranker = _reranker(body, self.comet)
+        decoding, line_work = _decoding(self.translator, body, limits, reranker)
+        deadline = Deadline.after(limits.request_timeout)
+        try:
+            with self.reranks.slot() if reranker is not None else contextlib.nullcontext():
+                pending = self.batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
+                found = await _unless_gone(request, pending, deadline)
+                if reranker is not None:  # under the same deadline and disconnect watch
+                    found = await _unless_gone(request, self.reranks.choose(reranker, body.text, found=found), deadline)
+        except QueueFull:
+            raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
+        except RerankBusy:
+            busy = f"the server reranks for {limits.max_reranks} requests at once (--max-reranks), all taken; retry shortly"
+            raise HTTPException(503, busy, headers={"Retry-After": "1"}) from None
+        except MtkitError as err:
+            raise HTTPException(400, worded(err)) from None
+        return _answer(body, found)
+
+
+def _answer(body: TranslateRequest, found: list[list[Translation]]) -> dict[str, Any]:
+    """The response: each sentence's translation (or n-best; a reranking's choice first), and the terms each lacks
+    when the request gave constraints."""
     answer: dict[str, Any] = {"translations": [_render(translations, body) for translations in found]}
     if body.constraints is not None:  # the terms each best translation lacks (its output cap came first)
         answer["unmet"] = [translations[0].unmet if translations else [] for translations in found]
@@ -211,11 +245,13 @@ def _decoding(
             f"a sentence of this request may take {steps} decoding steps (its output cap, or its prefix); the limit is "
             f"{limits.max_output_steps}: send shorter sentences or prefixes",
         )
-    if work > limits.max_work:
+    reranking = reranker.work(len(body.text)) if reranker is not None else 0
+    if work + reranking > limits.max_work:
+        also = f" and {reranker.describe_work(len(body.text))}" if reranker is not None else ""
         raise HTTPException(
             413,
-            f"this request may take {work} decoding steps (each sentence's output cap x beam); the limit is "
-            f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam or nbest",
+            f"this request may take {work} decoding steps (each sentence's output cap x beam){also}; the limit is "
+            f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam, nbest or candidates",
         )
     return decoding, plan.line_work
 
@@ -257,15 +293,31 @@ def _terms(body: TranslateRequest) -> list[list[Term]] | None:
         raise HTTPException(400, one_line(err)) from None
 
 
-async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[list[Translation]]:
-    """Await the translations, cancelling the queued requests if the client disconnects or `timeout` passes meanwhile.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Deadline:
+    """When a request's time is up (`--request-timeout` from its arrival; `at` None: never), on the event loop's clock."""
+
+    limit: float
+    at: float | None
+
+    @classmethod
+    def after(cls, limit: float) -> Deadline:
+        return cls(limit=limit, at=asyncio.get_running_loop().time() + limit if limit else None)
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - asyncio.get_running_loop().time())
+
+
+async def _unless_gone(request: Request, pending: Any, deadline: Deadline) -> list[list[Translation]]:
+    """Await the translations (or their reranking), cancelling `pending` if the client disconnects or the deadline
+    passes meanwhile: its queued requests are dropped, its search or reranking stops at its next step or chunk.
 
     The disconnect is awaited, not polled: polling every pending request wakes the event loop
     hundreds of times a second, which takes the interpreter lock from the decoding thread.
     """
     task, gone = asyncio.ensure_future(pending), asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, gone}, timeout=timeout or None, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, gone}, timeout=deadline.remaining(), return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
     if task.done():
@@ -273,7 +325,8 @@ async def _unless_gone(request: Request, pending: Any, timeout: float) -> list[l
     task.cancel()
     if gone.done() and not gone.cancelled():
         raise HTTPException(499, "the client closed the connection")
-    raise HTTPException(504, f"the translation took longer than the server's limit of {timeout:g} s; send less at once")
+    limit = deadline.limit
+    raise HTTPException(504, f"the translation took longer than the server's limit of {limit:g} s; send less at once")
 
 
 async def _disconnected(request: Request) -> None:
@@ -365,7 +418,8 @@ def run_server(
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
-    app = create_app(translator, limits, info=model_info(translator, " + ".join(str(m) for m in models)), comet=scorer)
+    info = model_info(translator, " + ".join(str(m) for m in models))
+    app = create_app(translator, limits, info=info, comet=scorer, host=host)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()

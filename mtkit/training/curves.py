@@ -11,7 +11,7 @@ off-screen (Agg), and the image replaces the previous one only once complete.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import numpy as np
 
 from mtkit.errors import MtkitError
 from mtkit.run_files import RunFiles
-from mtkit.textio import atomic_file, file_lines
+from mtkit.textio import atomic_file, file_lines, say
 
 PANELS = (("train_loss", "training loss"), ("valid_loss", "validation loss"), ("valid_bleu", "validation BLEU"))
 # a panel of its own when a run validated by COMET has the score (train.validate_metric)
@@ -36,6 +36,7 @@ class RunCurves:
     label: str
     points: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
     clock: tuple[list[int], list[float]] = ([0], [0.0])  # (steps, elapsed seconds) of the validations
+    cut_line: str | None = None  # LOG:N of a last line that is not a whole record (a crash mid-append), skipped
 
     def seconds(self, steps: Sequence[int]) -> np.ndarray:
         """Training time in seconds at `steps`, interpolated through the validations' clock."""
@@ -49,19 +50,18 @@ class RunCurves:
 
 
 def read_curves(run: Path) -> RunCurves:
-    """The curves of a run directory (or of a log.jsonl file)."""
+    """The curves of a run directory (or of a log.jsonl file). A last line that is not a whole record (what a full disk
+    or a crash mid-append leaves; `--resume` drops it) is skipped and its number kept in `cut_line`; any other is an
+    error."""
     log = RunFiles(run).log if run.is_dir() else run
     if not log.is_file():
         raise MtkitError(f"{run}: no log.jsonl; give a run directory that `mtkit train` wrote")
     curves = RunCurves(label=run.name if run.is_dir() else run.parent.name)
     clock = ([0], [0.0])
-    for number, line in file_lines(log, fix=" (is it a training log? give a run directory that `mtkit train` wrote)"):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise MtkitError(f"{log}:{number}: not a JSON record; was the file edited or cut short?") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise MtkitError(f"{log}:{number}: not a training log record (no step); give a run directory `mtkit train` wrote")
+    for number, record in _records(log):
+        if record is None:
+            curves.cut_line = f"{log}:{number}"
+            continue
         directions = [key for key in record if key.startswith(DIRECTION_BLEU) and isinstance(record[key], (int, float))]
         for key in [name for name, _ in PANELS + QUALITY_PANELS] + directions:
             if key in record:
@@ -73,6 +73,27 @@ def read_curves(run: Path) -> RunCurves:
             clock[1].append(record["elapsed_s"])
     curves.clock = clock
     return curves
+
+
+def _records(log: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number, record) of the whole records in `log`; a bad line is an error once a line follows it, and a bad
+    last line comes last with None."""
+    bad: MtkitError | None = None
+    fix = " (is it a training log? give a run directory that `mtkit train` wrote)"
+    for number, line in file_lines(log, fix=fix):
+        if bad is not None:
+            raise bad
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad = MtkitError(f"{log}:{number}: not a JSON record; was the file edited or cut short?")
+            continue
+        if not isinstance(record, dict) or type(record.get("step")) is not int:
+            bad = MtkitError(f"{log}:{number}: not a training log record (no step); give a run directory `mtkit train` wrote")
+            continue
+        yield number, record
+    if bad is not None:
+        yield number, None
 
 
 def plot_curves(runs: Sequence[RunCurves], output: Path) -> list[str]:
@@ -121,12 +142,17 @@ def _leave_margins(figure: Any, legend_rows: int) -> None:
 
 
 def plot_runs(runs: Sequence[Path], output: Path) -> list[str]:
-    """`mtkit plot`: read each run's log.jsonl and draw them together; returns the labels drawn."""
+    """`mtkit plot`: read each run's log.jsonl and draw them together; returns the labels drawn. Says on stderr which
+    log's cut last line it skipped."""
     if output.suffix.lower() != ".png":
         raise MtkitError(f"-o {output}: give a .png file, such as curves.png")
     if not output.parent.is_dir():
         raise MtkitError(f"-o {output}: its directory does not exist; create it or choose another")
-    return plot_curves([read_curves(run) for run in runs], output)
+    curves = [read_curves(run) for run in runs]
+    for read in curves:
+        if read.cut_line is not None:
+            say(f"mtkit: warning: {read.cut_line}: skipped a last line cut short (a crash or a full disk mid-write)")
+    return plot_curves(curves, output)
 
 
 def _save(figure: object, output: Path) -> None:

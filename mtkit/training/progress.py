@@ -68,6 +68,18 @@ class Progress:
             self.bad_validations += 1
         return improved
 
+    def take_best(self, best: dict | None) -> bool:
+        """Adopt best.pt's own record of the best score (`best`: the progress it was saved with) where it is better
+        than this one's; True if so. A stop between writing best.pt and last.pt leaves a last.pt whose best is
+        older: resumed without this, a worse validation than best.pt's would count as the best and overwrite it."""
+        if best is None:
+            return False
+        saved = Progress.resumed(best, self.metric)
+        if saved.best <= self.best:
+            return False
+        self.best_bleu, self.best_score, self.best_step = saved.best_bleu, saved.best_score, saved.best_step
+        return True
+
     def best_record(self) -> dict[str, float]:
         """The best score as log.jsonl reports it: best_bleu, or best_comet / best_qe (named for the metric)."""
         if self.metric == "bleu":

@@ -1,6 +1,7 @@
 """A training's hold on its run directory: the lock, the refuse / overwrite / resume rules, and every
 write a training makes there (config.yaml, atomic checkpoint writes of best, last, ema and rotated
-step_*.pt, snapshots, the log.jsonl records, the curves).
+step_*.pt, snapshots, the log.jsonl records, the curves), with the repairs a crash may call for once the
+lock is held: killed writes' temporary files removed, and on resume the log cut back to last.pt's step.
 
 Only one process writes it: the single training process, or rank 0 under torchrun. The files' names
 and which checkpoint `-m RUN` means belong to `mtkit.run_files.RunFiles`.
@@ -20,10 +21,12 @@ import torch
 
 from mtkit.config import Config, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
-from mtkit.errors import MtkitError
-from mtkit.models.checkpoint import checkpoint_payload, save_checkpoint
+from mtkit.errors import MtkitError, one_line
+from mtkit.models.checkpoint import checkpoint_payload, read_checkpoint, save_checkpoint
 from mtkit.run_files import RunFiles
+from mtkit.textio import atomic_file, say
 from mtkit.training.curves import plot_curves, read_curves
+from mtkit.training.progress import Progress
 
 # Drawing curves.png takes at most 1/CURVES_PACE of a training's wall time: after a validation it is redrawn once
 # the time since the last drawing is CURVES_PACE times that drawing's cost (the first one's is guessed at
@@ -63,6 +66,7 @@ class RunWriter:
         except MtkitError:
             self._lock.close()
             raise
+        self._remove_leftover_temporaries()
         self._events = writer(str(self.files.tensorboard)) if writer is not None else None
         self._curves_due_at = time.monotonic() + CURVES_PACE * FIRST_CURVES_S
         self._curves_behind = False  # a validation in log.jsonl that curves.png does not show yet
@@ -80,6 +84,52 @@ class RunWriter:
                 path.unlink(missing_ok=True)
             shutil.rmtree(self.files.tensorboard, ignore_errors=True)
 
+    def _remove_leftover_temporaries(self) -> None:
+        """Remove the temporary files that killed writes left (checkpoint-sized): under the lock no writer of these
+        files is running, so none of them is still being written."""
+        leftovers = self.files.leftover_temporaries()
+        if not leftovers:
+            return
+        size = sum(path.stat().st_size for path in leftovers)
+        for path in leftovers:
+            path.unlink(missing_ok=True)
+        names = ", ".join(path.name for path in leftovers[:3]) + (", ..." if len(leftovers) > 3 else "")
+        say(f"{self.path}: removed {len(leftovers)} temporary files of interrupted writes ({size / 2**20:.1f} MB: {names})")
+
+    def trim_log(self, step: int) -> None:
+        """On resume from last.pt at `step`: log.jsonl keeps its whole records of steps up to `step`, and drops a line
+        cut short (a full disk or a crash mid-append) and the records of later steps, which are trained again; said
+        in one line. Rewritten atomically, and only when something is dropped."""
+        log = self.files.log
+        if not log.is_file():
+            return
+        with open(log, "rb") as file:
+            verdicts = [_log_line_verdict(line, step) for line in file]
+        cut, later = verdicts.count("cut"), verdicts.count("later")
+        if not cut and not later:
+            return
+        with open(log, "rb") as old, atomic_file(log, binary=True) as new:
+            new.writelines(line for line, verdict in zip(old, verdicts, strict=True) if verdict == "kept")
+        dropped = [f"{cut} line{'s' * (cut > 1)} cut short"] if cut else []
+        dropped += [f"{later} record{'s' * (later > 1)} of steps after {step}, trained again"] if later else []
+        say(f"{log}: dropped {' and '.join(dropped)}; the log goes on from last.pt's step {step}")
+
+    def take_up(self, progress: Progress) -> None:
+        """On resume from last.pt (its `progress`): the log cut back to its step (`trim_log`), and best.pt's own record
+        of the best score kept where last.pt's is older (`Progress.take_best`), so best.pt cannot regress. The other
+        ranks of a torchrun job take the best score from rank 0 at the first validation."""
+        self.trim_log(progress.step)
+        if progress.take_best(self._best_progress()):
+            best = ", ".join(f"{key} {value}" for key, value in progress.best_record().items())
+            newer = f"{self.files.best} (step {progress.best_step}, {best}) is newer than last.pt (step {progress.step})"
+            say(f"{newer}: its score stays the one to beat")
+
+    def _best_progress(self) -> dict[str, Any] | None:
+        """The progress best.pt was saved with (its step and best score); None without one."""
+        if not self.files.best.is_file():
+            return None
+        return read_checkpoint(self.files.best, mmap=True).get("progress")  # the weights stay on disk
+
     def close(self) -> None:
         """Close the TensorBoard events and release the lock; another training may then write here."""
         if self._events is not None:
@@ -91,9 +141,16 @@ class RunWriter:
         self.files.write_config(config_to_dict(config))
 
     def append_log(self, record: dict[str, Any]) -> None:
-        """One JSON record a line in log.jsonl (and its numbers in TensorBoard's events, with train.tensorboard)."""
-        with open(self.files.log, "a", encoding="utf-8") as log:
-            log.write(json.dumps(record) + "\n")
+        """One JSON record a line in log.jsonl (and its numbers in TensorBoard's events, with train.tensorboard); a
+        failed append (a full disk) is one line, and the line it may have cut is dropped by the next resume."""
+        try:
+            with open(self.files.log, "a", encoding="utf-8") as log:
+                log.write(json.dumps(record) + "\n")
+        except OSError as err:
+            raise MtkitError(
+                f"{self.files.log}: could not append a record ({err.strerror or err}); the checkpoints are intact; "
+                "free some space and continue with --resume"
+            ) from None
         if self._events is not None:
             for key, value in record.items():
                 if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -103,16 +160,27 @@ class RunWriter:
     def draw_curves(self, *, final: bool = False) -> bool:
         """curves.png: the learning curves in log.jsonl so far. The trainer calls it after each validation, where
         it draws only when due (`CURVES_PACE`), and with `final` at the end, where it draws what is not drawn yet.
-        Returns whether it drew."""
+        Returns whether it drew; a failed drawing is a warning (the picture is a view of log.jsonl, which holds the
+        figures), and the end of training tries again."""
         started = time.monotonic()
         if final and not self._curves_behind:
             return False  # every validation is drawn
         if not final and started < self._curves_due_at:
             self._curves_behind = True
             return False
-        plot_curves([read_curves(self.path)], self.files.curves)
+        drew = self._draw()
         finished = time.monotonic()
-        self._curves_due_at, self._curves_behind = finished + CURVES_PACE * (finished - started), False
+        self._curves_due_at, self._curves_behind = finished + CURVES_PACE * (finished - started), not drew
+        return drew
+
+    def _draw(self) -> bool:
+        """Draw curves.png from log.jsonl; False, with a warning, where it failed."""
+        try:
+            plot_curves([read_curves(self.path)], self.files.curves)
+        except Exception as err:  # noqa: BLE001 - a full disk or a drawing error never costs the training
+            fix = f"draw it later with mtkit plot {self.path} -o {self.files.curves}"
+            say(f"mtkit: warning: {self.files.curves} not drawn ({one_line(err)}); training goes on; {fix}")
+            return False
         return True
 
     def save(self, checkpoint: Checkpoint, *, best: bool, keep: int) -> None:
@@ -151,6 +219,18 @@ class RunWriter:
             save_checkpoint(payload, self.files.snapshot(label))
         except OSError as err:
             raise MtkitError(f"{self.files.snapshot(label)}: could not write the snapshot ({err.strerror or err})") from None
+
+
+def _log_line_verdict(line: bytes, step: int) -> str:
+    """A log.jsonl line on resume from `step`: "kept" (a whole record up to `step`), "later" (a whole record of a
+    later step) or "cut" (no line end, or not a record: what a full disk or a crash mid-append leaves)."""
+    try:
+        record = json.loads(line) if line.endswith(b"\n") else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or type(record.get("step")) is not int:
+        return "cut"
+    return "kept" if record["step"] <= step else "later"
 
 
 def lock_run_dir(run_dir: Path) -> IO[str]:

@@ -508,6 +508,7 @@ def train(config: Config, *, resume: bool = False, overwrite: bool = False) -> P
     distributed, device = setup_process(config.train)
     main = distributed.is_main  # rank 0 owns the run directory
     metric = ValidationMetric.load(config.train, device) if main else None  # a wrong COMET model: one line, nothing written
+    CompileCache.check_folder(config, device)  # the compiler cache is code: a folder others can write is refused first
     run_dir = (
         RunWriter(config.run_path, resume=resume, overwrite=overwrite, tensorboard=config.train.tensorboard) if main else None
     )
@@ -515,6 +516,8 @@ def train(config: Config, *, resume: bool = False, overwrite: bool = False) -> P
     trainer = Trainer(config, device, distributed=distributed, run_dir=run_dir, metric=metric)
     if resume:
         trainer.restore(read_checkpoint(RunFiles(config.run_path).last))
+        if run_dir is not None:
+            run_dir.take_up(trainer.progress)  # the log back to last.pt's step; best.pt's score if newer
     elif config.train.init_from:
         trainer.start_from(read_checkpoint(Path(config.train.init_from)), config.train.init_from)
     if run_dir is not None:

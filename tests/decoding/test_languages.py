@@ -3,9 +3,12 @@ otherwise one line naming the closest codes the model has."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from mtkit.decoding.languages import code_id
+from mtkit.config import config_from_dict
+from mtkit.decoding.languages import Languages, code_id
 from mtkit.errors import OptionError
 
 NLLB = {"deu_Latn": 10, "eng_Latn": 11, "fra_Latn": 12, "zho_Hans": 13, "zho_Hant": 14, "arb_Arab": 15}
@@ -41,3 +44,13 @@ def test_a_code_the_model_lacks_is_one_line_naming_the_closest() -> None:
     assert message.startswith("--src-lang dex_Latn: the model has no such language code; the closest it has: deu_Latn")
     assert "\n" not in message
     assert raised.value.worded(str).startswith("src_lang dex_Latn")  # the server's wording
+
+
+def test_a_source_language_that_a_model_without_codes_cannot_be_told_is_one_line() -> None:
+    languages = Languages(config_from_dict({"src_lang": "de", "tgt_lang": "en"}), SimpleNamespace())
+    assert languages.leads("de", None) == (None, [])  # the language it reads: nothing to tell it
+    with pytest.raises(OptionError) as raised:
+        languages.leads("zz", None)
+    message = raised.value.worded(str)  # the server's wording
+    assert message.startswith("src_lang zz: this model has no language codes") and "(it reads de)" in message
+    assert "\n" not in message and "leave src_lang out" in message

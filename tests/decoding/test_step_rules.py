@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from mtkit.config import TEMPERATURE
 from mtkit.data.tokenizer import EOS_ID
 from mtkit.decoding.sampling import Sampling, draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
@@ -147,14 +148,23 @@ def test_a_bad_sampling_option_is_one_clear_error(text):
     [
         (float("nan"), 0, "--temperature nan"),
         (float("inf"), 0, "--temperature inf"),
+        (1e-300, 0, r"--temperature 1e-300: give a number in \[0.01, 100\]"),
+        (100.5, 0, r"--temperature 100.5: give a number in \[0.01, 100\]"),
         (1.0, 2**70, "--seed 1180591620717411303424"),
         (1.0, -1, "--seed -1"),
     ],
 )
-def test_non_finite_temperatures_and_seeds_outside_64_bits_are_refused(temperature, seed, message):
+def test_temperatures_out_of_range_and_seeds_outside_64_bits_are_refused(temperature, seed, message):
     with pytest.raises(MtkitError, match=message):
         Sampling.parse("topk:5", temperature, seed=seed)
     assert Sampling.parse("topk:5", 1.0, seed=2**64 - 1).seed == 2**64 - 1
+
+
+def test_the_temperatures_at_the_bounds_draw_real_tokens():
+    log_probs = torch.tensor([[0.0, -1e4, float("-inf"), -103.0]]).log_softmax(dim=1)  # (1, V): a certain token first
+    for bound in (TEMPERATURE.low, TEMPERATURE.high):
+        drawn = draw(log_probs, Sampling.parse("full", bound), generator=torch.Generator().manual_seed(0))
+        assert drawn.tolist()[0] in (0, 1, 3)  # never the impossible token
 
 
 def test_sampling_options_parse():

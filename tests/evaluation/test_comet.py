@@ -125,3 +125,101 @@ def test_an_encoder_of_another_shape_is_one_line(tmp_path):
     (encoder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(MtkitError, match="check --comet-encoder names the encoder the model was trained on"):
         CometScorer.load(CometOptions(model=str(FIXTURES / "regression"), encoder=encoder, device="cpu"))
+
+
+def test_an_integer_past_python_s_limit_in_hparams_is_one_line(tmp_path):
+    folder = shutil.copytree(FIXTURES / "referenceless", tmp_path / "digits")
+    text = (folder / "hparams.yaml").read_text(encoding="utf-8").replace("- 16\n", f"- {'1' * 5000}\n")
+    (folder / "hparams.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(MtkitError, match=r"hparams.yaml: not readable YAML \(a value YAML cannot build: Exceeds") as caught:
+        find_checkpoint(str(folder))
+    assert "\n" not in str(caught.value)
+
+
+def with_hparams(tmp_path: Path, name: str, **changes: object) -> Path:
+    """A copy of a fixture COMET folder whose hparams.yaml has `changes`."""
+    folder = shutil.copytree(FIXTURES / name, tmp_path / name)
+    hparams = yaml.safe_load((folder / "hparams.yaml").read_text(encoding="utf-8")) | changes
+    (folder / "hparams.yaml").write_text(yaml.safe_dump(hparams), encoding="utf-8")
+    return folder
+
+
+def with_encoder(tmp_path: Path, **changes: object) -> Path:
+    """A copy of the tiny encoder folder whose config.json has `changes`."""
+    encoder = shutil.copytree(ENCODER, tmp_path / "encoder")
+    config = json.loads((encoder / "config.json").read_text(encoding="utf-8")) | changes
+    (encoder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return encoder
+
+
+@pytest.mark.parametrize(
+    "name, changes, message",
+    [
+        ("referenceless", {"hidden_sizes": 3072}, "hidden_sizes 3072: give the estimator's layer widths as a list of 1"),
+        ("referenceless", {"hidden_sizes": []}, r"hidden_sizes \[\]: give the estimator's layer widths"),
+        ("referenceless", {"hidden_sizes": [16, 10**30]}, r"hidden_sizes \[16, 10+\]: .* whole numbers from 1 to 1048576"),
+        ("referenceless", {"activations": 5}, "activations 5 is not an activation mtkit builds; give one of Tanh, Sigmoid"),
+        ("referenceless", {"activations": "Transformer"}, "activations 'Transformer' is not an activation mtkit builds"),
+        ("regression", {"final_activation": "threshold"}, r"final_activation 'threshold' .* \(or null for none\)"),
+        ("regression", {"pool": "mean"}, "pool 'mean': give one of avg, max, cls, default"),
+        ("unified", {"input_segments": "mt"}, r"input_segments 'mt': give one of \['mt', 'src'\]"),
+    ],
+    ids=["a-number", "empty", "too-wide", "activation-number", "not-an-activation", "final", "pool", "segments"],
+)
+def test_malformed_hparams_are_one_line_naming_the_file_key_and_value(tmp_path, name, changes, message):
+    folder = with_hparams(tmp_path, name, **changes)
+    with pytest.raises(MtkitError, match=message) as caught:
+        find_checkpoint(str(folder))
+    assert str(caught.value).startswith(f"{folder / 'hparams.yaml'}: ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name, changes, message",
+    [
+        ("referenceless", {"layer": 99}, "layer 99: give mix or one of the encoder's layers, 0 .its embeddings. to 2"),
+        ("referenceless", {"layer": "last"}, "layer 'last': give mix or one of the encoder's layers"),
+        ("unified", {"sent_layer": -1}, "sent_layer -1: give mix or one of the encoder's layers"),
+        (
+            "referenceless",
+            {"hidden_sizes": [1000000, 1000000]},
+            r"its checkpoint has estimator.ff.0.weight of shape \(16, 128\), unlike hidden_sizes \[1000000, 1000000\]",
+        ),
+        (
+            "regression",
+            {"hidden_sizes": [16, 8, 4]},
+            r"has estimator.ff.6.weight of shape \(1, 8\), unlike hidden_sizes \[16, 8, 4\]",
+        ),
+    ],
+    ids=["layer-99", "layer-name", "sent-layer", "a-million-wide", "one-layer-more"],
+)
+def test_hparams_that_do_not_fit_the_encoder_or_the_checkpoint_are_one_line_before_anything_is_allocated(
+    tmp_path, name, changes, message
+):
+    """The widths are compared with the checkpoint's shapes on the meta device: a million-wide layer is a line, not a
+    4 TB allocation."""
+    folder = with_hparams(tmp_path, name, **changes)
+    with pytest.raises(MtkitError, match=message) as caught:
+        CometScorer.load(CometOptions(model=str(folder), encoder=ENCODER, device="cpu"))
+    assert str(caught.value).startswith(f"{folder / 'hparams.yaml'}: ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_hidden_layers": 10**9}, "config.json: num_hidden_layers 1000000000: an XLM-R encoder has 1 to 128"),
+        ({"num_hidden_layers": 0}, "config.json: num_hidden_layers 0: an XLM-R encoder has 1 to 128"),
+        ({"num_attention_heads": 3}, r"config.json: does not describe an XLM-R encoder \(The hidden size \(32\) is not a"),
+        ({"vocab_size": 10**12}, r"its checkpoint has encoder.embeddings.word_embeddings.weight of shape \(252, 32\)"),
+        ({"hidden_size": 2**40, "num_attention_heads": 1}, r"config.json: does not describe an XLM-R encoder \(Storage size"),
+    ],
+    ids=["deep", "no-layers", "heads", "vocabulary", "width"],
+)
+def test_an_encoder_config_that_does_not_fit_the_checkpoint_is_one_line_before_anything_is_allocated(tmp_path, changes, message):
+    encoder = with_encoder(tmp_path, **changes)
+    with pytest.raises(MtkitError, match=message) as caught:
+        CometScorer.load(CometOptions(model=str(FIXTURES / "referenceless"), encoder=encoder, device="cpu"))
+    assert "\n" not in str(caught.value)
+
+
+def test_no_sentences_are_no_scores():
+    assert scorer("referenceless").score([], []) == []

@@ -36,6 +36,12 @@ def test_runaway_and_truncated_outputs_are_flagged_by_length():
     assert stutter == [["loop"]]
 
 
+def test_without_references_lengths_are_judged_by_the_outputs_own_ratio_to_the_sources():
+    sources = ["der Hund bellt"] * 10
+    hypotheses = ["the dog barks"] * 9 + ["the dog barks and barks at the cat all day long"]
+    assert flag_corpus(hypotheses, None, sources=sources, rules=FlagRules()) == [[]] * 9 + [["too_long"]]
+
+
 @pytest.mark.parametrize(
     ("rule", "message"),
     [("loops=3", "unknown threshold 'loops'"), ("loop_count=x", "'x' is not a number"), ("length_band=0", "give a number > 0")],

@@ -58,6 +58,48 @@ def test_qe_needs_no_reference_model_and_scores_from_the_source(files):
     assert report["scores"]["COMET-QE"]["score"] == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("name", ["unified", "referenceless"])
+def test_qe_scores_from_the_sources_alone_without_references_as_unbabel_comet_does(files, name):
+    arguments = ("evaluate", "--hyp", files["hyp"], "--src", files["src"], *comet_options(name, "qe"), "--json")
+    report = json.loads(cli_output(*arguments))
+    assert list(report["scores"]) == ["COMET-QE"]  # no reference: no BLEU, chrF or TER
+    assert report["scores"]["COMET-QE"]["score"] == pytest.approx(EXPECTED["models"][name]["system_score"], abs=1e-5)
+    expected = EXPECTED["models"][name]["scores"]
+    assert max(abs(a - b) for a, b in zip(report["sentence_scores"]["COMET-QE"], expected, strict=True)) < 1e-5
+    assert report["num_sentences"] == len(expected) and set(report["flags"]) >= {"loop", "too_long"}
+
+
+def test_systems_without_references_are_compared_by_qe_and_flagged(files, tmp_path):
+    flags = tmp_path / "flags.tsv"
+    arguments = ("evaluate", "--hyp", files["hyp"], "--hyp", files["worse"], "--src", files["src"], "--flags", flags)
+    text = cli_output(*arguments, *comet_options("unified", "qe"), *TESTS)
+    assert "paired tests against" in text and "(COMET's over its sentence scores;" in text and "BLEU" not in text
+    assert flags.read_text(encoding="utf-8").startswith("system\tline\tflags\tsource\thypothesis\treference\n")
+
+
+@pytest.mark.parametrize(
+    ("options", "needles"),
+    [
+        ((), ["BLEU, chrF and TER score against references: give --ref FILE", "--metric qe"]),
+        (comet_options("regression"), ["--metric comet scores against references: give --ref FILE"]),
+        ((*comet_options("unified", "qe"), "--off-target"), ["--off-target is reported beside each direction's BLEU"]),
+    ],
+    ids=["sacrebleu", "comet", "off-target"],
+)
+def test_metrics_that_need_references_say_so_without_them(files, options, needles):
+    assert_one_line_error(invoke("evaluate", "--hyp", files["hyp"], "--src", files["src"], *options), *needles)
+
+
+@pytest.mark.parametrize("references", [True, False], ids=["with-references", "without"])
+def test_an_empty_input_is_one_line(files, tmp_path, references):
+    empty = write_text_lines(tmp_path / "empty.txt", [])
+    refs = ("--ref", empty) if references else ()
+    result = invoke("evaluate", "--hyp", empty, *refs, "--src", files["src"], *comet_options("referenceless", "qe"))
+    assert_one_line_error(result, f"--hyp {empty}: no sentences to score")
+    result = invoke("evaluate", "--hyp", empty, *refs, "--src", empty, *comet_options("referenceless", "qe"))
+    assert_one_line_error(result, f"--src {empty}: no sentences to score")
+
+
 @pytest.mark.parametrize(
     ("options", "needles"),
     [

@@ -14,7 +14,7 @@ from mtkit.decoding.sampling import Sampling
 from mtkit.decoding.translator import Decoding, Translation
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
-from mtkit.evaluation.rerank import Reranker, RerankOptions, expected_utilities, mbr_pairs
+from mtkit.evaluation.rerank import COMET_WORK, Reranker, RerankOptions, RerankStopped, expected_utilities, mbr_pairs
 
 COMET = Path(__file__).resolve().parents[1] / "fixtures" / "comet"
 
@@ -128,3 +128,40 @@ def test_translate_refuses_a_reranking_it_cannot_do_in_one_line_before_loading_t
         result = invoke("translate", "-m", missing, *flags, input="a b c\n")
         assert result.exit_code == 2 and result.stderr.startswith("mtkit: error: ") and said in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1
+
+
+class CountingComet:
+    """A COMET model's stand-in that scores one sentence a call (batch_size 1), by length, and counts its calls."""
+
+    def __init__(self, *, needs_references: bool) -> None:
+        self.options, self.needs_references, self.calls = CometOptions(model="counting", batch_size=1), needs_references, 0
+
+    def score(self, sources: list[str], translations: list[str], references: list[str] | None = None) -> list[float]:
+        self.calls += 1
+        return [float(len(text)) for text in translations]
+
+
+@pytest.mark.parametrize("counts", [[1] * 8, [8], [3, 3, 2], [2, 1, 1, 1, 1, 1, 1], [4, 4]])
+def test_a_rerankings_work_counts_the_most_scorings_its_candidates_can_take(counts):
+    n = sum(counts)
+    assert len(mbr_pairs(counts)) <= n * (n - 1) == Reranker(RerankOptions(method="mbr", candidates=n)).scorings()
+    assert Reranker(RerankOptions(method="mbr", candidates=64)).work(33) == 33 * 64 * 63  # chrF: one unit a scoring
+    qe = Reranker(RerankOptions(method="qe", candidates=8), CountingComet(needs_references=False))
+    assert qe.work(5) == 5 * 8 * COMET_WORK
+    assert qe.describe_work(5) == f"{5 * 8 * COMET_WORK} of reranking (5 sentences x 8 COMET scorings of {COMET_WORK})"
+
+
+@pytest.mark.parametrize(("method", "utility"), [("qe", None), ("mbr", "comet")])
+def test_a_reranking_stops_between_chunks_once_told(method, utility):
+    comet = CountingComet(needs_references=method == "mbr")
+    reranker = Reranker(RerankOptions(method=method, candidates=4, utility=utility), comet)
+    lines = [candidates("a b", "a c", "b c", "c d")] * 3
+    with pytest.raises(RerankStopped):
+        reranker.choose(["s"] * 3, lines, stop=lambda: comet.calls >= 2)
+    assert comet.calls == 2
+    assert reranker.choose(["s"] * 3, lines, stop=lambda: False) == reranker.choose(["s"] * 3, lines)  # chunks alike
+
+
+def test_an_mbr_by_chrf_stops_between_chunks_once_told():
+    with pytest.raises(RerankStopped):
+        MBR.choose(["s"], [candidates("a b", "a c", "b c", "c d")], stop=lambda: True)

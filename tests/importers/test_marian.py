@@ -11,8 +11,10 @@ from helpers import cli_output
 from marian_builder import Variant, build_marian
 
 from mtkit.cli import app
+from mtkit.data.tokenizer import EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.importers.marian import import_marian
+from mtkit.models.checkpoint import read_checkpoint
 
 pytestmark = [
     pytest.mark.usefixtures("transformers_installed"),  # shared_fixtures.py
@@ -86,3 +88,35 @@ def test_missing_files_a_busy_output_and_an_unreachable_hub_are_one_line(marian_
     assert "Helsinki-NLP/opus-mt-no-such-pair" in line and "folder" in line
     with pytest.raises(MtkitError, match="not a folder"):
         import_marian(str(folder / "config.json"), tmp_path / "run")
+
+
+def test_the_generation_settings_an_export_keeps_are_recorded_in_mtkits_ids(marian_folder: Path, tmp_path: Path) -> None:
+    folder = copy_of(marian_folder, tmp_path)
+    settings = json.loads((folder / "config.json").read_text())
+    eos, pad = settings["eos_token_id"], settings["pad_token_id"]
+    generation = {"forced_eos_token_id": eos, "bad_words_ids": [[pad], [eos, pad]], "max_length": 30, "top_k": 7}
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    import_marian(str(folder), tmp_path / "run")
+    kept = read_checkpoint(tmp_path / "run" / "best.pt")["generation"]
+    assert kept == {"forced_eos_token_id": EOS_ID, "bad_words_ids": [[PAD_ID], [EOS_ID, PAD_ID]], "max_length": 30}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("forced_eos_token_id", 10**6, "is not an id (or a list of ids) of the target vocabulary's"),
+        ("forced_eos_token_id", "</s>", "is not an id"),
+        ("bad_words_ids", [5], "is not a list of lists of ids"),
+        ("bad_words_ids", [[1, True]], "is not a list of lists of ids"),
+        ("max_length", 0, "is not a whole number above 0"),
+        ("renormalize_logits", "yes", "is not true or false"),
+    ],
+)
+def test_a_generation_setting_an_export_could_not_write_is_refused_by_its_key(
+    marian_folder: Path, tmp_path: Path, key: str, value: object, needle: str
+) -> None:
+    folder = copy_of(marian_folder, tmp_path)
+    (folder / "generation_config.json").write_text(json.dumps({key: value}))
+    line = _refusal(tmp_path, str(folder), "-o", str(tmp_path / "run"))
+    assert f"generation_config.json: {key}={json.dumps(value)} {needle}" in line and "leave it out" in line
+    assert not (tmp_path / "run").exists()

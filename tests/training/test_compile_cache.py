@@ -4,12 +4,15 @@ atomically at the end. torch's own artifacts (what they hold, how much they save
 
 from __future__ import annotations
 
+import os
+import stat
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mtkit.config import load_config
+from mtkit.errors import MtkitError
 from mtkit.training.compile_cache import CompileCache
 from mtkit.training.levers import Levers
 
@@ -86,3 +89,72 @@ def test_no_file_yet_says_where_it_will_be(tmp_path, capsys):
 @pytest.mark.skipif(not hasattr(torch.compiler, "save_cache_artifacts"), reason="torch < 2.7 has no cache artifacts")
 def test_this_torch_has_the_artifact_calls():
     assert callable(torch.compiler.load_cache_artifacts)
+
+
+# The cache is code torch runs: refused where another user can write it
+
+
+def fake_artifacts(monkeypatch) -> list[bytes]:
+    """save_cache_artifacts gives some bytes; load_cache_artifacts records what it was handed."""
+    loaded: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"kernels", SimpleNamespace(artifacts={})))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: loaded.append(data) or SimpleNamespace(artifacts={}))
+    return loaded
+
+
+@pytest.mark.parametrize("shared", ["folder", "file"])
+def test_a_cache_folder_or_file_that_other_users_can_write_is_refused(tmp_path, monkeypatch, shared):
+    loaded = fake_artifacts(monkeypatch)
+    target = cache(tmp_path / "cache")
+    target.save()
+    unsafe = target.path.parent if shared == "folder" else target.path
+    for mode in (0o775, 0o757) if shared == "folder" else (0o664, 0o646):
+        unsafe.chmod(mode)
+        with pytest.raises(MtkitError) as error:
+            target.load()
+        message = str(error.value)
+        assert message.startswith(f"{unsafe}: the compiler cache is code that torch runs, and other users can write it")
+        assert f"mode 0{mode:o}" in message and f"chmod go-w {unsafe}" in message and "\n" not in message
+    assert loaded == []
+    unsafe.chmod(0o755 if shared == "folder" else 0o644)
+    target.load()
+    assert loaded == [b"kernels"]
+
+
+def test_a_cache_file_of_another_user_is_refused(tmp_path, monkeypatch):
+    fake_artifacts(monkeypatch)
+    target = cache(tmp_path)
+    target.save()
+    if os.geteuid() == 0:
+        os.chown(target.path, 4242, -1)
+    else:  # this user's files are another's to a process that believes it is someone else
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+    with pytest.raises(MtkitError, match=r"belongs to another user .*set train.compile_cache to a folder of your own"):
+        target.load()
+
+
+def test_the_cache_is_written_writable_by_its_owner_alone_whatever_the_umask(tmp_path, monkeypatch):
+    fake_artifacts(monkeypatch)
+    target = cache(tmp_path / "new")
+    previous = os.umask(0o002)  # a user-private-group umask: new files group-writable
+    try:
+        target.save()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(target.path.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(target.path.stat().st_mode) == 0o644
+    target.load()  # and the next run takes it
+
+
+def test_a_shared_cache_folder_is_refused_before_the_run_writes_anything(tmp_path):
+    from helpers import prepared_reverse_task
+
+    from mtkit.training.trainer import train
+
+    shared = tmp_path / "shared-cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    config = prepared_reverse_task(tmp_path, max_steps=1, compile="true", compile_cache=str(shared))
+    with pytest.raises(MtkitError, match=f"{shared}: the compiler cache is code"):
+        train(config)
+    assert not config.run_path.exists()

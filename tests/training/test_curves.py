@@ -22,11 +22,22 @@ def test_training_time_is_interpolated_between_validations(tmp_path):
 def test_a_broken_log_or_a_wrong_output_is_one_clear_error(tmp_path):
     run = write_log(tmp_path / "run", 5.0)
     with open(run / "log.jsonl", "a") as log:
-        log.write('{"step": 4\n')
+        log.write('{"step": 4\n{"step": 450, "train_loss": 3.0}\n')
     with pytest.raises(MtkitError, match=r"log.jsonl:13: not a JSON record"):
         read_curves(run)
     result = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "curves.pdf")])
     assert result.exit_code == 2 and "give a .png file" in result.output
+
+
+def test_a_cut_last_line_is_skipped_and_named(tmp_path):
+    run = write_log(tmp_path / "run", 5.0)
+    whole = read_curves(run)
+    assert whole.cut_line is None
+    with open(run / "log.jsonl", "a") as log:
+        log.write('{"step": 450, "train_lo')  # a crash or a full disk mid-append
+    cut = read_curves(run)
+    assert cut.points == whole.points and cut.clock == whole.clock
+    assert cut.cut_line == f"{run / 'log.jsonl'}:13"
 
 
 def test_tensorboard_without_its_package_is_one_clear_error_before_anything_is_written(tmp_path, monkeypatch):

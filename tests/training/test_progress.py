@@ -110,3 +110,15 @@ def test_an_old_run_is_chosen_by_bleu(tmp_path):
     assert resolve_checkpoint(tmp_path).name == "best.pt"
     save(tmp_path / "average.pt", OLD_PROGRESS, valid_bleu=20.5)  # a tie goes to the average
     assert resolve_checkpoint(tmp_path).name == "average.pt"
+
+
+def test_a_best_pt_newer_and_better_than_last_pt_stays_the_best_to_beat():
+    last = Progress(step=40, best_bleu=20.0, best_step=30, bad_validations=1)
+    assert not last.take_best(None)  # no best.pt
+    assert not last.take_best(dataclasses.asdict(Progress(step=30, best_bleu=20.0, best_step=30)))  # the same best
+    assert last.take_best(dataclasses.asdict(Progress(step=50, best_bleu=22.0, best_step=50)))  # written after last.pt
+    assert (last.best_bleu, last.best_step, last.bad_validations) == (22.0, 50, 1)
+    assert not last.record_validation(21.0)  # a worse validation no longer replaces best.pt
+    comet = Progress(metric="comet", step=40, best_bleu=20.0, best_step=30, best_score=0.5)
+    assert comet.take_best(dataclasses.asdict(Progress(metric="comet", step=50, best_bleu=19.0, best_step=50, best_score=0.6)))
+    assert (comet.best_score, comet.best_bleu, comet.best_step) == (0.6, 19.0, 50)

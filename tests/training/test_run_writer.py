@@ -102,3 +102,82 @@ def test_config_and_log_records_are_written(tmp_path):
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["train"]["max_steps"] == 7
     records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert records == [{"step": 1, "train_loss": 2.5}, {"step": 2, "train_loss": 2.0}]
+
+
+# Repairs after a crash: killed writes' temporary files, a cut log line, a best.pt newer than last.pt
+
+
+def record(step: int, **fields: object) -> str:
+    return json.dumps({"step": step, **fields}) + "\n"
+
+
+def test_killed_writes_temporary_files_are_removed_on_start_resume_and_overwrite(tmp_path, capsys):
+    killed = [".last.pt.k3x_9a2b.tmp", ".step_00000010.pt.abcdefgh.tmp", ".log.jsonl.0a1b2c3d.tmp"]
+    not_ours = [".notes.txt.abcdefgh.tmp", ".last.pt.tmp", ".last.pt.TOOLONG99.tmp", "last.pt.abcdefgh.tmp"]
+    for opened in ({}, {"resume": True}, {"overwrite": True}):
+        for name in [*killed, *not_ours, *(["last.pt"] if opened else [])]:
+            (tmp_path / name).write_bytes(b"x" * 1000)
+        RunWriter(tmp_path, **opened).close()
+        assert not any((tmp_path / name).exists() for name in killed), opened
+        assert all((tmp_path / name).exists() for name in not_ours), opened
+        assert f"{tmp_path}: removed 3 temporary files of interrupted writes" in capsys.readouterr().err
+
+
+def test_the_leftovers_found_are_named_as_the_atomic_writer_names_its_temporary_files(tmp_path):
+    from mtkit.run_files import RunFiles
+    from mtkit.textio import atomic_file
+
+    with atomic_file(tmp_path / "best.pt", binary=True) as file:
+        file.write(b"half")
+        file.flush()
+        (live,) = RunFiles(tmp_path).leftover_temporaries()  # a killed write would leave this one
+        assert live.read_bytes() == b"half"
+    assert RunFiles(tmp_path).leftover_temporaries() == []
+
+
+def test_resume_keeps_the_whole_records_up_to_last_pt_and_says_what_it_dropped(tmp_path, capsys):
+    kept = record(0, corpus_pairs=3) + record(2, train_loss=1.5) + record(4, valid_bleu=3.0)
+    (tmp_path / "last.pt").write_bytes(b"")
+    (tmp_path / "log.jsonl").write_text(kept + record(5, train_loss=1.0) + record(6, train_loss=0.9) + '{"step": 6, "va')
+    writer = RunWriter(tmp_path, resume=True)
+    writer.trim_log(4)
+    assert (tmp_path / "log.jsonl").read_text() == kept
+    said = capsys.readouterr().err.strip()
+    assert said == f"{tmp_path / 'log.jsonl'}: dropped 1 line cut short and 2 records of steps after 4, trained again; " \
+                   "the log goes on from last.pt's step 4"  # fmt: skip
+    inode = (tmp_path / "log.jsonl").stat().st_ino
+    writer.trim_log(4)  # nothing to drop: the file is left as it is, and nothing said
+    assert (tmp_path / "log.jsonl").stat().st_ino == inode and capsys.readouterr().err == ""
+    writer.close()
+
+
+def test_a_failed_log_append_is_one_line(tmp_path, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    writer = RunWriter(tmp_path)
+    monkeypatch.setattr(mtkit.training.run_writer, "open", disk_full, raising=False)
+    with pytest.raises(MtkitError, match=r"log\.jsonl: could not append a record \(No space left on device\).*--resume") as error:
+        writer.append_log({"step": 1, "train_loss": 2.5})
+    assert "\n" not in str(error.value) and error.value.__cause__ is None
+    writer.close()
+
+
+def test_a_failed_curve_drawing_is_a_warning_and_the_end_of_training_tries_again(tmp_path, monkeypatch, capsys):
+    from helpers import write_log
+
+    attempts = []
+
+    def disk_full(runs, output):
+        attempts.append(output)
+        raise MtkitError(f"{output}: cannot write (No space left on device); check the directory is writable and has space")
+
+    monkeypatch.setattr(mtkit.training.run_writer, "plot_curves", disk_full)
+    writer = RunWriter(write_log(tmp_path / "run", 5.0))
+    writer._curves_due_at = 0.0  # due now
+    assert not writer.draw_curves()
+    warning = capsys.readouterr().err.strip()
+    assert warning.startswith("mtkit: warning: ") and "No space left on device" in warning and "training goes on" in warning
+    assert "\n" not in warning
+    assert not writer.draw_curves(final=True) and len(attempts) == 2  # the end draws what is not drawn yet
+    writer.close()

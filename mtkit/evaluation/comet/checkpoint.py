@@ -10,6 +10,7 @@ object refuses the file in one line.
 from __future__ import annotations
 
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +18,18 @@ import torch
 import yaml
 
 from mtkit.errors import MtkitError, one_line
+from mtkit.evaluation.comet.layers import ACTIVATIONS
 from mtkit.textio import parse_yaml
 
 HPARAMS = "hparams.yaml"
 CHECKPOINT = Path("checkpoints") / "model.ckpt"
 CLASSES = ("regression_metric", "referenceless_regression_metric", "unified_metric")
 REFERENCE_FREE = ("referenceless_regression_metric", "unified_metric")  # unified: unless its inputs are [mt, ref]
+SEGMENTS = (["mt", "src"], ["mt", "ref"], ["mt", "src", "ref"])  # a unified model's inputs, joined in this order
+POOLING = ("avg", "max", "cls", "default")  # "default": <s> of the last layer
+DEFAULT_HIDDEN_SIZES = (3072, 1024)  # unbabel-comet's estimator widths, where hparams.yaml gives none
+MAX_ESTIMATOR_LAYERS = 16  # unbabel-comet's estimators have two or three
+MAX_WIDTH = 1 << 20  # far above any trained estimator's; keeps the sizes of a build on the meta device within int64
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Containers lightning pickles around the hyper-parameters: read as dicts, never imported.
 _PLAIN_DICTS = (
@@ -57,8 +64,18 @@ class CometCheckpoint:
     def needs_references(self) -> bool:
         """Whether it scores against a reference (COMET) or from the source alone (COMET-QE)."""
         if self.class_identifier == "unified_metric":
-            return list(self.hparams.get("input_segments", ["mt", "src", "ref"])) == ["mt", "ref"]
+            return self.input_segments == ["mt", "ref"]
         return self.class_identifier not in REFERENCE_FREE
+
+    @property
+    def hidden_sizes(self) -> list[int]:
+        """The estimator's layer widths (unbabel-comet's where hparams.yaml gives none)."""
+        return list(self.hparams.get("hidden_sizes", DEFAULT_HIDDEN_SIZES))
+
+    @property
+    def input_segments(self) -> list[str]:
+        """What a unified model joins into one input (unbabel-comet's default: all three)."""
+        return list(self.hparams.get("input_segments", SEGMENTS[-1]))
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The checkpoint's state_dict, read safely."""
@@ -104,7 +121,43 @@ def _read_hparams(path: Path) -> dict:
         raise MtkitError(f"{path}: class_identifier {found!r} is not one mtkit scores with; it reads {', '.join(CLASSES)}")
     if hparams.get("encoder_model", "XLM-RoBERTa") != "XLM-RoBERTa":
         raise MtkitError(f"{path}: encoder_model {hparams['encoder_model']!r}: mtkit reads COMET models over XLM-RoBERTa only")
+    _check_estimator(path, hparams)
+    _check_inputs(path, hparams)
     return hparams
+
+
+def _check_estimator(path: Path, hparams: dict) -> None:
+    """The estimator's widths and activations, by type and bound, before anything is built from them; the
+    checkpoint's shapes are compared with the widths before anything is allocated (scorer.py)."""
+    sizes = hparams.get("hidden_sizes", list(DEFAULT_HIDDEN_SIZES))
+    if not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_ESTIMATOR_LAYERS or not all(map(_is_width, sizes)):
+        raise MtkitError(
+            f"{path}: hidden_sizes {reprlib.repr(sizes)}: give the estimator's layer widths as a list of 1 to "
+            f"{MAX_ESTIMATOR_LAYERS} whole numbers from 1 to {MAX_WIDTH}, as trained (such as [3072, 1024])"
+        )
+    for key, default, optional in (("activations", "Tanh", False), ("final_activation", None, True)):
+        name = hparams.get(key, default)
+        if name is None and optional:
+            continue
+        if not isinstance(name, str) or name.title() not in ACTIVATIONS:
+            raise MtkitError(
+                f"{path}: {key} {reprlib.repr(name)} is not an activation mtkit builds; give one of "
+                f"{', '.join(ACTIVATIONS)}{' (or null for none)' if optional else ''}"
+            )
+
+
+def _is_width(size: object) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WIDTH
+
+
+def _check_inputs(path: Path, hparams: dict) -> None:
+    """How sentences are pooled (regression classes) and which segments are joined (unified), as the scorer reads them."""
+    if hparams["class_identifier"] == "unified_metric":
+        segments = hparams.get("input_segments", SEGMENTS[-1])
+        if segments not in SEGMENTS:
+            raise MtkitError(f"{path}: input_segments {reprlib.repr(segments)}: give one of {', '.join(map(str, SEGMENTS))}")
+    elif hparams.get("pool", "avg") not in POOLING:
+        raise MtkitError(f"{path}: pool {reprlib.repr(hparams['pool'])}: give one of {', '.join(POOLING)}, as trained")
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

@@ -10,6 +10,26 @@ from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
 
+# The activations an estimator is built with: torch.nn's element-wise ones that take no arguments and that
+# unbabel-comet's spelling (`getattr(nn, name.title())`) finds. Any other torch.nn class it would build, such as
+# Transformer (a model of its own) or Threshold (which needs arguments), is refused by name.
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    module.__name__: module
+    for module in (
+        nn.Tanh,
+        nn.Sigmoid,
+        nn.Softplus,
+        nn.Softsign,
+        nn.Tanhshrink,
+        nn.Hardtanh,
+        nn.Hardsigmoid,
+        nn.Hardswish,
+        nn.Hardshrink,
+        nn.Softshrink,
+        nn.Mish,
+    )
+}
+
 
 def sparsemax(weights: Tensor) -> Tensor:
     """Sparsemax of a vector (Martins & Astudillo 2016): the Euclidean projection onto the simplex, which zeroes
@@ -92,8 +112,6 @@ class FeedForward(nn.Module):
 
 
 def _activation(name: str) -> nn.Module:
-    """torch.nn's class of that name, as unbabel-comet spells it ("Tanh", "sigmoid")."""
-    found = getattr(nn, name.title(), None)
-    if not isinstance(found, type) or not issubclass(found, nn.Module):
-        raise MtkitError(f"hparams.yaml: activation {name!r} is not a torch.nn activation such as Tanh or Sigmoid")
-    return found()
+    """The activation of that name, as unbabel-comet spells it ("Tanh", "sigmoid"); hparams.yaml's names are checked
+    against `ACTIVATIONS` when it is read (checkpoint.py)."""
+    return ACTIVATIONS[name.title()]()

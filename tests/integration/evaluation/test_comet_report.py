@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from helpers import assert_one_line_error, cli_output, invoke
+from helpers import assert_one_line_error, cli_output, invoke, write_text_lines
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "comet"
 QE = ("--metric", "qe", "--comet-model", FIXTURES / "unified", "--comet-encoder", FIXTURES / "tiny-xlmr")
@@ -21,6 +21,14 @@ def test_a_model_split_is_scored_by_comet_qe_and_recorded(reverse_run, tmp_path)
     recorded = json.loads((run / "scores.json").read_text(encoding="utf-8"))["valid"]
     assert recorded["COMET-QE"] == round(report["scores"]["COMET-QE"]["score"], 4)
     assert recorded["signatures"]["COMET-QE"].endswith("precision:fp32")
+
+
+def test_a_source_file_is_translated_and_scored_by_comet_qe_without_references(reverse_run, tmp_path):
+    source = write_text_lines(tmp_path / "src.txt", ["a b c", "d e f g", "h i j k l"])
+    arguments = ("evaluate", "-m", reverse_run.run_path, "--src", source, "--beam", "1", "--device", "cpu")
+    report = json.loads(cli_output(*arguments, *QE, "--json"))
+    assert list(report["scores"]) == ["COMET-QE"] and len(report["sentence_scores"]["COMET-QE"]) == 3
+    assert_one_line_error(invoke(*arguments), "BLEU, chrF and TER score against references: give --ref FILE")
 
 
 def test_a_bad_comet_model_is_refused_before_translating(reverse_run, tmp_path):

@@ -203,3 +203,28 @@ def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_pat
             )
             hypothesis = tokenizer.convert_tokens_to_ids(result[0].hypotheses[0])
             assert tokenizer.decode(hypothesis, skip_special_tokens=True) == best.text
+
+
+def test_an_nllb_model_holding_fairseqs_four_specials_as_pieces_exports_and_generates_as_the_original(tmp_path) -> None:
+    """NllbTokenizer takes fairseq's four specials once, then the SentencePiece model's other pieces: a model that holds
+    the four as its first pieces (not the usual <unk>, <s>, </s>) gives the table mtkit imported, which is exported."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    built = build("nllb", tmp_path / "hf", four_specials=True)
+    cli_output("import", "auto", str(built.folder), "-o", str(tmp_path / "run"))
+    cli_output("export", "-m", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--format", "transformers")
+    model, tokenizer = (
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval(),
+        AutoTokenizer.from_pretrained(tmp_path / "out"),
+    )
+    assert tokenizer.get_vocab() == built.tokenizer.get_vocab()
+    translator = Translator.load(tmp_path / "run")
+    for lang in built.tgt_langs:
+        found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=built.src_lang))
+        for source, (best,) in zip(SOURCES, found, strict=True):
+            inputs = tokenizer(source, return_tensors="pt")
+            cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
+            greedy = {"num_beams": 1, "do_sample": False, "max_new_tokens": cap, "forced_bos_token_id": _code(tokenizer, lang)}
+            ours, theirs = model.generate(**inputs, **greedy), built.model.generate(**inputs, **greedy)
+            assert ours.tolist() == theirs.tolist()
+            assert tokenizer.batch_decode(ours, skip_special_tokens=True) == [best.text]

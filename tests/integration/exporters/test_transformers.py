@@ -6,12 +6,15 @@ mtkit's own pre-norm recipes become a folder with mtkit's modeling code (trust_r
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import shutil
 
 import pytest
 import torch
 from helpers import reverse
+from marian_builder import SHARED, Variant, build_marian
 from typer.testing import CliRunner
 
 from mtkit.cli import app
@@ -134,3 +137,23 @@ def test_a_pre_norm_recipe_ships_its_modeling_code_and_translates_like_mtkit(rev
     batch = tokenizer(REVERSE_LINES, return_tensors="pt", padding=True)
     assert tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True) == targets  # beam 2, the recipe's
     assert "trust_remote_code=True" in (folder / "README.md").read_text(encoding="utf-8")
+
+
+def test_an_imported_marian_model_keeps_its_generation_settings_and_generates_as_the_original(tmp_path):
+    build_marian(tmp_path / "marian", Variant(generation=True), seed=3)  # forced EOS, bad words, its cap
+    import_marian(str(tmp_path / "marian"), tmp_path / "run")
+    folder = export_transformers(tmp_path / "run", tmp_path / "hf")
+    with gzip.open(SHARED / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as lines:
+        sources = [line.strip() for line in itertools.islice(lines, 20)]
+
+    def greedy(path, **limit):
+        tokenizer, model = load(path)
+        outputs = [model.generate(**tokenizer([line], return_tensors="pt"), num_beams=1, **limit)[0] for line in sources]
+        return [tokenizer.decode(ids, skip_special_tokens=True) for ids in outputs], [len(ids) for ids in outputs]
+
+    for limit in ({}, {"max_new_tokens": 6}):  # the original's own cap (max_length 24), and one most outputs reach
+        (theirs, lengths), (ours, _) = greedy(tmp_path / "marian", **limit), greedy(folder, **limit)
+        assert ours == theirs
+        assert lengths.count(limit.get("max_new_tokens", 23) + 1) >= 5  # ended by the forced EOS at the cap
+    generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    assert generation["forced_eos_token_id"] == generation["eos_token_id"] and generation["max_length"] == 24

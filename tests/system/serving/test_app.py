@@ -124,6 +124,17 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
         ({"text": ["a"], "beam": 3, "sampling": "full"}, 400, "beam 3 with sampling"),
         ({"text": ["a"], "beem": 5}, 422, "'beem' is not a field of the request; did you mean 'beam'?"),
         (b'{"text": ["a"], "temperature": Infinity}', 422, "temperature: Input should be a finite number"),
+        (
+            {"text": ["a"], "sampling": "full", "temperature": 1e-300},
+            422,
+            "temperature: Input should be greater than or equal to 0.01",
+        ),
+        (
+            {"text": ["a"], "sampling": "full", "temperature": 1e308},
+            422,
+            "temperature: Input should be less than or equal to 100",
+        ),
+        ({"text": ["a"], "src_lang": "zz"}, 400, "src_lang zz: this model has no language codes"),
         ({"text": ["a"], "length_penalty": float("nan")}, 422, "length_penalty: Input should be a finite number"),
         ({"text": ["a"], "sampling": "topk:5", "seed": 2**70}, 422, "seed: Input should be less than or equal to"),
         ({"text": ["a"], "no_repeat_ngram": 10**6}, 422, "no_repeat_ngram: Input should be less than or equal to 64"),
@@ -176,7 +187,7 @@ def test_a_client_that_disconnects_leaves_no_work_behind(reverse_pytorch, source
             time.sleep(0.1)
             gone = socket.create_connection(("127.0.0.1", port))
             body = json.dumps({"text": sources[1:6]}).encode()
-            gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            gone.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n")
             gone.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             time.sleep(0.1)
             gone.close()
@@ -245,7 +256,7 @@ def test_a_client_that_disconnects_mid_translation_frees_its_worker_within_a_ste
     with serving(slow, ServeLimits(max_wait_ms=0, workers=1, request_timeout=0)) as (port, app):
         gone = socket.create_connection(("127.0.0.1", port))
         body = json.dumps({"text": [" ".join(sources[:6])], "beam": 4}).encode()
-        gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        gone.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n")
         gone.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         time.sleep(0.3)
         assert model.steps > 0
@@ -265,6 +276,27 @@ def test_an_api_key_is_required_when_set(reverse_pytorch, sources):
         right = request(port, "POST", "/translate", {"text": [sources[0]]}, {"Authorization": "Bearer s3cret"})
         assert right.status == 200 and right.body["translations"] == [reverse(sources[0])]
         assert request(port, "GET", "/health").status == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example", "localhost.evil.example."])
+def test_a_server_without_a_key_refuses_another_sites_host(server, host):
+    port, _ = server
+    for method, path, body in (("GET", "/info", None), ("POST", "/translate", {"text": ["a b c"]})):
+        reply = request(port, method, path, body, {"Host": host})
+        assert reply.status == 400 and "is not a name of this server" in reply.body["detail"], reply
+        assert "\n" not in reply.body["detail"] and "MTKIT_API_KEY" in reply.body["detail"]
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8000", "127.0.0.1", "[::1]:8000", "192.0.2.7:8000", "a.localhost"])
+def test_a_server_without_a_key_answers_its_own_names_and_addresses(server, host):
+    port, _ = server
+    assert request(port, "GET", "/info", None, {"Host": host}).status == 200
+
+
+def test_a_server_with_a_key_answers_any_host(reverse_pytorch):
+    with serving(reverse_pytorch, ServeLimits(api_key="s3cret")) as (port, _):
+        keyed = {"Authorization": "Bearer s3cret", "Host": "evil.example"}
+        assert request(port, "GET", "/info", None, keyed).status == 200
 
 
 def test_info_describes_the_model_and_its_recorded_scores(reverse_run, reverse_pytorch, tmp_path):
@@ -323,7 +355,7 @@ def post_a_large_body(port: int, megabytes: int, chunked: bool) -> str:
     piece = b"100000\r\n" + block + b"\r\n" if chunked else block
     with socket.create_connection(("127.0.0.1", port), timeout=20) as connection:
         connection.sendall(
-            b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + framing + b"\r\n\r\n"
+            b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + framing + b"\r\n\r\n"
         )
         with contextlib.suppress(OSError):
             connection.sendall(piece)

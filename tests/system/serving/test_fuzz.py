@@ -12,7 +12,7 @@ from helpers import Reply, request, serving
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtkit.serving.app import ServeLimits
+from mtkit.serving.app import ServeLimits, TranslateRequest
 
 CI = os.environ.get("CI") == "true"
 
@@ -27,20 +27,30 @@ TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size
 )
 NUMBER = st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True) | ANY_JSON
 PHRASE = TEXT | st.lists(TEXT, max_size=3)
-FIELDS = {
+TINY = st.sampled_from([1e-300, 5e-324, 1e-38, 0.009, 0.01, 100.0, 100.5, 1e308])  # beside the temperature's range
+LANGUAGE = st.sampled_from(["de", "en", "rv", "zz", "deu_Latn", "", "x" * 40]) | ANY_JSON
+# Each field of the request with draws of its own; a field added to TranslateRequest must be added here
+# (test_every_field_of_the_request_is_fuzzed).
+DRAWS = {
     "text": st.lists(TEXT, max_size=10) | ANY_JSON,
     "beam": st.integers(-3, 80) | NUMBER,
     "nbest": st.integers(-3, 80) | NUMBER,
     "length_penalty": st.floats(-1, 20) | NUMBER,
     "prefix": st.lists(TEXT, max_size=10) | ANY_JSON,
     "sampling": st.sampled_from(["topk:3", "topp:0.9", "full", "topk:0", "topp:2", "top", ""]) | ANY_JSON,
-    "temperature": st.floats(-1, 100) | NUMBER,
+    "temperature": st.floats(-1, 100) | TINY | NUMBER,
     "seed": NUMBER,
     "no_repeat_ngram": st.integers(-3, 100) | NUMBER,
     "alignments": st.booleans() | ANY_JSON,
     "constraints": st.lists(st.lists(PHRASE, max_size=20), max_size=10) | ANY_JSON,
     "constraints_order": st.sampled_from(["any", "given", "sorted"]) | ANY_JSON,
+    "tgt_lang": LANGUAGE,
+    "src_lang": LANGUAGE,
+    "rerank": st.sampled_from(["mbr", "qe", "MBR", ""]) | ANY_JSON,
+    "candidates": st.integers(-3, 80) | NUMBER,
+    "mbr_utility": st.sampled_from(["chrf", "comet", "bleu"]) | ANY_JSON,
 }
+FIELDS = {name: DRAWS.get(name, ANY_JSON) for name in TranslateRequest.model_fields}
 BODY = st.fixed_dictionaries({}, optional=FIELDS) | st.dictionaries(st.text(max_size=10), ANY_JSON, max_size=4)
 ODD = [b"", b"null", b"[]", b'{"text": NaN}', b'{"text": ["a"]' + b"}" * 3, b"[" * 5000, b'{"text": ["\xff\xfe"]}']
 RAW = st.binary(max_size=200) | st.sampled_from(ODD)
@@ -51,6 +61,10 @@ def server(reverse_pytorch):
     limits = ServeLimits(max_lines=8, max_chars=400, max_wait_ms=5, max_work=20_000, request_timeout=20)
     with serving(reverse_pytorch, limits) as (port, _):
         yield port
+
+
+def test_every_field_of_the_request_is_fuzzed():
+    assert set(DRAWS) == set(TranslateRequest.model_fields)
 
 
 def check(reply: Reply) -> None:
