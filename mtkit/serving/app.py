@@ -154,7 +154,9 @@ class TranslationService:
         deadline = Deadline.after(limits.request_timeout)
         try:
             with self.reranks.slot() if reranker is not None else contextlib.nullcontext():
-                pending = self.batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
+                pending = self.batcher.translate(
+                    body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work
+                )
                 found = await _unless_gone(request, pending, deadline)
                 if reranker is not None:  # under the same deadline and disconnect watch
                     found = await _unless_gone(request, self.reranks.choose(reranker, body.text, found=found), deadline)
@@ -233,9 +235,8 @@ def _decoding(
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)
-        plan = translator.plan(
-            body.text, decoding, prefixes=body.prefix, constraints=_terms(body)
-        )  # refuses what the engine cannot do
+        # the plan refuses what the engine cannot do
+        plan = translator.plan(body.text, decoding, prefixes=body.prefix, constraints=_terms(body))
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
