@@ -519,6 +519,10 @@ def average_command(
 
 
 ImportOutput = Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")]
+ImportRevision = Annotated[
+    Optional[str],
+    typer.Option(help="For a hub id: the branch, tag or commit to download (default: the newest); best.pt records the commit."),
+]
 
 
 @import_app.command("marian")
@@ -527,24 +531,26 @@ def import_marian_command(
         str, typer.Argument(help="A Hugging Face Marian folder (OPUS-MT), or a hub id such as Helsinki-NLP/opus-mt-de-en.")
     ],
     output: ImportOutput,
+    revision: ImportRevision = None,
 ) -> None:
     """Import an OPUS-MT (Hugging Face Marian) model as a run directory that every command accepts."""
-    _import(source, output, "marian")
+    _import(source, output, "marian", revision)
 
 
 @import_app.command("auto")
 def import_auto_command(
     source: Annotated[str, typer.Argument(help="A Hugging Face model folder, or a hub id; its config.json names the family.")],
     output: ImportOutput,
+    revision: ImportRevision = None,
 ) -> None:
     """Import a model of any family mtkit reads, the one its config.json's model_type names, as a run directory."""
-    _import(source, output, "auto")
+    _import(source, output, "auto", revision)
 
 
-def _import(source: str, output: Path, family: str) -> None:
+def _import(source: str, output: Path, family: str, revision: str | None) -> None:
     from mtkit.importers import import_model
 
-    config, model = import_model(source, output, family=family)
+    config, model = import_model(source, output, family=family, revision=revision)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(

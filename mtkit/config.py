@@ -353,7 +353,8 @@ class ModelConfig:
     """
 
     arch: str = field(default="transformer", metadata=_choice(*_ARCH_NAMES))
-    layers: int = field(default=6, metadata=_at_least(1))  # encoder and decoder layers each
+    # encoder and decoder layers each; the upper bounds keep a checkpoint's config from sizing more than any model
+    layers: int = field(default=6, metadata=_range(1, 1024))
     d_model: int = field(default=512, metadata=_TRANSFORMER | _at_least(1))
     heads: int = field(default=8, metadata=_TRANSFORMER | _at_least(1) | _relation(_heads_divide_d_model))
     ffn_dim: int = field(default=2048, metadata=_TRANSFORMER | _at_least(1))
@@ -369,11 +370,11 @@ class ModelConfig:
     )
     tie_embeddings: bool = True  # share source, target and output embeddings (joint vocab)
     # longest sequence (tokens + EOS) with learned positions; at least one token and its EOS
-    max_positions: int = field(default=1024, metadata=_TRANSFORMER | _at_least(2))
+    max_positions: int = field(default=1024, metadata=_TRANSFORMER | _range(2, 65536))
     activation: str = field(default="relu", metadata=_TRANSFORMER | _choice("relu", "gelu", "swish"))  # feed-forward
     # encoder and decoder depth when they differ from `layers` (0: `layers`)
-    encoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
-    decoder_layers: int = field(default=0, metadata=_TRANSFORMER | _at_least(0, example=6))
+    encoder_layers: int = field(default=0, metadata=_TRANSFORMER | _range(0, 1024, example=6))
+    decoder_layers: int = field(default=0, metadata=_TRANSFORMER | _range(0, 1024, example=6))
     output_bias: bool = field(default=False, metadata=_TRANSFORMER)  # a bias on the output logits (Marian's)
     embedding_norm: bool = field(default=False, metadata=_TRANSFORMER)  # a LayerNorm on embeddings + positions (mBART's)
     scale_embedding: bool = field(default=True, metadata=_TRANSFORMER)  # embeddings times sqrt(d_model)

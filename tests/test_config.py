@@ -400,7 +400,7 @@ def test_every_shipped_recipe_loads_and_builds_its_model(recipe, tmp_path):
 @pytest.mark.parametrize(
     ("recipe", "override", "message"),
     [
-        (MULTI30K_RECIPE, "model.layers=-3", "'model.layers' is -3; give a whole number >= 1, such as 6"),
+        (MULTI30K_RECIPE, "model.layers=-3", "'model.layers' is -3; give a whole number in [1, 1024], such as 6"),
         (MULTI30K_RECIPE, "train.lr=-1", "'train.lr' is -1.0; give a number in (0, 10], such as 0.0007"),
         (
             MULTI30K_RECIPE,
@@ -449,7 +449,8 @@ def test_a_bad_value_fails_at_load_in_one_line_naming_the_key(recipe, override, 
         ("decode.max_len_b=-1", "'decode.max_len_b' is -1; give a whole number in [0, 10000], such as 10"),
         ("data.max_ratio=0.5", "'data.max_ratio' is 0.5; give a number >= 1"),
         ("data.train.limit=0", "'data.train.limit' is 0; give a whole number >= 1"),
-        ("model.max_positions=1", "'model.max_positions' is 1; give a whole number >= 2"),
+        ("model.max_positions=1", "'model.max_positions' is 1; give a whole number in [2, 65536]"),
+        ("model.max_positions=100000000", "'model.max_positions' is 100000000; give a whole number in [2, 65536]"),
         ("train.device=gpu", "'train.device' is 'gpu'; give auto, cpu, cuda or cuda:N"),
         ("name='  '", "'name' is '  '; give a name that is not blank"),
         ("model.d_model=90", "'model.heads' is 4; give a whole number that divides model.d_model (90), such as 3"),

@@ -186,7 +186,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """A .safetensors file (the layout `read_safetensors` reads): header size, JSON header, raw tensors."""
+    """A .safetensors file (the layout the `safetensors` library reads): header size, JSON header, raw tensors."""
     names = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset, blobs = 0, []

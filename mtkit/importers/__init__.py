@@ -25,13 +25,15 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (MARIAN, M2M100
 AUTO = "auto"  # the family read from config.json
 
 
-def import_model(source: str, output: Path, *, family: str = AUTO) -> tuple[Config, EncoderDecoder]:
-    """Import `source` (a folder or hub id) of `family`, or of the family its config.json names, into `output`."""
+def import_model(source: str, output: Path, *, family: str = AUTO, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
+    """Import `source` (a folder, or a hub id at `revision`: a branch, tag or commit, else the newest) of `family`, or
+    of the family its config.json names, into `output`."""
     if family != AUTO:
         if family not in FAMILIES:
             raise MtkitError(f"family {family!r}: not one mtkit imports; choose one of {', '.join([*FAMILIES, AUTO])}")
-        return import_family(source, output, family=FAMILIES[family])
+        return import_family(source, output, family=FAMILIES[family], revision=revision)
     check_output(output)
-    folder = locate(source, None)  # a hub id: its config.json only, until the family is known
-    where = folder / "config.json"
-    return import_family(source, output, family=family_of(read_json(where, None), where, families=FAMILIES))
+    located = locate(source, None, revision=revision)  # a hub id: its config.json only, until the family is known
+    where = located.folder / "config.json"
+    family_found = family_of(read_json(where, None), where, families=FAMILIES)
+    return import_family(source, output, family=family_found, revision=located.commit or revision)  # the same commit

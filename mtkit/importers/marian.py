@@ -15,7 +15,9 @@ When the decoder starts from pad, BOS and PAD share that row; the BOS logit then
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mtkit.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
-from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, TokenizerPair
+from mtkit.config import LANGUAGE, LANGUAGE_RULE, Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
+from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.errors import MtkitError
-from mtkit.importers.loader import Family, Imported, build_imported, import_family, read_json, read_weights, transformer_sizes
+from mtkit.importers.loader import (
+    Family,
+    Imported,
+    Weights,
+    import_family,
+    imported_beam,
+    imported_model,
+    open_weights,
+    read_json,
+    read_optional_json,
+    read_sentencepiece,
+    transformer_sizes,
+    whole,
+)
 from mtkit.importers.names import KEPT_GENERATION, layer_names
 from mtkit.models.base import EncoderDecoder
 
@@ -50,8 +65,14 @@ class MarianVocab:
         """mtkit's piece table: Marian's pieces in mtkit's id order, with '<s>' for BOS."""
         return [("<s>" if index == BOS_ID else self.pieces[marian]) for index, marian in enumerate(self.order)]
 
-    def rows(self, matrix: Tensor) -> Tensor:
-        """The rows of a (V, ...) tensor in mtkit's id order."""
+    def rows(self, matrix: Tensor, name: str) -> Tensor:
+        """The rows of the weights' (V, ...) tensor `name` in mtkit's id order; fewer rows than the vocabulary's
+        pieces are one line."""
+        if matrix.dim() == 0 or matrix.size(0) <= max(self.order):
+            raise MtkitError(
+                f"the weights' {name} has {matrix.size(0) if matrix.dim() else 0} rows for a vocabulary of "
+                f"{len(self.pieces)} pieces; the tokenizer files and the weights must belong to one model"
+            )
         return matrix.index_select(0, torch.tensor(self.order)).float()
 
 
@@ -63,20 +84,20 @@ class MarianModel:
     tokenizers: TokenizerPair
     source: MarianVocab
     target: MarianVocab
-    weights: dict[str, Tensor]  # the checkpoint's own names, float32
+    weights: Weights  # the checkpoint's own names, read as float32 when used
     settings: dict[str, Any]  # config.json
 
 
 def read_marian(folder: Path) -> MarianModel:
     """Read and check a Marian folder; anything mtkit cannot represent is one error naming the key or file."""
     settings = read_json(folder / "config.json", MARIAN)
-    model = marian_model_config(settings, folder / "config.json")
+    weights = open_weights(folder)  # its header: the sizes are compared with it before anything is sized from them
+    model = marian_model_config(settings, folder / "config.json", weights=weights)
     source, target, tokenizers = _vocabularies(folder, settings)
-    weights = read_weights(folder)
     return MarianModel(model=model, tokenizers=tokenizers, source=source, target=target, weights=weights, settings=settings)
 
 
-def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
+def marian_model_config(settings: dict[str, Any], where: Path, *, weights: Weights) -> ModelConfig:
     """mtkit's `model` keys for a Marian config.json; a variant mtkit cannot run is refused by its key."""
     if settings.get("model_type") != "marian":
         raise MtkitError(f"{where}: model_type is {settings.get('model_type')!r}; only Marian (OPUS-MT) models are imported")
@@ -90,7 +111,7 @@ def marian_model_config(settings: dict[str, Any], where: Path) -> ModelConfig:
         if settings.get(key, wanted) != wanted:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
     return ModelConfig(
-        **transformer_sizes(settings, where, activation="swish"),
+        **transformer_sizes(settings, where, activation="swish", weights=weights),
         norm="post",
         positions="sinusoidal_halves",
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
@@ -103,15 +124,17 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
     source_pieces = _read_vocab(folder / "vocab.json")
     separate = (folder / "target_vocab.json").is_file() and bool(settings.get("separate_vocabs", True))
     target_pieces = _read_vocab(folder / "target_vocab.json") if separate else source_pieces
+    where = folder / "config.json"
+    pad = whole(settings, "pad_token_id", where=where)
     target = MarianVocab(
         target_pieces,
         _order(
             target_pieces,
-            folder / "config.json",
-            pad=int(settings["pad_token_id"]),
+            where,
+            pad=pad,
             unk=_piece_id(target_pieces, "<unk>", folder / "target_vocab.json" if separate else folder / "vocab.json"),
-            start=int(settings.get("decoder_start_token_id", settings["pad_token_id"])),
-            eos=int(settings["eos_token_id"]),
+            start=whole(settings, "decoder_start_token_id", where=where, default=pad),
+            eos=whole(settings, "eos_token_id", where=where),
         ),
     )
     where = folder / "vocab.json"
@@ -130,12 +153,8 @@ def _vocabularies(folder: Path, settings: dict[str, Any]) -> tuple[MarianVocab, 
                 eos=_piece_id(source_pieces, "</s>", where),
             ),
         )
-    spm_files = [folder / "source.spm", folder / "target.spm"]
-    for path in spm_files:
-        if not path.is_file():
-            raise MtkitError(f"{path}: missing; a Marian folder holds source.spm and target.spm beside vocab.json")
-    src = Tokenizer(spm_files[0].read_bytes(), source.table())
-    tgt = Tokenizer(spm_files[1].read_bytes(), target.table())
+    src = read_sentencepiece(folder / "source.spm", MARIAN, table=source.table())
+    tgt = read_sentencepiece(folder / "target.spm", MARIAN, table=target.table())
     return source, target, TokenizerPair(src, tgt)
 
 
@@ -175,52 +194,66 @@ def _read_vocab(path: Path) -> list[str]:
     table = read_json(path, MARIAN)
     pieces: list[str | None] = [None] * len(table)
     for piece, index in table.items():
-        if not isinstance(index, int) or not 0 <= index < len(table) or pieces[index] is not None:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(table) or pieces[index] is not None:
             raise MtkitError(f"{path}: id {index!r} of {piece!r} repeats or leaves a gap; the ids must be 0 to {len(table) - 1}")
         pieces[index] = piece
     return [piece for piece in pieces if piece is not None]
 
 
 def mtkit_weights(marian: MarianModel) -> dict[str, Tensor]:
-    """mtkit's state dict from Marian's tensors, rows of the vocabulary in mtkit's id order."""
-    weights, source, target = marian.weights, marian.source, marian.target
-    shared = weights.get("shared.weight")
-    encoder_embed = _tensor(weights, "encoder.embed_tokens.weight", shared)
-    decoder_embed = _tensor(weights, "decoder.embed_tokens.weight", shared)
-    state = {"src_embed.embedding.weight": source.rows(encoder_embed), "tgt_embed.embedding.weight": target.rows(decoder_embed)}
-    head = weights.get("lm_head.weight") if not marian.model.tie_embeddings else None
-    state["output.weight"] = target.rows(decoder_embed if head is None else head)
-    bias = target.rows(_tensor(weights, "final_logits_bias", torch.zeros(1, len(target.pieces))).reshape(-1))
-    if target.order[BOS_ID] == target.order[PAD_ID]:
-        bias[BOS_ID] = UNREACHABLE_BIAS
-    state["output.bias"] = bias
+    """mtkit's state dict from Marian's tensors, rows of the vocabulary in mtkit's id order (each of the file's
+    tensors read where it is used and dropped once it is copied)."""
+    state = _vocabulary_rows(marian)
     for mine, theirs in layer_names(marian.model):
-        state[mine] = torch.cat([_tensor(weights, name) for name in theirs])
-    if marian.tokenizers.joint and marian.model.tie_embeddings and not torch.equal(encoder_embed, decoder_embed):
-        raise MtkitError("config.json: share_encoder_decoder_embeddings=false with one vocabulary cannot be represented")
+        state[mine] = torch.cat([_tensor(marian.weights, name) for name in theirs])
     return state
 
 
-def _tensor(weights: dict[str, Tensor], name: str, fallback: Tensor | None = None) -> Tensor:
-    found = weights.get(name, fallback)
-    if found is None:
+def _vocabulary_rows(marian: MarianModel) -> dict[str, Tensor]:
+    """The embeddings, the output layer and its bias in mtkit's id order; with one vocabulary and tied embeddings,
+    the encoder's and the decoder's must be equal."""
+    weights, target, tied = marian.weights, marian.target, marian.model.tie_embeddings
+    encoder_name, decoder_name = (
+        f"{stack}.embed_tokens.weight" if f"{stack}.embed_tokens.weight" in weights else "shared.weight"
+        for stack in ("encoder", "decoder")
+    )
+    decoder_embed = _tensor(weights, decoder_name)
+    encoder_embed = decoder_embed if encoder_name == decoder_name else _tensor(weights, encoder_name)
+    if marian.tokenizers.joint and tied and not torch.equal(encoder_embed, decoder_embed):
+        raise MtkitError("config.json: share_encoder_decoder_embeddings=false with one vocabulary cannot be represented")
+    state = {"src_embed.embedding.weight": marian.source.rows(encoder_embed, encoder_name)}
+    del encoder_embed
+    state["tgt_embed.embedding.weight"] = target.rows(decoder_embed, decoder_name)
+    head_name = "lm_head.weight" if not tied and "lm_head.weight" in weights else decoder_name
+    head = state["tgt_embed.embedding.weight"] if tied else target.rows(_tensor(weights, head_name), head_name)
+    state["output.weight"] = head  # tied: the embedding itself, which the model ties to it
+    del decoder_embed
+    found_bias = weights["final_logits_bias"] if "final_logits_bias" in weights else torch.zeros(1, len(target.pieces))
+    bias = target.rows(found_bias.reshape(-1), "final_logits_bias")
+    if target.order[BOS_ID] == target.order[PAD_ID]:
+        bias[BOS_ID] = UNREACHABLE_BIAS
+    state["output.bias"] = bias
+    return state
+
+
+def _tensor(weights: Weights, name: str) -> Tensor:
+    if name not in weights:
         raise MtkitError(f"the weights have no tensor {name!r}; is this a Marian (MarianMTModel) checkpoint?")
-    return found
+    return weights[name]
 
 
 def imported_config(marian: MarianModel, folder: Path, *, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
-    languages = read_json(folder / "tokenizer_config.json", MARIAN) if (folder / "tokenizer_config.json").is_file() else {}
-    generation = read_json(folder / "generation_config.json", MARIAN) if (folder / "generation_config.json").is_file() else {}
-    beam = generation.get("num_beams", marian.settings.get("num_beams", 5))
+    languages = read_optional_json(folder / "tokenizer_config.json", MARIAN)
+    generation = read_optional_json(folder / "generation_config.json", MARIAN)
     return Config(
         name=name,
-        src_lang=str(languages.get("source_lang") or "src"),
-        tgt_lang=str(languages.get("target_lang") or "tgt"),
+        src_lang=_language(languages, "source_lang", "src", folder / "tokenizer_config.json"),
+        tgt_lang=_language(languages, "target_lang", "tgt", folder / "tokenizer_config.json"),
         data=DataConfig(normalize="none"),  # SentencePiece's own normaliser, as MarianTokenizer does
         tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size),
         model=marian.model,
-        decode=DecodeConfig(beam=int(beam) if isinstance(beam, int) and beam >= 1 else 5),
+        decode=DecodeConfig(beam=imported_beam(generation, marian.settings)),
     )
 
 
@@ -233,7 +266,7 @@ def kept_generation(marian: MarianModel, folder: Path) -> dict[str, Any]:
         ids.setdefault(marian_id, mtkit_id)  # the decoder start shares pad's id: pad's own first
     kept: dict[str, Any] = {}
     path = folder / "generation_config.json"
-    for where, given in ((folder / "config.json", marian.settings), (path, read_json(path, MARIAN) if path.is_file() else {})):
+    for where, given in ((folder / "config.json", marian.settings), (path, read_optional_json(path, MARIAN))):
         for key, kind in KEPT_GENERATION.items():
             value = given.get(key)
             if value is None:
@@ -269,13 +302,25 @@ def _kept_value(value: Any, kind: str, ids: dict[int, int]) -> Any:
     return [_kept_value(words, "ids", ids) for words in value]  # words: lists of ids
 
 
+def _language(languages: dict[str, Any], key: str, default: str, where: Path) -> str:
+    """tokenizer_config.json's `source_lang` or `target_lang` (`default` where it names none): a language code, as
+    every mtkit command takes the run's languages."""
+    value = languages.get(key) or default
+    if not isinstance(value, str) or not re.fullmatch(LANGUAGE, value):
+        raise MtkitError(
+            f"{where}: {key} {json.dumps(value)[:40]} is not {LANGUAGE_RULE}; write the model's language code there "
+            "(a multilingual side: the code of the language you use it for)"
+        )
+    return value
+
+
 def read_marian_run(folder: Path, name: str) -> Imported:
-    """The Marian family's reader (`Family.read`): the model with Marian's weights, the run's config and the
+    """The Marian family's reader (`Family.read`): the run's config, checked, the model with Marian's weights and the
     generation settings its export keeps."""
     marian = read_marian(folder)
-    model = build_imported(marian.model, marian.tokenizers, state=lambda: mtkit_weights(marian))
     config = imported_config(marian, folder, name=name)
-    return Imported(config=config, tokenizers=marian.tokenizers, model=model, generation=kept_generation(marian, folder))
+    imported = imported_model(config, marian.tokenizers, state=lambda: mtkit_weights(marian), folder=folder)
+    return dataclasses.replace(imported, generation=kept_generation(marian, folder))
 
 
 MARIAN = Family(

@@ -9,17 +9,20 @@ Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never ru
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from mtkit.config import Config, config_from_dict, config_to_dict
+from mtkit.config import Config, ModelConfig, config_from_dict, config_to_dict
 from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
+from mtkit.models.layers import SinusoidalPositions
 from mtkit.run_files import RunFiles, checkpoint_file
 from mtkit.textio import atomic_file
 
@@ -102,11 +105,70 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     payload = read_checkpoint(path)
     config = config_from_dict(payload["config"], source=str(path), saved=True)
     tokenizers = checkpoint_tokenizers(payload)
-    model = build_model(
-        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
-    )
-    model.load_state_dict(payload["model"])
-    return model, config, tokenizers, payload
+    weights = payload["model"]
+    if not isinstance(weights, dict) or not all(isinstance(tensor, Tensor) for tensor in weights.values()):
+        raise MtkitError(f"{resolve_checkpoint(path)}: its model is not a state dict of tensors; not an mtkit checkpoint")
+    mismatch = f"{resolve_checkpoint(path)}: the weights do not fit the checkpoint's own config"
+    return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch), config, tokenizers, payload
+
+
+def model_with_weights(
+    config: ModelConfig, tokenizers: TokenizerPair, *, weights: dict[str, Tensor], mismatch: str
+) -> EncoderDecoder:
+    """The model of `config` holding `weights` themselves, nothing sized from the config before it is compared with
+    the weights: built on the meta device (free at any size), its tensors compared by name and shape with `weights`
+    (one line, `mismatch` and the first that differs), then given them in place of its own: no random
+    initialisation and no copy but of a tensor that is a view of something larger (a mapped file) or of another dtype.
+    Tied parameters stay tied; the sinusoid tables, derived and never saved, are computed once the sizes are known."""
+    with torch.device("meta"):
+        model = build_model(
+            config, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+        )
+    expected = model.state_dict()
+    _check_fit(expected, weights, mismatch)
+    tied = [names for names in _parameter_names(model).values() if len(names) > 1]
+    model.load_state_dict({name: _owned(weights[name], expected[name].dtype) for name in expected}, assign=True)
+    for first, *others in tied:  # `assign` gave each name a parameter of its own
+        for name in others:
+            module, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(module), attribute, model.get_parameter(first))
+    for module in model.modules():
+        if isinstance(module, SinusoidalPositions) and module.table.is_meta:
+            module.table = type(module)(module.d_model, module.table.size(0), halves=module.halves).table
+    left = next((name for name, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_meta), None)
+    if left is not None:
+        raise RuntimeError(f"{left} was built on the meta device and neither loaded nor derived")  # a module mtkit added
+    return model
+
+
+def _check_fit(expected: dict[str, Tensor], weights: dict[str, Tensor], mismatch: str) -> None:
+    missing = [name for name in expected if name not in weights]
+    unexpected = [name for name in weights if name not in expected]
+    if missing or unexpected:
+        lacks = f"lacks {missing[0]}" if missing else f"has {unexpected[0]}, which the config's model has not"
+        raise MtkitError(f"{mismatch}: it {lacks} ({len(missing)} missing, {len(unexpected)} unexpected)")
+    for name, tensor in expected.items():
+        if weights[name].shape != tensor.shape:
+            raise MtkitError(
+                f"{mismatch}: {name} has shape {list(weights[name].shape)} in the weights, {list(tensor.shape)} by the config"
+            )
+
+
+def _parameter_names(model: torch.nn.Module) -> dict[int, list[str]]:
+    """Every parameter's names (several where it is tied), by the parameter."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return names
+
+
+def _owned(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    """`tensor` as the model holds it: in `dtype`, and copied where it is a view of a larger storage (a mapped file,
+    which the model would otherwise keep whole and a checkpoint would save whole)."""
+    tensor = tensor.to(dtype)
+    if tensor.untyped_storage().nbytes() != tensor.nbytes or not tensor.is_contiguous():
+        tensor = tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
 
 
 def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[Path]]:

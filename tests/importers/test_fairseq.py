@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from mtkit.errors import MtkitError
 from mtkit.importers import FAMILIES, import_model
@@ -29,6 +31,8 @@ def test_m2m100s_codes_follow_vocab_json_and_made_up_words_fill_the_rest(tmp_pat
     assert pieces[-9:] == ["__de__", *(f"<madeupword{k}>" for k in range(8))]
     with pytest.raises(MtkitError, match="vocab_size 10; the tokenizer files and config.json must belong to one model"):
         fairseq_pieces(folder, FAMILIES["m2m100"], vocab_size=10)
+    with pytest.raises(MtkitError, match="vocab_size 50000000; the tokenizer files"):  # not 50M made-up words
+        fairseq_pieces(folder, FAMILIES["m2m100"], vocab_size=50_000_000)
 
 
 def test_unknown_codes_a_missing_model_and_an_unreachable_hub_are_one_line(tmp_path: Path) -> None:
@@ -38,6 +42,7 @@ def test_unknown_codes_a_missing_model_and_an_unreachable_hub_are_one_line(tmp_p
     settings = {"model_type": "m2m_100", "vocab_size": 22, "d_model": 16, "encoder_layers": 1, "decoder_layers": 1}
     settings |= {"encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8}
     (folder / "config.json").write_text(json.dumps(settings), encoding="utf-8")
+    save_file({"model.shared.weight": torch.zeros(22, 16)}, folder / "model.safetensors")  # its header is read first
     with pytest.raises(MtkitError, match=r"sentencepiece.bpe.model: missing; a M2M-100 or NLLB-200 folder holds") as raised:
         import_model(str(folder), tmp_path / "run")
     with pytest.raises(MtkitError, match="facebook/nllb-200-no-such-model: could not download it") as hub:

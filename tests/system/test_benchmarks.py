@@ -41,6 +41,8 @@ KEYS = {
     "scale": {"machine", "cores", "prepare", "translate", "matmul_gflops"},
     "serve": {"model", "src", "server_options", "server_threads", "machine", "matmul_gflop_per_s", "offline", "serve", "ratio"},
     "speed": {"recipe", "machine", "decode", "train", "profile"},
+    "import_memory": {"date", "machine", "shape", "safetensors_mb", "write_seconds", "import", "peak_over_file",
+                      "growth_over_file"},
     "gpu_check": {"machine", "parts", "matmul_tflop_per_s", "speed", "profile", "parity", "compile", "big_compiled"},
     "transformers_export": {"date", "model", "form", "sentences", "max_log_prob_gap", "greedy_identical", "beam5_bleu",
                             "beam5_identical"},
