@@ -29,7 +29,7 @@ class Sampling:
     seed: int = 0
 
     @classmethod
-    def parse(cls, text: str, temperature: float = 1.0, seed: int = 0) -> Sampling:
+    def parse(cls, text: str, temperature: float = 1.0, *, seed: int = 0) -> Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
         if not TEMPERATURE.admits(temperature):
@@ -55,7 +55,7 @@ class Sampling:
         )
 
 
-def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:
+def draw(log_probs: Tensor, sampling: Sampling, *, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:
     """One token per row of log_probs (R, V), drawn as `sampling` says, never one of `never`; (R,) ids.
 
     `never` holds tokens no output contains (padding, BOS), which a high temperature would draw.

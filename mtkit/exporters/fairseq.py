@@ -47,7 +47,7 @@ def fairseq_pieces(tokenizer: Tokenizer) -> list[str]:
     return [table[index] for index in fairseq_order(len(table))]
 
 
-def tokenizer_files(held: TokenizerFamily, config: Config, tokenizer: Tokenizer, pieces: list[str]) -> dict[str, Any]:
+def tokenizer_files(held: TokenizerFamily, config: Config, *, tokenizer: Tokenizer, pieces: list[str]) -> dict[str, Any]:
     """The tokenizer class's JSON files by name (tokenizer_config.json; M2M-100's: vocab.json), after checking that
     the class builds `pieces`' ids from them and the SentencePiece model."""
     code_pieces = {(tokenizer.table or [])[index] for index in tokenizer.codes.values()}
@@ -103,7 +103,7 @@ def added_token(piece: str) -> dict[str, Any]:
     return {"content": piece, "lstrip": mask, "normalized": False, "rstrip": False, "single_word": False, "special": True}
 
 
-def fairseq_config(held: RunFamily, m: ModelConfig, vocab_size: int) -> dict[str, Any]:
+def fairseq_config(held: RunFamily, m: ModelConfig, *, vocab_size: int) -> dict[str, Any]:
     """config.json of the family's class: the import's `fairseq_model_config` and `transformer_sizes` inverted."""
     encoder_layers, decoder_layers = depths(m)
     activation = next(theirs for theirs, mine in ACTIVATIONS.items() if mine == m.activation)
@@ -139,7 +139,7 @@ def fairseq_ids() -> dict[str, int]:
     return {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
 
 
-def fairseq_weights(family: Family, model: Transformer, m: ModelConfig) -> dict[str, torch.Tensor]:
+def fairseq_weights(family: Family, model: Transformer, *, m: ModelConfig) -> dict[str, torch.Tensor]:
     """The family's tensors from mtkit's, rows in fairseq's order; what the class cannot hold is refused in one line."""
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     embedding, bias = weights["src_embed.embedding.weight"], weights["output.bias"]
@@ -182,12 +182,14 @@ def generation_config(config: Config) -> dict[str, Any]:
     }
 
 
-def write_fairseq_folder(folder: Path, config: Config, model: Transformer, tokenizer: Tokenizer, held: RunFamily) -> None:
+def write_fairseq_folder(
+    folder: Path, config: Config, *, model: Transformer, tokenizer: Tokenizer, held: RunFamily
+) -> None:
     """Write the model, its tokenizer files and generation config into `folder`, in the classes of the run's family."""
     pieces = fairseq_pieces(tokenizer)
-    files = tokenizer_files(held.tokenizer, config, tokenizer, pieces)
-    tensors = fairseq_weights(held.family, model, config.model)
-    write_json(folder / "config.json", fairseq_config(held, config.model, len(pieces)))
+    files = tokenizer_files(held.tokenizer, config, tokenizer=tokenizer, pieces=pieces)
+    tensors = fairseq_weights(held.family, model, m=config.model)
+    write_json(folder / "config.json", fairseq_config(held, config.model, vocab_size=len(pieces)))
     write_safetensors(tensors, folder / "model.safetensors")
     write_json(folder / "generation_config.json", generation_config(config))
     write_file(folder / SENTENCEPIECE, tokenizer.model_proto)

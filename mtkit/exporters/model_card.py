@@ -14,7 +14,7 @@ from mtkit.importers.names import depths
 from mtkit.run_files import RunFiles
 
 
-def model_card(config: Config, model_path: Path, tokenizers: TokenizerPair, *, written: RunFamily | None) -> str:
+def model_card(config: Config, model_path: Path, *, tokenizers: TokenizerPair, written: RunFamily | None) -> str:
     """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe; `written`:
     the family whose classes the export holds (None: mtkit's own modeling code)."""
     codes = sorted(tokenizers.src.codes)

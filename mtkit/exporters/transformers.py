@@ -61,7 +61,7 @@ REMOTE_CODE_FORM = "remote-code"  # mtkit_export.json's form of an export that s
 FAIRSEQ_FAMILIES = {M2M100.name, MBART.name}  # the families whose own classes exporters/fairseq.py writes
 
 
-def export_transformers(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
+def export_transformers(model_path: Path, output_dir: Path, *, quantization: str | None = None, force: bool = False) -> Path:
     """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`;
     float32 weights only (`quantization` None: the exporters' shared signature)."""
     if quantization is not None:
@@ -80,17 +80,17 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
     imported = run_family(config, code_pieces(tokenizers.src))  # the family the run records, not a guess from its codes
     own = imported if imported is not None and imported.family.name in FAIRSEQ_FAMILIES else None  # NLLB, M2M-100, mBART
     if own is None:
-        check_exportable(config, model_path, "transformers")
+        check_exportable(config, model_path, form="transformers")
     with staged(output_dir, held=held) as staging:
         if own is not None:
-            write_fairseq_folder(staging, config, model, tokenizers.src, own)
+            write_fairseq_folder(staging, config, model=model, tokenizer=tokenizers.src, held=own)
             written: RunFamily | None = own
         else:
-            written = write_mtkit_folder(staging, config, tokenizers, model, kept=kept_settings(payload))
+            written = write_mtkit_folder(staging, config, tokenizers=tokenizers, model=model, kept=kept_settings(payload))
         form = written.tokenizer.name if written is not None else REMOTE_CODE_FORM
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
-        write_file(staging / "README.md", model_card(config, model_path, tokenizers, written=written))
+        write_file(staging / "README.md", model_card(config, model_path, tokenizers=tokenizers, written=written))
     return output_dir
 
 
@@ -100,22 +100,22 @@ def code_pieces(tokenizer: Tokenizer) -> list[str]:
 
 
 def write_mtkit_folder(
-    folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer, *, kept: dict[str, Any]
+    folder: Path, config: Config, *, tokenizers: TokenizerPair, model: Transformer, kept: dict[str, Any]
 ) -> RunFamily | None:
     """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; Marian's rows, or None for
     mtkit's own code. `kept`: the generation settings an imported model came with (`kept_settings`)."""
     written = RunFamily(MARIAN, MARIAN_TOKENIZER) if marian_form(config.model) else None
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     if written is not None:
-        settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+        settings, tensors = marian_config(config, tokenizers, model=model), marian_weights(weights, config.model, model=model)
     else:
-        settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
+        settings, tensors = remote_config(config, tokenizers, model=model), remote_weights(weights, model)
         for path in REMOTE_CODE.glob("*_mtkit.py"):
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
     write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept=kept))
-    write_tokenizer(folder, config, tokenizers)
+    write_tokenizer(folder, config, tokenizers=tokenizers)
     return written
 
 
@@ -130,7 +130,7 @@ def _shared(model: Transformer) -> bool:
     return model.src_embed is model.tgt_embed
 
 
-def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def marian_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of a MarianMTModel computing what `model` does."""
     m = config.model
     return {
@@ -172,7 +172,7 @@ def special_ids() -> dict[str, int]:
     return {"pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "bos_token_id": BOS_ID, "decoder_start_token_id": BOS_ID}
 
 
-def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Transformer) -> dict[str, torch.Tensor]:
+def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, *, model: Transformer) -> dict[str, torch.Tensor]:
     """MarianMTModel's tensors from mtkit's, through the importer's table (split where mtkit fuses)."""
     out = {}
     for mine, theirs in layer_names(m):
@@ -190,7 +190,7 @@ def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Tran
     return out
 
 
-def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def remote_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of the shipped modeling file (`remote_code/modeling_mtkit.py`)."""
     m = config.model
     return {
@@ -248,7 +248,7 @@ def generation_config(config: Config, tokenizers: TokenizerPair, *, kept: dict[s
     }
 
 
-def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> None:
+def write_tokenizer(folder: Path, config: Config, *, tokenizers: TokenizerPair) -> None:
     """MarianTokenizer's files: both SentencePiece models and the piece tables in mtkit's id order."""
     write_file(folder / "source.spm", tokenizers.src.model_proto)
     write_file(folder / "target.spm", tokenizers.tgt.model_proto)

@@ -28,18 +28,18 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (MARIAN, M2M100
 AUTO = "auto"  # the family read from config.json
 
 
-def import_model(source: str, output: Path, family: str = AUTO, *, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
+def import_model(source: str, output: Path, *, family: str = AUTO, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
     """Import `source` (a folder, or a hub id at `revision`: a branch, tag or commit, else the newest) of `family`, or
     of the family its config.json names, into `output`."""
     if family != AUTO:
         if family not in FAMILIES:
             raise MtkitError(f"family {family!r}: not one mtkit imports; choose one of {', '.join([*FAMILIES, AUTO])}")
-        return import_family(source, output, FAMILIES[family], revision=revision)
+        return import_family(source, output, family=FAMILIES[family], revision=revision)
     check_output(output)
     located = locate(source, None, revision=revision)  # a hub id: its config.json only, until the family is known
     where = located.folder / "config.json"
-    family_found = family_of(read_json(where, None), where, FAMILIES)
-    return import_family(source, output, family_found, revision=located.commit or revision)  # the same commit
+    family_found = family_of(read_json(where, None), where, families=FAMILIES)
+    return import_family(source, output, family=family_found, revision=located.commit or revision)  # the same commit
 
 
 @dataclass(frozen=True)

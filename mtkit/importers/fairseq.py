@@ -89,7 +89,7 @@ def fairseq_family(
         holds=f"config.json, model.safetensors (or pytorch_model.bin), {SENTENCEPIECE} and tokenizer.json (or vocab.json)",
         example=names.example,
         hub_files=("config.json", "generation_config.json", "tokenizer*.json", "vocab.json", "*.model", "*.safetensors"),
-        read=lambda folder, run: read_fairseq_run(folder, run, family, settings),
+        read=lambda folder, run: read_fairseq_run(folder, run, family=family, settings=settings),
         tokenizers=names.tokenizers,
         model_keys={"positions": settings.positions, "embedding_norm": settings.embedding_norm},
         export_keys=export_keys,
@@ -115,7 +115,7 @@ def fairseq_model_config(settings: dict[str, Any], where: Path, *, family: Fairs
     )
 
 
-def fairseq_pieces(folder: Path, family: Family, vocab_size: int) -> list[str]:
+def fairseq_pieces(folder: Path, family: Family, *, vocab_size: int) -> list[str]:
     """fairseq's table (index = id) of `vocab_size` pieces: tokenizer.json's, else vocab.json's with M2M-100's
     language codes; rows past the tokenizer's (M2M-100's made-up words, at most FILLERS) named as fairseq names them."""
     if (folder / "tokenizer.json").is_file():
@@ -179,7 +179,7 @@ def fairseq_vocab(pieces: list[str]) -> MarianVocab:
     return MarianVocab(pieces, [1, 3, 2, 2, 0, *range(4, len(pieces))])
 
 
-def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> TokenizerPair:
+def fairseq_tokenizers(folder: Path, family: Family, *, vocab: MarianVocab) -> TokenizerPair:
     """One tokenizer for both sides: the folder's SentencePiece model with fairseq's table in mtkit's order."""
     tokenizer = read_sentencepiece(folder / SENTENCEPIECE, family, table=vocab.table())
     if not tokenizer.codes:
@@ -200,7 +200,7 @@ def vocab_size(settings: dict[str, Any], where: Path, *, weights: Weights) -> in
     return size
 
 
-def fairseq_weights(weights: Weights, model: ModelConfig, vocab: MarianVocab) -> dict[str, Tensor]:
+def fairseq_weights(weights: Weights, model: ModelConfig, *, vocab: MarianVocab) -> dict[str, Tensor]:
     """mtkit's state dict from the checkpoint's tensors, rows of the vocabulary in mtkit's id order (each of the
     file's tensors read where it is used and dropped once it is copied: the embedding first, the largest)."""
     embedding = vocab.rows(_tensor(weights, "shared.weight"), "shared.weight")
@@ -227,7 +227,7 @@ def _tensor(weights: Weights, name: str) -> Tensor:
     return weights[name]
 
 
-def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
+def fairseq_config(folder: Path, family: Family, *, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
     """The run's config: the model keys, the language codes (`data.lang_tag: code`), the tokenizer's languages and
     the beam of generation_config.json, text passed to SentencePiece as it is."""
     tokenizer = tokenizers.src
@@ -250,14 +250,14 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
     )
 
 
-def read_fairseq_run(folder: Path, name: str, family: Family, settings: FairseqSettings) -> Imported:
+def read_fairseq_run(folder: Path, name: str, *, family: Family, settings: FairseqSettings) -> Imported:
     """A fairseq-born family's reader: its config.json's keys (compared with the weights' header first), the tokenizer
     in mtkit's order, the run's config, checked, and the weights reordered."""
     where = folder / "config.json"
     config_json = read_json(where, family)
     weights = open_weights(folder)
     model = fairseq_model_config(config_json, where, family=settings, weights=weights)
-    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size(config_json, where, weights=weights)))
-    tokenizers = fairseq_tokenizers(folder, family, vocab)
-    config = fairseq_config(folder, family, model, tokenizers, name)
-    return imported_model(config, tokenizers, state=lambda: fairseq_weights(weights, model, vocab), folder=folder)
+    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size=vocab_size(config_json, where, weights=weights)))
+    tokenizers = fairseq_tokenizers(folder, family, vocab=vocab)
+    config = fairseq_config(folder, family, model=model, tokenizers=tokenizers, name=name)
+    return imported_model(config, tokenizers, state=lambda: fairseq_weights(weights, model, vocab=vocab), folder=folder)

@@ -111,7 +111,7 @@ class Located:
 MALFORMED = (ArithmeticError, AttributeError, LookupError, RuntimeError, TypeError, ValueError)
 
 
-def import_family(source: str, output: Path, family: Family, *, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
+def import_family(source: str, output: Path, *, family: Family, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
     """`mtkit import FAMILY`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
     check_output(output)
     located = locate(source, family, revision=revision)
@@ -121,7 +121,7 @@ def import_family(source: str, output: Path, family: Family, *, revision: str | 
         raise MtkitError(
             f"{located.folder}: not a {family.title} model mtkit can read ({type(err).__name__}: {one_line(err)})"
         ) from None
-    write_run(imported, output, source, commit=located.commit)
+    write_run(imported, output, source=source, commit=located.commit)
     return imported.config, imported.model
 
 
@@ -189,7 +189,7 @@ def _words(family: Family | None) -> tuple[str, str, str]:
     return (family.title, family.holds, family.example) if family else ANY_FAMILY
 
 
-def family_of(settings: dict[str, Any], where: Path, families: Mapping[str, Family]) -> Family:
+def family_of(settings: dict[str, Any], where: Path, *, families: Mapping[str, Family]) -> Family:
     """The family config.json names: by `model_type`, else by `architectures`; another is one line listing the known."""
     model_type, architectures = settings.get("model_type"), settings.get("architectures") or []
     if not isinstance(model_type, str | None) or not isinstance(architectures, list):
@@ -446,7 +446,7 @@ def imported_model(
     return Imported(config=checked, tokenizers=tokenizers, model=model)
 
 
-def write_run(imported: Imported, output: Path, source: str, *, commit: str | None = None) -> None:
+def write_run(imported: Imported, output: Path, *, source: str, commit: str | None = None) -> None:
     """The run directory: best.pt (nothing validated yet: `mtkit evaluate` measures it; where it came from, and the
     hub commit where it was downloaded) and config.yaml."""
     config = imported.config
@@ -455,7 +455,7 @@ def write_run(imported: Imported, output: Path, source: str, *, commit: str | No
     weights = imported.model.state_dict()
     kept = {"generation": imported.generation} if imported.generation else {}
     payload = checkpoint_payload(
-        config, imported.tokenizers, weights, progress=progress, imported_from=source, imported_commit=commit, **kept
+        config, imported.tokenizers, weights=weights, progress=progress, imported_from=source, imported_commit=commit, **kept
     )
     files = RunFiles(output)
     save_checkpoint(payload, files.best)

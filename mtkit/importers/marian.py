@@ -76,7 +76,7 @@ class MarianVocab:
         return matrix.index_select(0, torch.tensor(self.order)).float()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MarianModel:
     """A Marian checkpoint read into mtkit's terms: its model keys, tokenizers and weights."""
 
@@ -94,7 +94,7 @@ def read_marian(folder: Path) -> MarianModel:
     weights = open_weights(folder)  # its header: the sizes are compared with it before anything is sized from them
     model = marian_model_config(settings, folder / "config.json", weights=weights)
     source, target, tokenizers = _vocabularies(folder, settings)
-    return MarianModel(model, tokenizers, source, target, weights, settings)
+    return MarianModel(model=model, tokenizers=tokenizers, source=source, target=target, weights=weights, settings=settings)
 
 
 def marian_model_config(settings: dict[str, Any], where: Path, *, weights: Weights) -> ModelConfig:
@@ -241,7 +241,7 @@ def _tensor(weights: Weights, name: str) -> Tensor:
     return weights[name]
 
 
-def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
+def imported_config(marian: MarianModel, folder: Path, *, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
     languages = read_optional_json(folder / "tokenizer_config.json", MARIAN)
     generation = read_optional_json(folder / "generation_config.json", MARIAN)
@@ -317,7 +317,7 @@ def read_marian_run(folder: Path, name: str) -> Imported:
     """The Marian family's reader (`Family.read`): the run's config, checked, the model with Marian's weights and the
     generation settings its export keeps."""
     marian = read_marian(folder)
-    config = imported_config(marian, folder, name)
+    config = imported_config(marian, folder, name=name)
     imported = imported_model(config, marian.tokenizers, state=lambda: mtkit_weights(marian), folder=folder)
     return dataclasses.replace(imported, generation=kept_generation(marian, folder))
 
@@ -349,4 +349,4 @@ MARIAN = Family(
 
 def import_marian(source: str, output: Path) -> tuple[Config, EncoderDecoder]:
     """`mtkit import marian`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
-    return import_family(source, output, MARIAN)
+    return import_family(source, output, family=MARIAN)

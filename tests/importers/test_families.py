@@ -52,9 +52,9 @@ def test_a_model_type_without_a_family_is_one_line_listing_the_known(tmp_path: P
         import_model(str(folder), tmp_path / "run")
     assert "\n" not in str(raised.value)
     where = folder / "config.json"  # without model_type, the architectures name the family
-    assert family_of({"architectures": ["MarianMTModel"]}, where, FAMILIES) is FAMILIES["marian"]
+    assert family_of({"architectures": ["MarianMTModel"]}, where, families=FAMILIES) is FAMILIES["marian"]
     with pytest.raises(MtkitError, match=r"architectures \['T5Model'\].*marian"):
-        family_of({"architectures": ["T5Model"]}, where, FAMILIES)
+        family_of({"architectures": ["T5Model"]}, where, families=FAMILIES)
 
 
 def test_an_unknown_family_is_one_line_listing_the_known(tmp_path: Path) -> None:

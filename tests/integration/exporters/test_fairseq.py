@@ -104,7 +104,7 @@ def test_greedy_generate_gives_mtkits_tokens_and_text(exported: Exported) -> Non
         found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=exported.built.src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             inputs = tokenizer(source, return_tensors="pt")
-            cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+            cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
             output = exported.model.generate(
                 **inputs, num_beams=1, do_sample=False, max_new_tokens=cap, forced_bos_token_id=_code(tokenizer, lang)
             )
@@ -124,7 +124,7 @@ def test_the_cli_translation_is_the_decoded_text(exported: Exported, tmp_path: P
     decode, decoded = Translator.load(exported.run).decode, []  # the recipe's output cap, as the CLI's
     for source in SOURCES:
         inputs = tokenizer(source, return_tensors="pt")
-        cap = output_cap(inputs["input_ids"].size(1), decode, 10**6)
+        cap = output_cap(inputs["input_ids"].size(1), decode, max_positions=10**6)
         output = exported.model.generate(**inputs, num_beams=1, max_new_tokens=cap, forced_bos_token_id=_code(tokenizer, lang))
         decoded += tokenizer.batch_decode(output, skip_special_tokens=True)
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == decoded
@@ -196,7 +196,7 @@ def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_pat
         found = exported.translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             ids = tokenizer(source)["input_ids"]
-            cap = output_cap(len(ids), exported.translator.decode, 10**6)
+            cap = output_cap(len(ids), exported.translator.decode, max_positions=10**6)
             prefix = [tokenizer.convert_ids_to_tokens(_code(tokenizer, lang))]
             result = converted.translate_batch(
                 [tokenizer.convert_ids_to_tokens(ids)], target_prefix=[prefix], beam_size=1, max_decoding_length=cap
@@ -244,7 +244,7 @@ def test_an_nllb_model_holding_fairseqs_four_specials_as_pieces_exports_and_gene
         found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=built.src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             inputs = tokenizer(source, return_tensors="pt")
-            cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+            cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
             greedy = {"num_beams": 1, "do_sample": False, "max_new_tokens": cap, "forced_bos_token_id": _code(tokenizer, lang)}
             ours, theirs = model.generate(**inputs, **greedy), built.model.generate(**inputs, **greedy)
             assert ours.tolist() == theirs.tolist()
