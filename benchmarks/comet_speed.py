@@ -100,9 +100,9 @@ def child(folder: Path, encoder: Path, pairs: Path, threads: int) -> None:
     torch.set_num_threads(threads)
     rows = json.loads(pairs.read_text(encoding="utf-8"))
     scorer = CometScorer.load(CometOptions(model=str(folder), encoder=encoder, device="cpu"))
-    scorer.score(rows["src"][:16], rows["mt"][:16], rows["ref"][:16])
+    scorer.score(rows["src"][:16], rows["mt"][:16], references=rows["ref"][:16])
     start = time.perf_counter()
-    scores = scorer.score(rows["src"], rows["mt"], rows["ref"])
+    scores = scorer.score(rows["src"], rows["mt"], references=rows["ref"])
     print(json.dumps({"seconds": time.perf_counter() - start, "system_score": sum(scores) / len(scores)}))
 
 

@@ -105,7 +105,7 @@ def ensure_prepared(commands: MtkitCommands, recipe: Path, overrides: list[str])
 
     config = load_config(recipe, overrides)
     data = config.data_path
-    tokenizer_missing = not all(path.is_file() for path in tokenizer_files(data, config.tokenizer.joint))
+    tokenizer_missing = not all(path.is_file() for path in tokenizer_files(data, joint=config.tokenizer.joint))
     if tokenizer_missing:
         print(f"{data}: no tokenizer model yet; training it, then preparing the data", file=sys.stderr)
         print(commands.run(["tokenizer", "train", recipe, *set_args(overrides)]), file=sys.stderr, end="")

@@ -48,7 +48,7 @@ def systems(teacher: Path, students: dict[str, Path], workdir: Path) -> list[Sys
     found = [System("teacher pytorch beam5", Translator.load(teacher, device="cpu", fast_paths=True), 5)]
     found.append(System("teacher pytorch greedy", found[0].translator, 1))
     for name, run in students.items():
-        exported = export_ctranslate2(run, workdir / name, "int8")
+        exported = export_ctranslate2(run, workdir / name, quantization="int8")
         found.append(System(f"{name} pytorch greedy", Translator.load(run, device="cpu", fast_paths=True), 1))
         found.append(System(f"{name} ctranslate2-int8 greedy", Translator.load(exported, engine="ctranslate2"), 1))
     return found
@@ -59,7 +59,7 @@ def split_pairs(translator: Translator) -> tuple[list[str], list[str]]:
     config = translator.config
     if config is None or not config.data.test:
         raise SystemExit("distill: the teacher's saved recipe names no data.test to translate")
-    pairs = list(iter_split(config.data.test[0], config.src_lang, config.tgt_lang, config.data.normalize))
+    pairs = list(iter_split(config.data.test[0], config.src_lang, tgt_lang=config.tgt_lang, normalize=config.data.normalize))
     return [source for source, _ in pairs], [target for _, target in pairs]
 
 
@@ -84,7 +84,7 @@ def rows(found: list[System], sources: list[str], references: list[str]) -> list
                 "sentences_per_s": round(len(sources) / system.seconds, 1),
                 "bleu": round(bleu(outputs, references), 2),
                 "chrf": round(chrf(outputs, references), 2),
-                "flags": flag_counts(flag_corpus(outputs, references, sources, FlagRules())),
+                "flags": flag_counts(flag_corpus(outputs, references, sources=sources, rules=FlagRules())),
             }
         )
     for row in table:

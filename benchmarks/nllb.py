@@ -182,8 +182,8 @@ def mtkit_update(scratch: Path, sources: list[str], targets: list[str], task: di
     model, config, tokenizers, _ = load_model(scratch / "run")
     model.train()
     train_as_family(model, config)  # one </s> row (its rows' gradients summed), the output bias not trained
-    forward = training_forward(model, settings, distributed, device, Levers.of(settings, device))
-    optimizer, _ = build_optimizer(model, settings, device)
+    forward = training_forward(model, settings, distributed=distributed, device=device, levers=Levers.of(settings, device))
+    optimizer, _ = build_optimizer(model, settings, device=device)
     source_code, (target_code,) = Languages(config, tokenizers).leads(SRC_LANG, TGT_LANG)
     targets_ids = [[target_code, *tokenizers.tgt.encode(text)] for text in targets]
 

@@ -51,7 +51,7 @@ def write_vocab(path: Path, table: np.ndarray) -> None:
 
 def write_piece_data(config: Config, directory: Path) -> PieceData:
     """The prepared training pairs and the test sources as space-separated pieces, and the vocabularies."""
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     train = ParallelIds(load_prepared(config.data_path, "train"))
     directory.mkdir(parents=True, exist_ok=True)
     src_table, tgt_table = piece_table(tokenizers.src), piece_table(tokenizers.tgt)
@@ -60,7 +60,15 @@ def write_piece_data(config: Config, directory: Path) -> PieceData:
     write_vocab(directory / "vocab.src", src_table)
     write_vocab(directory / "vocab.tgt", tgt_table)
     assert config.data.test is not None  # checked in check_inputs
-    pairs = list(iter_split(config.data.test[0], config.src_lang, config.tgt_lang, config.data.normalize, "data.test"))
+    pairs = list(
+        iter_split(
+            config.data.test[0],
+            config.src_lang,
+            tgt_lang=config.tgt_lang,
+            normalize=config.data.normalize,
+            recipe_key="data.test",
+        )
+    )
     with atomic_file(directory / "test.src") as out:
         for ids in tokenizers.src.encode_batch([source for source, _ in pairs]):
             out.write(" ".join(src_table[ids]) + "\n")

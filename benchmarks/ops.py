@@ -50,7 +50,7 @@ def loss_steps(tokens: int, vocab: int) -> dict[str, Callable[[], None]]:
 
     def mtkit() -> None:
         logits.grad = None
-        sequence_loss(logits, target, 0.1).backward()
+        sequence_loss(logits, target, label_smoothing=0.1).backward()
 
     return {"F.cross_entropy": reference, "mtkit.training.loss.sequence_loss": mtkit}
 

@@ -59,7 +59,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     """The recipe's model with random gradients; the loop and the fused Adam step, alternating round by round."""
     config = load_config(args.recipe, args.overrides)
     vocab = config.tokenizer.vocab_size
-    model = build_model(config.model, vocab, vocab, config.tokenizer.joint)
+    model = build_model(config.model, vocab, tgt_vocab_size=vocab, share_vocab=config.tokenizer.joint)
     parameters = list(model.parameters())
     for parameter in parameters:
         parameter.grad = torch.randn_like(parameter)

@@ -155,7 +155,7 @@ def update_system(name: str, scratch: Path, sources: list[str], targets: list[st
     gold = torch.nn.utils.rnn.pad_sequence([torch.tensor([*t, 3]) for t in tgt_ids], batch_first=True)
 
     def mtkit_update() -> None:
-        loss = sequence_loss(mt_model(src, src.ne(0), tgt_in), gold, 0.1)
+        loss = sequence_loss(mt_model(src, src.ne(0), tgt_in), gold, label_smoothing=0.1)
         loss.backward()
         mt_optimizer.step()
         mt_optimizer.zero_grad(set_to_none=True)
@@ -249,7 +249,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         (Path(scratch) / "hf").mkdir()
         build_opus_mt_sized(Path(scratch) / "hf", args.data, args.shape)
         import_marian(str(Path(scratch) / "hf"), Path(scratch) / "run")
-        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2", "int8")
+        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2", quantization="int8")
         result = {**common.smoke_label(args), "date": datetime.date.today().isoformat()}
         result |= {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
         result |= {"matmul_gflops": common.matmul_gflop_per_s(smoke=args.smoke)}
@@ -260,7 +260,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
             times = alternate({**task, "kind": "decode", "beam": beam}, DECODERS, args.repeats, args.run_child)
             result[f"beam{beam}_seconds"] = {name: round(statistics.median(t), 3) for name, t in times.items()}
             report(f"beam {beam}, {len(sources)} sentences x {args.cap} tokens", result[f"beam{beam}_seconds"], DECODERS[-1])
-        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2_float32", None)
+        export_ctranslate2(Path(scratch) / "run", Path(scratch) / "ct2_float32", quantization=None)
         result["ct2_beam5_split_seconds"] = {
             export: {k: round(v, 3) for k, v in args.run_child({**task, "kind": "ct2_split", "export": export}).items()}
             for export in ("ct2", "ct2_float32")

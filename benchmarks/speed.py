@@ -71,9 +71,9 @@ class TimedTraining:
     def __init__(self, config: Config) -> None:
         self.config = config
         distributed, self.device = setup_process(config.train)
-        self.trainer = Trainer(config, self.device, distributed)
+        self.trainer = Trainer(config, self.device, distributed=distributed)
         epoch = self.trainer.epoch()
-        self.ahead = BatchAhead(epoch, 1, self.device, self.trainer.levers)
+        self.ahead = BatchAhead(epoch, 1, device=self.device, levers=self.trainer.levers)
         self.src_lengths, self.tgt_lengths = epoch.ids.src.lengths + 1, epoch.ids.tgt.lengths + 1  # + EOS
         self.batches, self.position = epoch.batches, 0
 
@@ -185,7 +185,7 @@ def load_engine(engine: str, model_dir: Path, device: str, workdir: Path) -> Tra
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
     quantization = "int8" if engine.endswith("int8") else None
-    exported = export_ctranslate2(model_dir, workdir / engine, quantization)
+    exported = export_ctranslate2(model_dir, workdir / engine, quantization=quantization)
     return Translator.load(exported, engine="ctranslate2", device="cpu")
 
 
@@ -205,7 +205,7 @@ def benchmark_decoding(config: Config, model_dir: Path, engines: list[str]) -> d
 def decode_split(config: Config, translator: Translator) -> dict:
     """Sentences/s, target pieces/s and BLEU at beam 5 and greedy on the recipe's test split (else its valid split)."""
     split = (config.data.test or config.data.valid)[0]
-    pairs = list(iter_split(split, config.src_lang, config.tgt_lang, config.data.normalize))
+    pairs = list(iter_split(split, config.src_lang, tgt_lang=config.tgt_lang, normalize=config.data.normalize))
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     results = {}
     for name, beam in (("beam5", 5), ("greedy", 1)):

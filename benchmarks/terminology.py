@@ -61,7 +61,9 @@ def ngram_terms(references: list[str], seed: int) -> list[list[Term]]:
             if taken & set(range(start, start + size)):
                 continue
             taken |= set(range(start, start + size))
-            chosen.append(Term((" ".join(words[start : start + size]).strip(",;:"),), where=f"sentence {number + 1}"))
+            chosen.append(
+                Term(alternatives=(" ".join(words[start : start + size]).strip(",;:"),), where=f"sentence {number + 1}")
+            )
         terms.append([t for t in chosen if t.alternatives[0]])
     return terms
 

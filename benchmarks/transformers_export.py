@@ -61,7 +61,7 @@ def greedy_identical(tokenizer, model, translator: Translator, sources: list[str
     same = 0
     for line, tokens in zip(sources, ours, strict=True):
         batch = tokenizer([line], return_tensors="pt")
-        cap = output_cap(batch["input_ids"].size(1), translator.decode, translator.engine.max_positions)
+        cap = output_cap(batch["input_ids"].size(1), translator.decode, max_positions=translator.engine.max_positions)
         ids = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=cap)[0].tolist()
         same += [i for i in ids[1:] if i != model.config.eos_token_id] == tokens
     return same

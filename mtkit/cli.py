@@ -254,19 +254,19 @@ def translate_command(
     from mtkit.decoding.files import translate_file
     from mtkit.decoding.translator import Translator
     from mtkit.distributed import distributed_translation
-    from mtkit.runtime import resolve_device
 
     reranker, nbest = _reranker(rerank, candidates=candidates, utility=mbr_utility, model=comet_model, encoder=comet_encoder,
                                 device=device, nbest=nbest)  # fmt: skip
-    drawn = Sampling.parse(sampling, temperature, seed) if sampling is not None else None
+    drawn = Sampling.parse(sampling, temperature, seed=seed) if sampling is not None else None
     decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
         alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=constraints_order is ConstraintOrder.GIVEN,
         tgt_lang=tgt_lang, src_lang=src_lang)  # fmt: skip
     options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
         plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
         constraints=constraints, glossary=glossary)  # fmt: skip
-    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
-        translate_file(Translator.load(model, engine, str(rank_device), fast_paths=True), options, distributed, chooser=reranker)
+    with distributed_translation(device) as (distributed, rank_device):
+        translator = Translator.load(model, engine, device=str(rank_device), fast_paths=True)
+        translate_file(translator, options, distributed=distributed, chooser=reranker)
 
 
 def _reranker(
@@ -306,8 +306,8 @@ def score_command(
     from mtkit.decoding.translator import Translator
     from mtkit.runtime import resolve_device
 
-    translator = Translator.load(model, engine, str(resolve_device(device)), fast_paths=True)
-    truncated = score_files(translator, src, tgt, output, as_json, tgt_lang, src_lang=src_lang)
+    translator = Translator.load(model, engine, device=str(resolve_device(device)), fast_paths=True)
+    truncated = score_files(translator, src, tgt=tgt, output=output, as_json=as_json, tgt_lang=tgt_lang, src_lang=src_lang)
     if truncated:
         typer.echo(
             f"mtkit: warning: {len(truncated)} pairs (lines {', '.join(map(str, truncated[:5]))}"
@@ -460,7 +460,7 @@ def evaluate_command(
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())
     directory = scores_directory(request)
     if record_scores and directory is not None and request.split is not None:
-        save_scores(directory, request.split, report.systems[0].result)
+        save_scores(directory, request.split, result=report.systems[0].result)
 
 
 def _comet_options(model: str | None, *, encoder: Path | None, device: str, precision: CometPrecision) -> CometOptions | None:
@@ -559,7 +559,7 @@ def import_auto_command(
 def _import(source: str, output: Path, family: str, revision: str | None) -> None:
     from mtkit.importers import import_model
 
-    config, model = import_model(source, output, family, revision=revision)
+    config, model = import_model(source, output, family=family, revision=revision)
     layers = f"{config.model.encoder_layers}+{config.model.decoder_layers}"
     parameters = sum(p.numel() for p in model.parameters()) / 1e6
     typer.echo(

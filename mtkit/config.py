@@ -50,7 +50,7 @@ FREE_WHEN_INHERITED = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Range:
     """The numbers a key accepts. A bound of None is no bound; NaN, infinities and numbers beyond 64 bits never pass."""
 
@@ -69,7 +69,7 @@ class Range:
         below = self.high is None or value < self.high or (value == self.high and not self.open_high)
         return above and below
 
-    def describe(self, whole: bool) -> str:
+    def describe(self, *, whole: bool) -> str:
         """'a whole number >= 1', 'a number in [0, 1)', ..."""
         kind = "a whole number" if whole else "a number"
         if self.low is not None and self.high is not None:
@@ -82,7 +82,7 @@ class Range:
         return f"a finite {kind.removeprefix('a ')}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pattern:
     """The texts a key accepts: a regular expression that must match the whole value."""
 
@@ -103,7 +103,7 @@ def _range(
     open_high: bool = False,
     example: float | None = None,
 ) -> dict[str, Range]:
-    return {"range": Range(low, high, open_low, open_high, example)}
+    return {"range": Range(low=low, high=high, open_low=open_low, open_high=open_high, example=example)}
 
 
 def _at_least(low: int, example: int | None = None) -> dict[str, Range]:
@@ -111,7 +111,7 @@ def _at_least(low: int, example: int | None = None) -> dict[str, Range]:
 
 
 def _pattern(regex: str, description: str, example: str) -> dict[str, Pattern]:
-    return {"pattern": Pattern(regex, description, example)}
+    return {"pattern": Pattern(regex=regex, description=description, example=example)}
 
 
 def _relation(check: Callable[[Any], str | None]) -> dict[str, Callable[[Any], str | None]]:
@@ -148,7 +148,7 @@ def _input_feed_needs_luong(model: ModelConfig) -> str | None:
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SplitConfig:
     """Where one split's sentence pairs come from: exactly one of src+tgt, tsv, jsonl or hf."""
 
@@ -167,14 +167,14 @@ class SplitConfig:
 SAMPLING_RULE = r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)|full"  # as mtkit translate --sampling
 # Sampling's temperature wherever it is read (--temperature, a request's, a synthetic side's decode.temperature):
 # below the floor the scaled float32 logits overflow to -inf and the draw fails; at the ceiling it is uniform already.
-TEMPERATURE = Range(0.01, 100.0, example=1.0)
+TEMPERATURE = Range(low=0.01, high=100.0, example=1.0)
 # Sampling's defaults, stated once below every stage that samples: decoding's `Sampling` (and through it
 # --temperature, --seed and a request's) and a synthetic side's decode.temperature and decode.seed.
 SAMPLING_TEMPERATURE = 1.0
 SAMPLING_SEED = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SyntheticDecodeConfig:
     """How a model writes a synthetic corpus (`data.train[i].decode`): the recipe's decode keys, and sampling.
 
@@ -190,7 +190,7 @@ class SyntheticDecodeConfig:
     seed: int = field(default=SAMPLING_SEED, metadata=_range(0, 2**63 - 1))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainSource(SplitConfig):
     """One training corpus: a split's source plus how often its pairs are drawn and its name in reports.
 
@@ -231,7 +231,7 @@ def _one_side(source: TrainSource, given: str, written: str) -> str | None:
 def _unique_names(data: DataConfig) -> str | None:
     idle = [index for index, source in enumerate(data.train) if source.decode is not None and source.generated_side is None]
     if idle:
-        key = recipe_key(data, "train", idle[0])
+        key = recipe_key(data, "train", index=idle[0])
         return f"{key}.decode says how a model writes a corpus: give it translate_with or back_translate_with"
     names = [source.name for source in data.train if source.name is not None]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -240,8 +240,9 @@ def _unique_names(data: DataConfig) -> str | None:
     weighted = [index for index, source in enumerate(data.train) if source.weight != 1.0]
     if data.corpus_temperature is not None and weighted:
         return (
-            f"data.corpus_temperature sets every corpus's weight from its size, but {recipe_key(data, 'train', weighted[0])}"
-            f".weight is {data.train[weighted[0]].weight:g}; give either data.corpus_temperature or weights, not both"
+            "data.corpus_temperature sets every corpus's weight from its size, but "
+            f"{recipe_key(data, 'train', index=weighted[0])}.weight is {data.train[weighted[0]].weight:g}; "
+            "give either data.corpus_temperature or weights, not both"
         )
     return None
 
@@ -273,7 +274,7 @@ def _qe_rule(data: DataConfig) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DataConfig:
     """Corpora and the cleaning rules applied to the training split.
 
@@ -329,7 +330,7 @@ class DataConfig:
     qe_min: float | None = field(default=None, metadata=_range(example=0.5) | _relation(_qe_rule))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TokenizerConfig:
     """SentencePiece settings."""
 
@@ -343,9 +344,12 @@ class TokenizerConfig:
     # dropout probability, e.g. 0.1; unigram: the smoothing alpha, e.g. 0.1-0.5); 0 = off. Validation and
     # decoding always use the best segmentation.
     sampling_alpha: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.1))
+    # an imported model's tokenizer family (marian, nllb, ...), written by `mtkit import` and inherited by its fine-tuned
+    # children: the transformers export writes that family's classes back; none for mtkit's own tokenizers
+    family: str | None = field(default=None, metadata=_pattern(r"[a-z][a-z0-9_]*", "a family's name", "nllb"))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelConfig:
     """Architecture and size. `arch` picks the model; the other keys size it.
 
@@ -398,7 +402,7 @@ def _comet_key_needs_metric(train: TrainConfig) -> str | None:
     return "it is read with train.validate_metric comet (or qe, reference-free): set that too, or leave this key out"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     """The training loop: batching, optimiser, schedule, stopping."""
 
@@ -551,7 +555,7 @@ class TrainConfig:
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DecodeConfig:
     """Search settings used by translate, evaluate and validation: the recipe's `decode` section, saved with
     the model. A `Translator` holds it as its defaults; `Translator.search_options` fills what a call's
@@ -595,7 +599,7 @@ def target_languages(config: Config) -> list[str]:
     return list(dict.fromkeys(split_languages(config, source)[1] for source in config.data.train))
 
 
-def recipe_key(data: DataConfig, split: str, index: int) -> str:
+def recipe_key(data: DataConfig, split: str, *, index: int) -> str:
     """How the recipe names corpus `index` of `split` (train, valid or test) in messages and job keys:
     data.train when the split is one corpus, data.train[i] in a list of several."""
     return f"data.{split}" if len(getattr(data, split)) == 1 else f"data.{split}[{index}]"
@@ -613,7 +617,7 @@ def tag_languages(config: Config) -> list[str]:
     return sorted(found | {config.src_lang, config.tgt_lang} | set(_languages(config.data.langs)))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
     """A whole recipe."""
 
@@ -733,7 +737,7 @@ def _parent_recipe(path: Path, source: str) -> dict[str, Any]:
     return recipe
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "config", saved: bool = False) -> Config:
+def config_from_dict(raw: dict[str, Any], source: str = "config", *, saved: bool = False) -> Config:
     """Build a checked `Config` from plain data (the YAML form).
 
     `saved=True` reads a config written with a model by any mtkit version: keys of the other
@@ -937,7 +941,7 @@ def _advice(spec: dataclasses.Field, value: Any, section: Any) -> str | None:
         rule = Range()  # no NaN or infinity anywhere
     if rule is not None and not rule.admits(value):
         example = spec.default if rule.example is None else rule.example
-        return f"give {rule.describe(isinstance(value, int))}, such as {example}"
+        return f"give {rule.describe(whole=isinstance(value, int))}, such as {example}"
     pattern: Pattern | None = spec.metadata.get("pattern")
     if pattern is not None and not re.fullmatch(pattern.regex, value):
         return f"give {pattern.description}, such as {pattern.example}"

@@ -19,8 +19,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mtkit.runtime import resolve_device
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class Distributed:
     """This process's place in the job."""
 
@@ -50,7 +52,7 @@ def init_distributed(device: torch.device) -> tuple[Distributed, torch.device]:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     host_group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
-    return Distributed(rank, world_size, local_rank, host_group), device
+    return Distributed(rank=rank, world_size=world_size, local_rank=local_rank, host_group=host_group), device
 
 
 def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tensor:
@@ -61,7 +63,7 @@ def sum_over_ranks(value: torch.Tensor, distributed: Distributed) -> torch.Tenso
     return value
 
 
-def tokens_over_ranks(count: int, device: torch.device, distributed: Distributed) -> int | torch.Tensor:
+def tokens_over_ranks(count: int, device: torch.device, *, distributed: Distributed) -> int | torch.Tensor:
     """The sum of a token count over all ranks: in a single process the count; under torchrun a tensor on `device`,
     reduced by the model's own collective, queued like the update's other work (the ranks' hosts do not meet)."""
     if not distributed.enabled:
@@ -76,12 +78,12 @@ class StopAgreement:
     SIGTERM, say) is a vote sent without waiting and read one update later, so without a clock limit the hosts
     never wait for each other."""
 
-    def __init__(self, distributed: Distributed, clocked: bool) -> None:
+    def __init__(self, distributed: Distributed, *, clocked: bool) -> None:
         self.distributed, self.clocked = distributed, clocked
         self._vote: tuple[Any, torch.Tensor] | None = None  # the last update's vote: (its work, its tensor)
 
-    def stop(self, limit_reached: bool, signalled: bool, elapsed: float) -> tuple[bool, float]:
-        """Whether every rank stops now, and the clock they agree on (this rank's own unless they met on it)."""
+    def stop(self, elapsed: float, *, limit_reached: bool, signalled: bool) -> tuple[bool, float]:
+        """Whether every rank stops now, and the clock they agree on (this rank's `elapsed` unless they met on it)."""
         if not self.distributed.enabled:
             return limit_reached or signalled, elapsed
         if self.clocked:
@@ -130,13 +132,14 @@ def shutdown(distributed: Distributed) -> None:
 
 
 @contextlib.contextmanager
-def distributed_translation(device: torch.device) -> Iterator[tuple[Distributed, torch.device]]:
-    """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device; leave it at the end.
+def distributed_translation(device: str) -> Iterator[tuple[Distributed, torch.device]]:
+    """Join the torchrun job of `torchrun -m mtkit translate` (if any) and this rank's device (`device`: a name or
+    auto, `runtime.resolve_device`); leave it at the end.
 
     After an error the rank leaves at once without waiting for its peers: torchrun then ends the job.
     """
-    distributed, device = init_distributed(device)
-    yield distributed, device
+    distributed, rank_device = init_distributed(resolve_device(device))
+    yield distributed, rank_device
     shutdown(distributed)
 
 

@@ -115,7 +115,7 @@ def enable_tf32(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def avoid_per_shape_attention_plans(device: torch.device, cudnn: bool = False) -> None:
+def avoid_per_shape_attention_plans(device: torch.device, *, cudnn: bool = False) -> None:
     """On CUDA, take cuDNN's kernel out of `scaled_dot_product_attention`'s choices (process-wide), unless
     `cudnn` (`train.cudnn_attention: true`) keeps it among them.
 

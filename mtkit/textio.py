@@ -67,7 +67,7 @@ def model_text(line: str, normalize: str) -> str:
     return unicodedata.normalize(normalize, text).strip() if normalize != "none" else text
 
 
-def text_lines(raw_lines: Iterable[bytes], name: str, bad_bytes: str = "error", fix: str = "") -> Iterator[tuple[int, str]]:
+def text_lines(raw_lines: Iterable[bytes], name: str, *, bad_bytes: str = "error", fix: str = "") -> Iterator[tuple[int, str]]:
     """(1-based line number, text) of UTF-8 byte lines, without line ending or byte-order mark.
 
     Lines are split on "\\n" only (a "\\r" before it is dropped), so parallel files stay aligned.
@@ -93,9 +93,9 @@ def text_lines(raw_lines: Iterable[bytes], name: str, bad_bytes: str = "error", 
         say(f"mtkit: warning: {name}: replaced bytes that are not UTF-8 on {replaced} lines")
 
 
-def decode_lines(data: bytes, name: str, bad_bytes: str = "error", fix: str = "") -> list[str]:
+def decode_lines(data: bytes, name: str, *, bad_bytes: str = "error", fix: str = "") -> list[str]:
     """UTF-8 bytes -> lines (see `text_lines`)."""
-    return [text for _, text in text_lines(io.BytesIO(data), name, bad_bytes, fix)]
+    return [text for _, text in text_lines(io.BytesIO(data), name, bad_bytes=bad_bytes, fix=fix)]
 
 
 def open_binary(path: Path) -> IO[bytes]:
@@ -110,12 +110,12 @@ def open_binary(path: Path) -> IO[bytes]:
         raise MtkitError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
 
 
-def file_lines(path: Path, bad_bytes: str = "error", fix: str = "", progress: bool = False) -> Iterator[tuple[int, str]]:
+def file_lines(path: Path, bad_bytes: str = "error", *, fix: str = "", progress: bool = False) -> Iterator[tuple[int, str]]:
     """(1-based line number, text) of a UTF-8 text file (.gz fine), read lazily; see `text_lines`."""
     with open_binary(path) as handle:
         raw_lines = tqdm(handle, desc=f"reading {path.name}", unit=" lines", leave=False) if progress else handle
         try:
-            yield from text_lines(raw_lines, str(path), bad_bytes, fix)
+            yield from text_lines(raw_lines, str(path), bad_bytes=bad_bytes, fix=fix)
         except (gzip.BadGzipFile, EOFError) as err:
             raise MtkitError(f"{path}: damaged gzip file ({err}); decompress it or download it again") from None
 
@@ -126,7 +126,7 @@ TEMPORARY_RANDOM = re.compile(r"[a-z0-9_]{8}")
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path | str, binary: bool = False, *, mode: int = 0o666) -> Iterator[IO]:
+def atomic_file(path: Path | str, *, binary: bool = False, mode: int = 0o666) -> Iterator[IO]:
     """The one writer of every file mtkit writes: a temporary file in `path`'s directory, flushed to
     disk (fsync), then renamed onto `path` with the mode a new file gets (`mode`, by default 0666, less the umask).
 
@@ -167,7 +167,7 @@ def leftover_temporaries(directory: Path, name: str) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path | None, discard: bool = False) -> Iterator[IO[str]]:
+def atomic_output(path: Path | None, *, discard: bool = False) -> Iterator[IO[str]]:
     """Standard output, or `atomic_file(path)` (or nowhere: `discard`, for ranks other than the first)."""
     if discard:
         with open(os.devnull, "w", encoding="utf-8") as nowhere:
@@ -211,9 +211,9 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
-def read_lines(path: Path, bad_bytes: str = "error", fix: str = "") -> list[str]:
+def read_lines(path: Path, bad_bytes: str = "error", *, fix: str = "") -> list[str]:
     """Read a UTF-8 text file (.gz fine) as one string per line."""
-    return [text for _, text in file_lines(Path(path), bad_bytes, fix)]
+    return [text for _, text in file_lines(Path(path), bad_bytes, fix=fix)]
 
 
 # The longest line `line_windows` reads (without its "\n"): a paragraph or a page fits many times over, and a line
@@ -222,7 +222,7 @@ MAX_LINE_BYTES = 16 << 20
 READ_BYTES = 1 << 16  # what one read of a pipe or terminal asks for
 
 
-def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: str = "") -> Iterator[list[str]]:
+def line_windows(path: Path | None, size: int, *, bad_bytes: str = "error", fix: str = "") -> Iterator[list[str]]:
     """Lines of `path` (standard input when None) in windows of at most `size`, read as they come.
 
     A window is also given out early when no more input is waiting (a pipe or a terminal with a
@@ -232,7 +232,7 @@ def line_windows(path: Path | None, size: int, bad_bytes: str = "error", fix: st
     """
     with _LineSource.open(path) as source:
         window: list[str] = []
-        for _, text in text_lines(source.lines(), source.name, bad_bytes, fix):
+        for _, text in text_lines(source.lines(), source.name, bad_bytes=bad_bytes, fix=fix):
             window.append(text)
             if len(window) >= size or not source.ready():
                 yield window

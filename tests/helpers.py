@@ -472,7 +472,7 @@ def serving(
     from mtkit.serving.app import create_app, model_info
 
     port = free_port()
-    web_app = create_app(translator, limits, model_info(translator, name), comet=comet)
+    web_app = create_app(translator, limits, info=model_info(translator, name), comet=comet)
     server = uvicorn.Server(uvicorn.Config(web_app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -553,7 +553,7 @@ def plain_loss(hidden, weight, bias, target, smoothing):
 
 def fused_loss(chunks: int, compute_dtype: torch.dtype | None = None):
     return lambda hidden, weight, bias, target, smoothing: output_layer_loss(
-        hidden, weight, bias, target, smoothing, compute_dtype, chunks
+        hidden, weight, bias=bias, target=target, label_smoothing=smoothing, compute_dtype=compute_dtype, chunks=chunks
     )
 
 

@@ -145,7 +145,7 @@ def reverse_export(reverse_run: Config, tmp_path_factory: pytest.TempPathFactory
     """The reverse-task Transformer exported to CTranslate2 (float32), for the export and engine tests."""
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
-    return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", None)
+    return export_ctranslate2(reverse_run.run_path, tmp_path_factory.mktemp("ct2") / "float32", quantization=None)
 
 
 @pytest.fixture(scope="module")

@@ -376,9 +376,7 @@ def load_shipped_recipe(recipe: Path, tmp_path: Path) -> Config:
     parent_run = (raw.get("train") or {}).get("init_from")
     if not parent_run:
         return load_config(recipe)
-    parents = [
-        other for other in recipe.parent.glob("*.yaml") if f"runs/{parse_yaml(other.read_text())['name']}" == parent_run
-    ]
+    parents = [other for other in recipe.parent.glob("*.yaml") if f"runs/{parse_yaml(other.read_text())['name']}" == parent_run]
     assert len(parents) == 1, f"{recipe.name}: train.init_from names no recipe of its folder"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(load_config(parents[0]))))
     return load_config(recipe, [f"train.init_from={tmp_path}"])
@@ -390,7 +388,9 @@ def test_every_shipped_recipe_loads_and_builds_its_model(recipe, tmp_path):
 
     config = load_shipped_recipe(recipe, tmp_path)
     assert config.name == f"{recipe.parent.name}_{recipe.stem}"  # the Makefile's RUN=runs/multi30k_FILE
-    model = build_model(config.model, config.tokenizer.vocab_size, config.tokenizer.vocab_size, config.tokenizer.joint)
+    model = build_model(
+        config.model, config.tokenizer.vocab_size, tgt_vocab_size=config.tokenizer.vocab_size, share_vocab=config.tokenizer.joint
+    )
     assert model.num_parameters() > 1_000_000
 
 
@@ -642,8 +642,10 @@ def test_the_recipe_names_a_corpus_by_its_split_and_its_place_in_a_list():
     from mtkit.config import recipe_key
 
     data = config_from_dict({"data": {"train": [{"tsv": "a"}, {"tsv": "b"}], "test": {"tsv": "t"}}}).data
-    assert [recipe_key(data, "train", index) for index in range(2)] == ["data.train[0]", "data.train[1]"]
-    assert recipe_key(data, "valid", 0) == "data.valid" and recipe_key(data, "test", 0) == "data.test"  # a split of one
+    assert [recipe_key(data, "train", index=index) for index in range(2)] == ["data.train[0]", "data.train[1]"]
+    assert (
+        recipe_key(data, "valid", index=0) == "data.valid" and recipe_key(data, "test", index=0) == "data.test"
+    )  # a split of one
     with pytest.raises(MtkitError, match=re.escape("but data.train.weight is 2; give either")):  # named as the rule says
         config_from_dict({"data": {"train": {"tsv": "a", "weight": 2}, "temperature": 5}})
 

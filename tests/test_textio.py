@@ -40,7 +40,7 @@ def test_a_checkpoint_an_output_a_config_and_a_report_are_0644_with_no_temporary
     run_dir = RunWriter(tmp_path / "run", overwrite=True)
     run_dir.write_config(Config(name="umask"))
     run_dir.close()
-    save_scores(tmp_path / "run", "test", score_corpus(["a b c"], [["a b c"]]))
+    save_scores(tmp_path / "run", "test", result=score_corpus(["a b c"], [["a b c"]]))
     run = tmp_path / "run"
     written = [run / "best.pt", tmp_path / "out.txt", run / "config.yaml", run / "scores.json"]
     assert {path.name: mode(path) for path in written} == {path.name: 0o644 for path in written}

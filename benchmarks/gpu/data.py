@@ -147,7 +147,7 @@ def describe(data: Path, sets: list[str]) -> dict:
         train = report.get("splits", {}).get("train", {})
         pairs = train.get("pairs", 0)
         described[name] = {
-            "vocab_size": load_tokenizers(data / name, True).src.vocab_size,
+            "vocab_size": load_tokenizers(data / name, joint=True).src.vocab_size,
             "train_pairs": pairs,
             "mean_src_pieces": round(train.get("src_tokens", 0) / max(pairs, 1), 1),
             "mean_tgt_pieces": round(train.get("tgt_tokens", 0) / max(pairs, 1), 1),

@@ -34,6 +34,7 @@ _LINE_BREAKS = str.maketrans(dict.fromkeys("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u20
 def iter_split(
     split: SplitConfig,
     src_lang: str,
+    *,
     tgt_lang: str,
     normalize: str = "NFC",
     recipe_key: str = "data.<split>",
@@ -79,7 +80,7 @@ def _model_pair(pair: Pair, normalize: str, max_chars: int | None) -> Pair:
     return model_text(src, normalize), model_text(tgt, normalize)
 
 
-def iter_side(path: Path, normalize: str, limit: int | None, recipe_key: str, bad_bytes: str = "error") -> Iterator[str]:
+def iter_side(path: Path, normalize: str, *, limit: int | None, recipe_key: str, bad_bytes: str = "error") -> Iterator[str]:
     """The normalized lines of one side's text file (a synthetic corpus's given side), at most `limit` of them."""
     lines = (model_text(text, normalize) for _, text in _read_lines(path, recipe_key, bad_bytes))
     return itertools.islice(lines, limit)
@@ -115,7 +116,7 @@ def _read_lines(path: Path, recipe_key: str, bad_bytes: str = "error") -> Iterat
     if not path.is_file():
         raise MtkitError(f"{path}: file not found; check {recipe_key} in the recipe")
     progress = sys.stderr.isatty() and path.stat().st_size >= PROGRESS_MIN_BYTES
-    return file_lines(path, bad_bytes, " or set data.bad_bytes=replace", progress)
+    return file_lines(path, bad_bytes, fix=" or set data.bad_bytes=replace", progress=progress)
 
 
 def _read_parallel_files(src_path: Path, tgt_path: Path, recipe_key: str, bad_bytes: str) -> Iterator[Pair]:
@@ -227,7 +228,7 @@ def _load_hub(split: SplitConfig, recipe_key: str) -> Any:
         ) from None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CleanReport:
     """How many training pairs each cleaning rule removed (each pair counted under the first rule); `filters` counts
     the recipe's filter rules (`PairFilter`: langid, dual_xent, qe), only those it sets, so a report without them
@@ -286,7 +287,7 @@ class PairFilter(Protocol):
         """Per pair: None to keep it, else why it goes (a score, the language found), written beside the report."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DroppedPair:
     """A pair a filter rule removed, as `mtkit prepare` lists it in dropped.tsv."""
 
@@ -331,7 +332,11 @@ class Cleaner:
             candidates = list(itertools.compress(candidates, new))
         for rule in self.filters:
             verdicts = rule.drops(candidates, languages) if candidates else []
-            gone = [DroppedPair(corpus, rule.name, why, pair) for pair, why in zip(candidates, verdicts, strict=True) if why]
+            gone = [
+                DroppedPair(corpus=corpus, rule=rule.name, why=why, pair=pair)
+                for pair, why in zip(candidates, verdicts, strict=True)
+                if why
+            ]
             report.filters[rule.name] = report.filters.get(rule.name, 0) + len(gone)
             if dropped is not None:
                 dropped += gone

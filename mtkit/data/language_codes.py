@@ -31,7 +31,7 @@ ISO_639_3 = dict(
 )
 
 
-def code_id(codes: Mapping[str, int], name: str, option: str) -> int:
+def code_id(codes: Mapping[str, int], name: str, *, option: str) -> int:
     """The id of the code `name` gives (`option`: the flag, for the error): the code itself, or the one code of
     that ISO 639-1 or 639-3 language; none, or several, is one line naming the closest codes."""
     if name in codes:
@@ -51,10 +51,10 @@ def code_id(codes: Mapping[str, int], name: str, option: str) -> int:
     )
 
 
-def recipe_code_id(codes: Mapping[str, int], name: str, key: str) -> int:
+def recipe_code_id(codes: Mapping[str, int], name: str, *, key: str) -> int:
     """`code_id` for a name the recipe gives at `key` (data.train.tgt_lang): its error names the key, not a flag."""
     try:
-        return code_id(codes, name, "lang")
+        return code_id(codes, name, option="lang")
     except OptionError as err:
         raise MtkitError(err.worded(lambda _: key)) from None
 
@@ -66,18 +66,18 @@ def new_languages(text: str) -> dict[str, str]:
     return {new: source for new, source in pairs}
 
 
-def code_piece(name: str, codes: Mapping[str, int], pieces: list[str]) -> str:
+def code_piece(name: str, codes: Mapping[str, int], *, pieces: list[str]) -> str:
     """The table piece of a new code `name` in the form of the model's codes: __xx__ for M2M-100's, else the name."""
     return f"__{name}__" if any(pieces[index].startswith("__") for index in codes.values()) else name
 
 
-def added_code_pieces(new: Mapping[str, str], codes: Mapping[str, int], pieces: list[str]) -> list[str]:
+def added_code_pieces(new: Mapping[str, str], codes: Mapping[str, int], *, pieces: list[str]) -> list[str]:
     """The table pieces of the new codes `new` (`new_languages`), checked against the model's `codes` and table
     `pieces`: a code it has, a name not of its codes' form, or a code to start from that it lacks is one line."""
     example = next(iter(codes), "deu_Latn")
     added = []
     for name, source in new.items():
-        piece = code_piece(name, codes, pieces)
+        piece = code_piece(name, codes, pieces=pieces)
         if name in codes or piece in pieces:
             raise MtkitError(
                 f"data.new_languages {name}: the model has this language code already; remove it from "
@@ -89,15 +89,17 @@ def added_code_pieces(new: Mapping[str, str], codes: Mapping[str, int], pieces: 
                 f"codes, such as {example}"
             )
         if source != MEAN:
-            recipe_code_id(codes, source, "data.new_languages")
+            recipe_code_id(codes, source, key="data.new_languages")
         added.append(piece)
     return added
 
 
-def start_rows(new: Mapping[str, str], codes: Mapping[str, int], pieces: list[str]) -> dict[str, list[int]]:
+def start_rows(new: Mapping[str, str], codes: Mapping[str, int], *, pieces: list[str]) -> dict[str, list[int]]:
     """Each new code's piece -> the parent's ids whose rows' mean its rows start from: its named code's, or with
     `MEAN` every code's."""
     return {
-        code_piece(name, codes, pieces): list(codes.values()) if source == MEAN else [code_id(codes, source, "lang")]
+        code_piece(name, codes, pieces=pieces): list(codes.values())
+        if source == MEAN
+        else [code_id(codes, source, option="lang")]
         for name, source in new.items()
     }

@@ -54,12 +54,12 @@ def train_tokenizers(config: Config) -> TokenizerPair:
     The corpus is streamed: only a uniform sample of `tokenizer.max_sentences` sentences (per model)
     is held in memory, so a corpus of any size can be read.
     """
-    tokenizers = learn_tokenizers(config, config.tokenizer.vocab_size, config.tokenizer.joint)
+    tokenizers = learn_tokenizers(config, config.tokenizer.vocab_size, joint=config.tokenizer.joint)
     save_tokenizers(tokenizers, config)
     return tokenizers
 
 
-def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerPair:
+def learn_tokenizers(config: Config, vocab_size: int, *, joint: bool) -> TokenizerPair:
     """SentencePiece model(s) of `vocab_size` pieces learnt from the training split, with the recipe's settings."""
     settings = config.tokenizer
     tags = tag_languages(config) if config.data.lang_tag == "target" else []
@@ -79,12 +79,18 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
     def sentences(sides: tuple[int, ...]) -> Iterator[str]:
         """The training text of `sides` (0: source, 1: target), pair by pair; a synthetic corpus gives its real side."""
         for index, source in enumerate(config.data.train):
-            key = recipe_key(config.data, "train", index)
+            key = recipe_key(config.data, "train", index=index)
             if source.generated_side is None:
                 yield from (pair[side] for pair in _pairs(config, key, source) for side in sides)
             elif (given := 1 if source.generated_side == "src" else 0) in sides:
                 path, data = source.tgt if given else source.src, config.data
-                yield from iter_side(Path(path), data.normalize, source.limit, f"{key}.{('src', 'tgt')[given]}", data.bad_bytes)
+                yield from iter_side(
+                    Path(path),
+                    data.normalize,
+                    limit=source.limit,
+                    recipe_key=f"{key}.{('src', 'tgt')[given]}",
+                    bad_bytes=data.bad_bytes,
+                )
 
     if joint:
         shared = train(sentences((0, 1)))
@@ -95,7 +101,7 @@ def learn_tokenizers(config: Config, vocab_size: int, joint: bool) -> TokenizerP
 def save_tokenizers(tokenizers: TokenizerPair, config: Config) -> None:
     """Write the tokenizers where `mtkit prepare` and training read them."""
     config.data_path.mkdir(parents=True, exist_ok=True)
-    src_path, tgt_path = tokenizer_files(config.data_path, config.tokenizer.joint)
+    src_path, tgt_path = tokenizer_files(config.data_path, joint=config.tokenizer.joint)
     tokenizers.src.save(src_path)
     if not config.tokenizer.joint:
         tokenizers.tgt.save(tgt_path)
@@ -109,7 +115,7 @@ def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
     replacing the old ones only when every split is written; returns the report: {"clean": CleanReport.to_dict() of
     all corpora, "corpora": [{"name", "weight", "clean"}], "splits": {name: {"pairs", "src_tokens", "tgt_tokens"}}}.
     """
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     with PreparedWrite(config.data_path) as output, ThreadPoolExecutor(max_workers=1) as encoder:
         pipeline = _Pipeline(tokenizers, encoder)
         report = {"splits": {"train": _prepare_train(config, output, pipeline, Cleaner(config.data, filters))}}
@@ -118,8 +124,11 @@ def prepare_corpus(config: Config, filters: Sequence[PairFilter] = ()) -> dict:
         for name, splits in tests.items():
             writer = output.split(name, TRAIN_SCHEMA if len(splits) > 1 else SCHEMA)
             for index, split in enumerate(splits):
-                key = recipe_key(config.data, name, index)
-                tag, lead = corpus_tag(config, tokenizers, split, key), corpus_lead(config, tokenizers, split, key)
+                key = recipe_key(config.data, name, index=index)
+                tag, lead = (
+                    corpus_tag(config, tokenizers, split=split, key=key),
+                    corpus_lead(config, tokenizers, split=split, key=key),
+                )
                 for chunk in _chunks(_pairs(config, key, split), name):
                     pipeline.put(writer, chunk, corpus=index, tag=tag, lead=lead)
             report["splits"][name] = pipeline.finish(writer)
@@ -139,7 +148,7 @@ class _Pipeline:
 
     def put(self, writer: SplitWriter, pairs: list[Pair], corpus: int, tag: Tag = None, lead: Tag = None) -> None:
         self.wait()
-        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus, tag, lead)
+        self.pending = self.encoder.submit(writer.write, pairs, self.tokenizers, corpus=corpus, tag=tag, lead=lead)
 
     def wait(self) -> None:
         if self.pending is not None:
@@ -160,9 +169,9 @@ def _prepare_train(config: Config, output: PreparedWrite, pipeline: _Pipeline, c
     if cleaner.filters:
         output.start_dropped()
     for index, source in enumerate(config.data.train):
-        key = recipe_key(config.data, "train", index)
-        tag, languages = corpus_tag(config, pipeline.tokenizers, source, key), split_languages(config, source)
-        lead = corpus_lead(config, pipeline.tokenizers, source, key)
+        key = recipe_key(config.data, "train", index=index)
+        tag, languages = corpus_tag(config, pipeline.tokenizers, split=source, key=key), split_languages(config, source)
+        lead = corpus_lead(config, pipeline.tokenizers, split=source, key=key)
         pairs = _pairs(config, key, source, max_chars=character_cap(config.data))  # cut while read: see iter_split
         for chunk in _chunks(pairs, f"train {names[index]}"):
             dropped: list[DroppedPair] = []
@@ -205,7 +214,7 @@ def _chunks(pairs: Iterable[Pair], description: str) -> Iterator[list[Pair]]:
             yield chunk
 
 
-def corpus_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
+def corpus_tag(config: Config, tokenizers: TokenizerPair, *, split: SplitConfig, key: str) -> Tag:
     """The tag a corpus's sources start with: its target-language tag (a tagged recipe) or its source-language
     code (a model with codes), then the corpus's own tag (`split.tag`); None when none."""
     language = _language_tag(config, tokenizers, split, key)
@@ -226,12 +235,12 @@ def check_language_codes(config: Config, tokenizers: TokenizerPair) -> None:
     one line before the tokenizers are written."""
     for name in ("train", "valid", "test"):
         for index, split in enumerate(getattr(config.data, name) or []):
-            key = recipe_key(config.data, name, index)
-            corpus_tag(config, tokenizers, split, key)
-            corpus_lead(config, tokenizers, split, key)
+            key = recipe_key(config.data, name, index=index)
+            corpus_tag(config, tokenizers, split=split, key=key)
+            corpus_lead(config, tokenizers, split=split, key=key)
 
 
-def corpus_lead(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> Tag:
+def corpus_lead(config: Config, tokenizers: TokenizerPair, *, split: SplitConfig, key: str) -> Tag:
     """What a corpus's targets start with: its target-language code for a model with codes (`data.lang_tag: code`,
     written as the family writes it: the decoder starts from </s>, then the code), else nothing (None)."""
     return _language_code(config, tokenizers, split, key, 1)
@@ -244,7 +253,7 @@ def _language_code(config: Config, tokenizers: TokenizerPair, split: SplitConfig
         return None
     field = ("src_lang", "tgt_lang")[side]
     named = f"{key}.{field}" if getattr(split, field) else field
-    return recipe_code_id(tokenizers.src.codes, split_languages(config, split)[side], named)
+    return recipe_code_id(tokenizers.src.codes, split_languages(config, split)[side], key=named)
 
 
 def _language_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig, key: str) -> int | None:
@@ -266,4 +275,6 @@ def _language_tag(config: Config, tokenizers: TokenizerPair, split: SplitConfig,
 def _pairs(config: Config, key: str, split: SplitConfig, *, max_chars: int | None = None) -> Iterator[Pair]:
     normalize, bad_bytes = config.data.normalize, config.data.bad_bytes
     src_lang, tgt_lang = split_languages(config, split)
-    return iter_split(split, src_lang, tgt_lang, normalize, recipe_key=key, bad_bytes=bad_bytes, max_chars=max_chars)
+    return iter_split(
+        split, src_lang, tgt_lang=tgt_lang, normalize=normalize, recipe_key=key, bad_bytes=bad_bytes, max_chars=max_chars
+    )

@@ -83,7 +83,7 @@ class SplitWriter:
         self.counts = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
 
     def write(
-        self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, corpus: int, tag: Tag = None, lead: Tag = None
+        self, pairs: list[tuple[str, str]], tokenizers: TokenizerPair, *, corpus: int, tag: Tag = None, lead: Tag = None
     ) -> None:
         """Encode `pairs` (ids without BOS/EOS; sources after `tag`, targets after `lead`, if any) and append them as
         one record batch; `corpus` goes in a split of several corpora."""
@@ -172,7 +172,7 @@ def load_prepared(data_dir: Path, split: str) -> PreparedSplit:
     return PreparedSplit(pa.ipc.open_stream(pa.memory_map(str(path / DATA_FILE))).read_all())
 
 
-def corpus_column(data_dir: Path, dataset: PreparedSplit, names: list[str]) -> np.ndarray:
+def corpus_column(data_dir: Path, dataset: PreparedSplit, *, names: list[str]) -> np.ndarray:
     """Each training pair's corpus index, checked against the recipe's corpora (`names`, in order).
 
     A split prepared before several corpora existed is one corpus.

@@ -254,7 +254,7 @@ def seed_sampling(seed: int) -> None:
     spm.set_random_generator_seed(seed % 2**32)
 
 
-def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
+def reservoir_sample(items: Iterable[str], size: int, *, seed: int) -> list[str]:
     """A uniform random sample of `size` non-blank items (all of them if fewer) in one pass.
 
     Memory holds the sample only, whatever the stream's length (Vitter's algorithm R, seeded).
@@ -278,6 +278,7 @@ def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
 def train_sentencepiece(
     sentences: Iterable[str],
     vocab_size: int,
+    *,
     model_type: str = "bpe",
     character_coverage: float = 1.0,
     max_sentences: int = 2_000_000,
@@ -291,7 +292,7 @@ def train_sentencepiece(
     `tag_langs`: languages whose tags (`tag_piece`) are reserved as control pieces, with ids 4, 5, ...
     in the order given; `corpus_tags`: the corpus tags' pieces (`corpus_tag_piece`), reserved after them.
     """
-    sample = reservoir_sample(sentences, max_sentences, seed)
+    sample = reservoir_sample(sentences, max_sentences, seed=seed)
     if not sample:
         raise MtkitError("tokenizer: the training text is empty; check data.train in the recipe")
     model = io.BytesIO()
@@ -324,14 +325,14 @@ def train_sentencepiece(
     return Tokenizer(model.getvalue())
 
 
-def tokenizer_files(data_dir: Path, joint: bool) -> tuple[Path, Path]:
+def tokenizer_files(data_dir: Path, *, joint: bool) -> tuple[Path, Path]:
     """Where the source and target models live in a data directory."""
     if joint:
         return data_dir / "spm.model", data_dir / "spm.model"
     return data_dir / "spm.src.model", data_dir / "spm.tgt.model"
 
 
-def load_tokenizers(data_dir: Path, joint: bool) -> TokenizerPair:
-    src_path, tgt_path = tokenizer_files(data_dir, joint)
+def load_tokenizers(data_dir: Path, *, joint: bool) -> TokenizerPair:
+    src_path, tgt_path = tokenizer_files(data_dir, joint=joint)
     src = Tokenizer.load(src_path)
     return TokenizerPair(src, src if joint else Tokenizer.load(tgt_path))

@@ -22,7 +22,7 @@ WORD_START = "\u2581"
 
 
 @torch.inference_mode()
-def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found: list[list[Hypothesis]], layer: int) -> None:
+def link_hypotheses(model: EncoderDecoder, src: Tensor, *, src_mask: Tensor, found: list[list[Hypothesis]], layer: int) -> None:
     """Set `links` of every hypothesis, from `layer`'s teacher-forced cross-attention.
 
     src (B, S) ids with EOS and src_mask (B, S) of the searched batch; found[b] the hypotheses of source b.
@@ -36,7 +36,9 @@ def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found:
     for row, hypothesis in enumerate(flat):
         tgt[row, : len(hypothesis.tokens) + 1] = torch.tensor([BOS_ID, *hypothesis.tokens])
     memory = model.encode(src, src_mask).index_select(0, index)  # (N, S, D)
-    weights = model.cross_attention(tgt.to(src.device), memory, src_mask.index_select(0, index), layer)  # (N, H, T, S)
+    weights = model.cross_attention(
+        tgt.to(src.device), memory, src_mask=src_mask.index_select(0, index), layer=layer
+    )  # (N, H, T, S)
     source_lengths = src_mask.index_select(0, index).sum(dim=1) - 1  # (N,) without EOS
     # Row t of the weights is the step that predicts token t (its input is token t - 1, or BOS).
     weights = weights.float().mean(dim=1)  # (N, T, S)
@@ -45,7 +47,7 @@ def link_hypotheses(model: EncoderDecoder, src: Tensor, src_mask: Tensor, found:
         hypothesis.links = weights[row, : len(hypothesis.tokens), : max(length, 1)].argmax(dim=1).tolist()
 
 
-def word_alignment(source_pieces: Sequence[str], target_pieces: Sequence[str], links: Sequence[int]) -> list[tuple[int, int]]:
+def word_alignment(source_pieces: Sequence[str], target_pieces: Sequence[str], *, links: Sequence[int]) -> list[tuple[int, int]]:
     """(source word, target word) pairs, 0-based and sorted, of target pieces linked to source pieces."""
     source_words, target_words = word_indices(source_pieces), word_indices(target_pieces)
     pairs = {(source_words[link], target_words[t]) for t, link in enumerate(links) if link < len(source_words)}

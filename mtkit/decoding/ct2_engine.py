@@ -93,6 +93,7 @@ class CT2Engine(Engine):
         self,
         model: Any,
         tokenizers: TokenizerPair,
+        *,
         max_positions: int,
         batch_tokens: int,
         load: Callable[[], Any],
@@ -306,7 +307,12 @@ class CT2Engine(Engine):
         assert candidate.log_prob is not None
         tokens = [self._target_ids[piece] for piece in candidate.pieces]
         links = None if candidate.links is None else list(candidate.links)
-        return Hypothesis(tokens, candidate.log_prob / length_penalty(len(tokens) + 1, alpha), candidate.log_prob, links)
+        return Hypothesis(
+            tokens=tokens,
+            score=candidate.log_prob / length_penalty(len(tokens) + 1, alpha),
+            log_prob=candidate.log_prob,
+            links=links,
+        )
 
 
 def _draws(options: SearchOptions) -> int:
@@ -347,7 +353,7 @@ def _distinct(candidates: list[_Candidate]) -> list[_Candidate]:
     return list(kept.values())
 
 
-def load_export(directory: Path | str, device: str = "cpu", compute_type: str = "default", threads: int = 0) -> LoadedModel:
+def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str = "default", threads: int = 0) -> LoadedModel:
     """The CTranslate2 engine over an export directory, for `Translator.over`.
 
     device: auto, cpu, cuda or cuda:N; threads 0 = one per core.
@@ -384,9 +390,14 @@ def load_export(directory: Path | str, device: str = "cpu", compute_type: str = 
         raise MtkitError(f"{directory}: CTranslate2 cannot load it ({one_line(err)})") from None
     decode = given.decode
     engine = CT2Engine(
-        model, tokenizers, manifest["max_positions"], decode.batch_beam_tokens, load, manifest.get("alignment_layer")
+        model,
+        tokenizers,
+        max_positions=manifest["max_positions"],
+        batch_tokens=decode.batch_beam_tokens,
+        load=load,
+        alignment_layer=manifest.get("alignment_layer"),
     )
-    return LoadedModel(engine, tokenizers, decode, given.data.normalize, recipe)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=given.data.normalize, config=recipe)
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class Capability(str, Enum):
     CONSTRAINTS = "lexical constraints"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SourceBatch:
     """Segments searched together: their places in `Plan.sources`, their ids, caps and prefixes."""
 
@@ -56,7 +56,7 @@ class SourceBatch:
     terms: TermRequest | None = None  # lexical constraints each output must contain
 
 
-def require(engine: Engine, capability: Capability, option: str) -> None:
+def require(engine: Engine, capability: Capability, *, option: str) -> None:
     """One clear error when `option` (an option's Python name, such as "no_repeat_ngram", or a command
     such as "mtkit score") needs a capability `engine` lacks."""
     if capability in engine.capabilities:
@@ -114,18 +114,29 @@ class PyTorchEngine(Engine):
         if options.sampling is not None:
             found = self._sample(src, src_mask, caps, batch.prefixes, options)
         else:
-            step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, self.device, options.forced_lead)
+            step_rules = StepRules.build(
+                batch.prefixes, options.no_repeat_ngram, device=self.device, forced_lead=options.forced_lead
+            )
             if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
                 summed = replace(options, length_penalty=0.0)
-                greedy = greedy_search(self.model, src, src_mask, caps, summed, step_rules=step_rules, src_padded=padded)
+                greedy = greedy_search(
+                    self.model, src, src_mask=src_mask, max_len=caps, options=summed, step_rules=step_rules, src_padded=padded
+                )
                 found = [[h] for h in greedy]
             else:
                 terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
                 found = beam_search(
-                    self.model, src, src_mask, caps, options, step_rules=step_rules, terms=terms, src_padded=padded
+                    self.model,
+                    src,
+                    src_mask=src_mask,
+                    max_len=caps,
+                    options=options,
+                    step_rules=step_rules,
+                    terms=terms,
+                    src_padded=padded,
                 )
         if options.alignment_layer is not None:
-            link_hypotheses(self.model, src, src_mask, found, options.alignment_layer)
+            link_hypotheses(self.model, src, src_mask=src_mask, found=found, layer=options.alignment_layer)
         return found
 
     @torch.inference_mode()
@@ -170,14 +181,16 @@ class PyTorchEngine(Engine):
         count = options.nbest
         rows = torch.arange(src.size(0), device=self.device).repeat_interleave(count)  # (B*N,)
         repeated = [prefix for prefix in prefixes for _ in range(count)] if prefixes else None
-        step_rules = StepRules.build(repeated, options.no_repeat_ngram, self.device, options.forced_lead)
+        step_rules = StepRules.build(repeated, options.no_repeat_ngram, device=self.device, forced_lead=options.forced_lead)
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
-        drawn = greedy_search(self.model, src[rows], src_mask[rows], caps[rows], options, step_rules=step_rules, pick=pick)
+        drawn = greedy_search(
+            self.model, src[rows], src_mask=src_mask[rows], max_len=caps[rows], options=options, step_rules=step_rules, pick=pick
+        )
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     """An engine and what a `Translator` needs around it: tokenizers, decoding defaults, text normalisation, recipe."""
 
@@ -188,7 +201,7 @@ class LoadedModel:
     config: Config | None = None  # the training recipe, when loaded from a run or an export
 
 
-def output_cap(source_length: int, decode: DecodeConfig, max_positions: int) -> int:
+def output_cap(source_length: int, decode: DecodeConfig, *, max_positions: int) -> int:
     """The one output-length rule: at most `max_len_a * |src| + max_len_b` tokens (EOS excluded).
 
     |src| counts the source's EOS; the product is taken in float32, at least 1, and the output
@@ -198,7 +211,7 @@ def output_cap(source_length: int, decode: DecodeConfig, max_positions: int) -> 
     return min(max(length, 1), max_positions - 1)
 
 
-def length_batches(lengths: Sequence[int], beam: int, batch_tokens: int) -> Iterator[list[int]]:
+def length_batches(lengths: Sequence[int], beam: int, *, batch_tokens: int) -> Iterator[list[int]]:
     """Indices sorted by length (longest first) in batches of at most `batch_tokens` source tokens x beam."""
     batch: list[int] = []
     for index in sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True):

@@ -47,7 +47,7 @@ class Chooser(Protocol):
 
 
 def translate_file(
-    translator: Translator, options: FileOptions, distributed: Distributed | None = None, *, chooser: Chooser | None = None
+    translator: Translator, options: FileOptions, *, distributed: Distributed | None = None, chooser: Chooser | None = None
 ) -> int:
     """Translate `options.input` into `options.output`, one output line per input line, in order (with `chooser`: the one
     it picks among each line's `options.decoding.nbest` candidates); returns the number of lines translated. Under torchrun
@@ -56,7 +56,9 @@ def translate_file(
     distributed = distributed or Distributed()
     _check(translator, options, distributed, chooser)
     glossary = _checked_terms(translator, options)
-    windows = line_windows(options.input, options.buffer_lines, BadBytes(options.bad_bytes).value, " or pass --bad-bytes replace")
+    windows = line_windows(
+        options.input, options.buffer_lines, bad_bytes=BadBytes(options.bad_bytes).value, fix=" or pass --bad-bytes replace"
+    )
     prefixes = _side_lines(options.prefix, "--prefix", options.input, "target prefix")
     constraint_lines = _side_lines(options.constraints, "--constraints", options.input, "list of constraints")
     done = plotted = split_lines = lacking = 0
@@ -70,11 +72,11 @@ def translate_file(
             given = _take(constraint_lines, len(window), options.constraints, "--constraints")
             terms = _window_terms(window, given, options.constraints, glossary, translator.normalize)
             terms_share = terms[mine] if terms is not None else None
-            plan = translator.plan(window[mine], options.decoding, shares, terms_share)
+            plan = translator.plan(window[mine], options.decoding, prefixes=shares, constraints=terms_share)
             results = gather_in_order(_chosen(translator.search(plan), window[mine], chooser), distributed)
             split_lines += plan.split_lines
             lacking += sum(bool(best[0].unmet) for best in results if best)
-            out.write("".join(render(best, shown, options.decoding.alignments) + "\n" for best in results))
+            out.write("".join(render(best, shown, alignments=options.decoding.alignments) + "\n" for best in results))
             out.flush()
             if options.plot_attention is not None and plotted < options.plot_count:
                 plotted += _plot(translator, window, results, done, options.plot_count - plotted, options)
@@ -84,9 +86,14 @@ def translate_file(
     for lines, path in ((prefixes, options.prefix), (constraint_lines, options.constraints)):
         if lines is not None and next(lines, None) is not None:
             raise MtkitError(f"{path} has more lines than the input ({done}); give one line per input line")
-    split_lines = sum(gather_in_order([split_lines], distributed))
     if options.plot_attention is not None:
         say(f"mtkit: wrote {plotted} attention heatmaps to {options.plot_attention}")
+    _say_warnings(lacking=lacking, split_lines=sum(gather_in_order([split_lines], distributed)))
+    return done
+
+
+def _say_warnings(*, lacking: int, split_lines: int) -> None:
+    """Warn of translations that lack a constraint and of input lines translated in segments, if any."""
     if lacking:
         say(
             f"mtkit: warning: {lacking} translations lack a constraint: the output cap (decode.max_len_a, max_len_b) "
@@ -94,10 +101,9 @@ def translate_file(
         )
     if split_lines:
         say(f"mtkit: warning: {split_lines} input lines were longer than decode.max_input_tokens and were translated in segments")
-    return done
 
 
-def render(translations: list[Translation], nbest: int, alignments: bool = False) -> str:
+def render(translations: list[Translation], nbest: int, *, alignments: bool = False) -> str:
     """One output line: the best translation, or with nbest > 1 each translation and its score,
     tab-separated; with `alignments`, each translation is followed by a tab and its Pharaoh pairs."""
     fields = []
@@ -160,12 +166,18 @@ def _take(lines: Iterator[tuple[int, str]] | None, count: int, path: Path | None
 def _checked_terms(translator: Translator, options: FileOptions) -> Glossary | None:
     """The glossary, and every term of --constraints and --glossary checked against the model, before any work."""
     glossary = Glossary.load(options.glossary, translator.normalize) if options.glossary is not None else None
-    terms = [Term(targets, source, where) for source, targets, where in glossary.entries] if glossary else []
+    terms = (
+        [Term(alternatives=targets, source=source, where=where) for source, targets, where in glossary.entries]
+        if glossary
+        else []
+    )
     if options.constraints is not None and options.constraints.is_file():
         for number, text in file_lines(options.constraints):
             terms += parse_constraints(text, f"{options.constraints}:{number}")
     if terms or options.constraints is not None:
-        translator.line_terms([""], [terms], translator.search_options(options.decoding))  # beam search, an engine that can
+        translator.line_terms(
+            [""], [terms], options=translator.search_options(options.decoding)
+        )  # beam search, an engine that can
     for term in terms:
         translator.encoded_term(term)
     return glossary
@@ -202,6 +214,7 @@ def _plot(
 def score_files(
     translator: Translator,
     src: Path,
+    *,
     tgt: Path,
     output: Path | None,
     as_json: bool = False,
@@ -226,7 +239,9 @@ def score_files(
     bar = tqdm(total=counts[0], unit=" pairs", disable=None if output is not None else True, file=sys.stderr)
     with atomic_output(output) as out:
         while window := list(islice(pairs, WINDOW_PAIRS)):
-            scores = translator.score([s for (_, s), _ in window], [t for _, (_, t) in window], tgt_lang, src_lang)
+            scores = translator.score(
+                [s for (_, s), _ in window], [t for _, (_, t) in window], tgt_lang=tgt_lang, src_lang=src_lang
+            )
             out.write("".join((score.json() if as_json else score.line()) + "\n" for score in scores))
             truncated += [number for ((number, _), _), score in zip(window, scores, strict=True) if score.truncated]
             bar.update(len(window))

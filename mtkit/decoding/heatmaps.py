@@ -23,7 +23,7 @@ from mtkit.errors import OptionError
 from mtkit.textio import atomic_file
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AttentionMap:
     """weights (H, T, S): target piece t's attention over source piece s, per head."""
 
@@ -33,7 +33,7 @@ class AttentionMap:
 
 
 @torch.inference_mode()
-def attention_map(translator: Translator, line: str, target: list[int], tgt_lang: str | None = None) -> AttentionMap:
+def attention_map(translator: Translator, line: str, *, target: list[int], tgt_lang: str | None = None) -> AttentionMap:
     """Cross-attention of the model decoding `target` (ids, no BOS/EOS) for the source `line`.
 
     Rows are the target pieces and a final </s>; columns the source pieces and </s>. A line
@@ -45,11 +45,11 @@ def attention_map(translator: Translator, line: str, target: list[int], tgt_lang
     src = torch.tensor([source], device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
     tgt = torch.tensor([[BOS_ID, *target]], device=device)
-    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask)[0].float().cpu()  # (H, T, S)
+    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask=src_mask)[0].float().cpu()  # (H, T, S)
     return AttentionMap(
-        weights,
-        translator.tokenizers.src.id_to_piece(source[:-1]) + ["</s>"],
-        translator.tokenizers.tgt.id_to_piece(target) + ["</s>"],
+        weights=weights,
+        source_pieces=translator.tokenizers.src.id_to_piece(source[:-1]) + ["</s>"],
+        target_pieces=translator.tokenizers.tgt.id_to_piece(target) + ["</s>"],
     )
 
 
@@ -81,7 +81,7 @@ def plot_attention(
         if not line.strip():
             continue
         title = f"{model_label(translator.config.model if translator.config else None)}, line {number}"
-        figure = _figure(plt, attention_map(translator, line, translation.tokens, tgt_lang), per_head, title)
+        figure = _figure(plt, attention_map(translator, line, target=translation.tokens, tgt_lang=tgt_lang), per_head, title)
         path = directory / f"attention_{number:04d}.png"
         with atomic_file(path, binary=True) as file:
             figure.savefig(file, format="png", dpi=100, bbox_inches="tight")

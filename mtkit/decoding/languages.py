@@ -49,8 +49,8 @@ class Languages:
                 count=len(codes),
                 example=example,
             )
-        source = code_id(codes, src_lang or self.config.src_lang, "src_lang")
-        return source, [code_id(codes, tgt_lang or self.config.tgt_lang, "tgt_lang")]
+        source = code_id(codes, src_lang or self.config.src_lang, option="src_lang")
+        return source, [code_id(codes, tgt_lang or self.config.tgt_lang, option="tgt_lang")]
 
     def _check_uncoded_source(self, src_lang: str | None) -> None:
         """A source language named to a model without language codes: nothing tells the model which it reads, so

@@ -26,7 +26,7 @@ class Sampling:
     seed: int = SAMPLING_SEED
 
     @classmethod
-    def parse(cls, text: str, temperature: float = SAMPLING_TEMPERATURE, seed: int = SAMPLING_SEED) -> Sampling:
+    def parse(cls, text: str, temperature: float = SAMPLING_TEMPERATURE, *, seed: int = SAMPLING_SEED) -> Sampling:
         """`topk:K`, `topp:P` or `full` (the option `--sampling`), checked."""
         kind, _, value = text.partition(":")
         if not TEMPERATURE.admits(temperature):

@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError
 from mtkit.textio import model_text
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PairScore:
     """A pair's total log-probability (natural log, EOS included) and its number of target tokens."""
 
@@ -53,7 +53,7 @@ def score_pairs(
     """The score of each (source, target) pair, in input order (`Translator.score` with its engine and settings);
     each source after `tag` (a tagged model's target-language tag, or a source-language code), if any, and each
     target after `target_lead` (a target-language code, scored as part of the target)."""
-    require(engine, Capability.SCORE, "mtkit score")
+    require(engine, Capability.SCORE, option="mtkit score")
     if len(sources) != len(targets):
         raise MtkitError(f"{len(sources)} sources but {len(targets)} targets: give one target per source")
     limit = engine.max_positions - 1  # room for EOS (source) or BOS (target)
@@ -63,8 +63,8 @@ def score_pairs(
     source_ids, target_ids = [s[:limit] for s in source_ids], [t[:limit] for t in target_ids]
     scores: list[PairScore | None] = [None] * len(sources)
     lengths = [max(len(s), len(t)) for s, t in zip(source_ids, target_ids, strict=True)]
-    for batch in length_batches(lengths, 1, batch_tokens):
+    for batch in length_batches(lengths, 1, batch_tokens=batch_tokens):
         found = engine.score([source_ids[i] for i in batch], [target_ids[i] for i in batch])
         for index, log_probs in zip(batch, found, strict=True):
-            scores[index] = PairScore(sum(log_probs), len(log_probs), truncated[index])
+            scores[index] = PairScore(log_prob=sum(log_probs), tokens=len(log_probs), truncated=truncated[index])
     return [score for score in scores if score is not None]

@@ -14,7 +14,7 @@ from torch import Tensor
 from mtkit.decoding.options import Sampling
 
 
-def draw(log_probs: Tensor, sampling: Sampling, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:
+def draw(log_probs: Tensor, sampling: Sampling, *, generator: torch.Generator, never: Sequence[int] = ()) -> Tensor:
     """One token per row of log_probs (R, V), drawn as `sampling` says, never one of `never`; (R,) ids.
 
     `never` holds tokens no output contains (padding, BOS), which a high temperature would draw.

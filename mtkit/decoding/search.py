@@ -71,7 +71,7 @@ class SearchStopped(Exception):
     """The search's `stop` said True between two steps; nothing was found."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Hypothesis:
     """One finished translation."""
 
@@ -111,10 +111,10 @@ def _best_candidates(candidates: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 def greedy_search(
     model: EncoderDecoder,
     src: Tensor,
+    *,
     src_mask: Tensor,
     max_len: Tensor,
     options: SearchOptions = GREEDY,
-    *,
     step_rules: StepRules | None = None,
     pick: Callable[[Tensor], Tensor] | None = None,
     bos_id: int = BOS_ID,
@@ -132,7 +132,7 @@ def greedy_search(
     alpha, stop, constraints = options.length_penalty, options.stop, step_rules
     batch_size = src.size(0)
     banned = torch.tensor(list(options.never), device=src.device)
-    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded=src_padded))  # (B, S, D)
     sentence = torch.arange(batch_size, device=src.device)  # (A,) input index of each active sentence
     tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=src.device)  # (A, 1 + step)
     log_prob = torch.zeros(batch_size, device=src.device)  # (A,)
@@ -143,7 +143,7 @@ def greedy_search(
         _check(stop)
         log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state, banned, src_padded)  # (A, V)
         if constraints is not None:
-            log_probs = constraints.apply(log_probs, tokens, sentence, step)
+            log_probs = constraints.apply(log_probs, tokens, sentence=sentence, step=step)
         next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
         log_prob = log_prob + log_probs.gather(1, next_token.unsqueeze(1)).squeeze(1)
         tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
@@ -180,10 +180,10 @@ class _Beams:
 def beam_search(
     model: EncoderDecoder,
     src: Tensor,
+    *,
     src_mask: Tensor,
     max_len: Tensor,
     options: SearchOptions,
-    *,
     step_rules: StepRules | None = None,
     terms: Terms | None = None,
     bos_id: int = BOS_ID,
@@ -202,7 +202,7 @@ def beam_search(
     if beam_size < 1 or not 1 <= nbest <= beam_size:
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device
-    memory = model.encode(src, src_mask, **padding_hint(src_padded))  # (B, S, D)
+    memory = model.encode(src, src_mask, **padding_hint(src_padded=src_padded))  # (B, S, D)
     rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B*K,)
     # Only beam 0 is alive at the first step, so the K beams do not start as K copies.
     running = torch.full((batch_size, beam_size), float("-inf"), device=device)  # (B, K)
@@ -243,17 +243,17 @@ def _advance_beams(
     active, beam_size = beams.running.shape
     log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned, beams.src_padded)
     if constraints is not None:
-        log_probs = constraints.apply(log_probs, beams.tokens, beams.sentence.repeat_interleave(beam_size), step)
+        log_probs = constraints.apply(log_probs, beams.tokens, sentence=beams.sentence.repeat_interleave(beam_size), step=step)
     at_limit = beams.max_len <= step  # (A,)
     log_probs = log_probs.view(active, beam_size, -1)  # (A, K, V)
     terms = beams.terms.fit(log_probs.size(2)) if beams.terms is not None else None
     if terms is not None and beams.marks is not None:
-        log_probs = hold_end(terms, beams.marks, log_probs, at_limit, eos_id)
+        log_probs = hold_end(terms, beams.marks, log_probs=log_probs, at_limit=at_limit, eos_id=eos_id)
     # The step's log-probabilities are this function's own: the totals are added in place (with a
     # vocabulary of 58,000 pieces, each pass over them costs about as much as a decoder layer).
     totals = _force_eos(log_probs, at_limit, eos_id).add_(beams.running.unsqueeze(2))
     if terms is not None and beams.marks is not None:
-        scores, beam_index, token, marks = allocate(terms, beams.marks, totals)  # (A, C) in allocation order
+        scores, beam_index, token, marks = allocate(terms, beams.marks, totals=totals)  # (A, C) in allocation order
     else:
         (scores, beam_index, token), marks = _best_candidates(totals), None  # (A, 2K)
     offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)
@@ -313,7 +313,9 @@ def _next_log_probs(
     set to -inf after the softmax, so every other token keeps the model's own log-probability (as
     `mtkit score` computes it).
     """
-    logits, new_state = model.decode(tokens[:, -1:], memory, src_mask, state, **padding_hint(src_padded))  # (rows, 1, V)
+    logits, new_state = model.decode(
+        tokens[:, -1:], memory, src_mask=src_mask, state=state, **padding_hint(src_padded=src_padded)
+    )  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
     return log_probs.index_fill_(1, banned, float("-inf")), new_state
@@ -348,7 +350,7 @@ def _record_finished(
         tokens = beams.tokens[rows[active_index, candidate], 1:].tolist()
         hypothesis = _hypothesis(tokens, scores[active_index, candidate].item(), alpha)
         if constrained is not None:
-            hypothesis.unmet = constrained[1].unmet(constrained[0], active_index, candidate)
+            hypothesis.unmet = constrained[1].unmet(constrained[0], active_index, beam=candidate)
         finished[sentence[active_index]].append(hypothesis)
 
 

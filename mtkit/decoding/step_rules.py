@@ -22,7 +22,7 @@ class StepRules:
     """
 
     def __init__(
-        self, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device, forced_lead: int = 0
+        self, prefixes: list[list[int]] | None, no_repeat_ngram: int, *, device: torch.device, forced_lead: int = 0
     ) -> None:
         prefixes = prefixes or []
         self.prefix_length = max((len(p) for p in prefixes), default=0)
@@ -35,14 +35,14 @@ class StepRules:
 
     @classmethod
     def build(
-        cls, prefixes: list[list[int]] | None, no_repeat_ngram: int, device: torch.device, forced_lead: int = 0
+        cls, prefixes: list[list[int]] | None, no_repeat_ngram: int, *, device: torch.device, forced_lead: int = 0
     ) -> StepRules | None:
         """None when nothing is constrained, so search skips the step entirely."""
         if no_repeat_ngram == 0 and not any(prefixes or []):
             return None
-        return cls(prefixes, no_repeat_ngram, device, forced_lead)
+        return cls(prefixes, no_repeat_ngram, device=device, forced_lead=forced_lead)
 
-    def apply(self, log_probs: Tensor, tokens: Tensor, sentence: Tensor, step: int) -> Tensor:
+    def apply(self, log_probs: Tensor, tokens: Tensor, *, sentence: Tensor, step: int) -> Tensor:
         """log_probs (R, V) of the next token after `tokens` (R, 1 + step), BOS first, for rows of
         batch sentences `sentence` (R,): n-gram repeats made impossible, then prefix tokens forced."""
         steered = self._block_repeats(log_probs, tokens[:, 1:]) if self.no_repeat_ngram else log_probs

@@ -55,7 +55,7 @@ TermLists = Sequence[LineConstraints] | None  # per line: the terms each transla
 ModelPaths = Path | str | Sequence[Path | str]  # one model, or several for an ensemble
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Translation:
     text: str
     score: float
@@ -72,6 +72,7 @@ class Translator:
         self,
         engine: Engine,
         tokenizers: TokenizerPair,
+        *,
         decode: DecodeConfig,
         normalize: str = "NFC",
         config: Config | None = None,
@@ -85,7 +86,7 @@ class Translator:
 
     @classmethod
     def load(
-        cls, path: ModelPaths, engine: EngineName | str = EngineName.AUTO, device: str = "auto", *, fast_paths: bool = False
+        cls, path: ModelPaths, engine: EngineName | str = EngineName.AUTO, *, device: str = "auto", fast_paths: bool = False
     ) -> Translator:
         """A run directory (its best.pt, else last.pt), a checkpoint file, or an `mtkit export` directory.
 
@@ -111,16 +112,17 @@ class Translator:
     @classmethod
     def over(cls, loaded: LoadedModel) -> Translator:
         """A translator over a loaded engine (`ct2_engine.load_export`, or checkpoints)."""
-        return cls(loaded.engine, loaded.tokenizers, loaded.decode, loaded.normalize, loaded.config)
+        return cls(loaded.engine, loaded.tokenizers, decode=loaded.decode, normalize=loaded.normalize, config=loaded.config)
 
     def require(self, capability: Capability, option: str) -> None:
         """One clear error when `option` needs a capability this engine lacks."""
-        require(self.engine, capability, option)
+        require(self.engine, capability, option=option)
 
     def translate(
         self,
         lines: Sequence[str],
         beam: int | None = None,
+        *,
         progress: bool = False,
         constraints: TermLists = None,
         tgt_lang: str | None = None,
@@ -140,6 +142,7 @@ class Translator:
         self,
         lines: Sequence[str],
         decoding: Decoding | None = None,
+        *,
         prefixes: Sequence[str] | None = None,
         progress: bool = False,
         stop: Stop | None = None,
@@ -153,12 +156,12 @@ class Translator:
         constraints: per line, phrases (or lists of alternative phrases, or `Term`s) each translation
         must contain (beam search; a translation cut by the output cap lists what it lacks in `unmet`).
         """
-        plan = self.plan(lines, decoding, prefixes, constraints)
+        plan = self.plan(lines, decoding, prefixes=prefixes, constraints=constraints)
         if stop is not None:
             plan.options = dataclasses.replace(plan.options, stop=stop)
-        return self.search(plan, progress)
+        return self.search(plan, progress=progress)
 
-    def search(self, plan: Plan, progress: bool = False) -> list[list[Translation]]:
+    def search(self, plan: Plan, *, progress: bool = False) -> list[list[Translation]]:
         """Let the engine search each batch of `plan`; the translations of its lines, in input order."""
         bar = tqdm(total=len(plan.sources), unit=" sent", disable=None if progress else True, file=sys.stderr)
         for batch in plan.batches():
@@ -170,7 +173,7 @@ class Translator:
         return plan.results()
 
     def score(
-        self, sources: Sequence[str], targets: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+        self, sources: Sequence[str], targets: Sequence[str], *, tgt_lang: str | None = None, src_lang: str | None = None
     ) -> list[PairScore]:
         """The model's log-probability of each target (in `tgt_lang`, for a model of several) given its source
         (in `src_lang`, for a model with language codes)."""
@@ -200,12 +203,13 @@ class Translator:
         self,
         lines: Sequence[str],
         decoding: Decoding | None = None,
+        *,
         prefixes: Sequence[str] | None = None,
         constraints: TermLists = None,
     ) -> Plan:
         """The way of `lines` through the engine; see `Plan`."""
         options = self.search_options(decoding or Decoding())
-        terms = self.line_terms(lines, constraints, options) if constraints is not None else None
+        terms = self.line_terms(lines, constraints, options=options) if constraints is not None else None
         if prefixes is not None and len(prefixes) != len(lines):
             raise MtkitError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one prefix per line (empty for none)")
         prefix_ids = None
@@ -219,10 +223,10 @@ class Translator:
             self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
             for n, line in enumerate(lines)
         ]
-        return Plan(segments, prefix_ids, options, self, terms, lead=lead)
+        return Plan(segments, prefix_ids, options=options, translator=self, terms_of_line=terms, lead=lead)
 
     def line_terms(
-        self, lines: Sequence[str], constraints: Sequence[LineConstraints], options: SearchOptions
+        self, lines: Sequence[str], constraints: Sequence[LineConstraints], *, options: SearchOptions
     ) -> list[list[Term]]:
         """Each line's constraints as `Term`s, checked against the lines and the search."""
         if len(constraints) != len(lines):
@@ -241,7 +245,7 @@ class Translator:
 
     def encoded_term(self, term: Term) -> Phrases:
         """The target ids of each alternative of `term` (an error names the term's line)."""
-        return encode_term(term, self.tokenizers.tgt, self.normalize, self.engine.max_positions - 2)
+        return encode_term(term, self.tokenizers.tgt, normalize=self.normalize, most_pieces=self.engine.max_positions - 2)
 
     def word_continuations(self) -> tuple[bool, ...]:
         if not hasattr(self, "_continuations"):
@@ -322,10 +326,10 @@ class Plan:
         self,
         segments_of_line: list[list[list[int]]],
         prefixes_of_line: list[list[int]] | None,
+        *,
         options: SearchOptions,
         translator: Translator,
         terms_of_line: list[list[Term]] | None = None,
-        *,
         lead: Sequence[int] = (),
     ) -> None:
         self.segments_of_line = segments_of_line
@@ -375,7 +379,7 @@ class Plan:
 
     def batches(self) -> Iterator[SourceBatch]:
         batch_tokens = self._translator.decode.batch_beam_tokens
-        for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens):
+        for indices in length_batches([len(s) for s in self.sources], self.options.width, batch_tokens=batch_tokens):
             prefixes = None if self.prefixes is None else [self.prefixes[i] for i in indices]
             terms = None
             if self.terms is not None:
@@ -383,12 +387,20 @@ class Plan:
                 terms = TermRequest(
                     constraints=[self.term_ids[i] for i in indices], continues_word=continuations, in_order=in_order
                 )
-            yield SourceBatch(indices, [self.sources[i] for i in indices], [self._cap(i) for i in indices], prefixes, terms)
+            yield SourceBatch(
+                indices=indices,
+                sources=[self.sources[i] for i in indices],
+                max_len=[self._cap(i) for i in indices],
+                prefixes=prefixes,
+                terms=terms,
+            )
 
     def _cap(self, index: int) -> int:
         """Most output tokens of segment `index`: the output-length rule, or room for its whole prefix, or
         for all its constraints, if longer."""
-        cap = output_cap(len(self.sources[index]) + 1, self._translator.decode, self._translator.engine.max_positions)
+        cap = output_cap(
+            len(self.sources[index]) + 1, self._translator.decode, max_positions=self._translator.engine.max_positions
+        )
         if self.terms is not None:
             terms = self.term_ids[index]  # each term's longest alternative, and a word boundary after it
             pieces = sum(max(len(phrase) for phrase in alternatives) + 1 for alternatives in terms)
@@ -400,19 +412,25 @@ class Plan:
         for index, found in zip(batch.indices, hypotheses, strict=True):
             terms = self.terms[index] if self.terms is not None else []
             self.found[index] = [
-                Translation(detokenize(h.tokens), h.score, h.tokens, h.links, unmet=[terms[j].label for j in h.unmet])
+                Translation(
+                    text=detokenize(h.tokens),
+                    score=h.score,
+                    tokens=h.tokens,
+                    links=h.links,
+                    unmet=[terms[j].label for j in h.unmet],
+                )
                 for h in found
             ]
 
     def results(self) -> list[list[Translation]]:
-        lines = regroup(self.segments_of_line, self.found, self.options.nbest)
+        lines = regroup(self.segments_of_line, self.found, nbest=self.options.nbest)
         if self.options.alignment_layer is not None:
             tokenizers = self._translator.tokenizers
             for segments, translations in zip(self.segments_of_line, lines, strict=True):
                 source_pieces = tokenizers.src.id_to_piece([i for segment in segments for i in segment])
                 for translation in translations:
                     target_pieces = tokenizers.tgt.id_to_piece(translation.tokens)
-                    translation.alignment = word_alignment(source_pieces, target_pieces, translation.links or [])
+                    translation.alignment = word_alignment(source_pieces, target_pieces, links=translation.links or [])
         return lines
 
 
@@ -428,7 +446,7 @@ def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> Loade
     if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
         pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN
-    return LoadedModel(engine, tokenizers, config.decode, config.data.normalize, config)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=config.decode, normalize=config.data.normalize, config=config)
 
 
 def split_points(pieces: Sequence[str], limit: int) -> list[int]:
@@ -447,7 +465,7 @@ def split_points(pieces: Sequence[str], limit: int) -> list[int]:
 
 
 def regroup(
-    segments_of_line: Sequence[Sequence[Sequence[int]]], found: list[list[Translation]], nbest: int
+    segments_of_line: Sequence[Sequence[Sequence[int]]], found: list[list[Translation]], *, nbest: int
 ) -> list[list[Translation]]:
     """The translations of each line, in input order, from those of its segments (`found`, flat)."""
     results, position = [], 0
@@ -461,7 +479,7 @@ def _join(parts: list[list[Translation]], source_lengths: list[int], nbest: int)
     """The k-th translation of a line is its segments' k-th translations (or their best) joined;
     links point into the line's source tokens (the segments' tokens, one after another)."""
     if not parts:
-        return [Translation("", 0.0, [])] * nbest
+        return [Translation(text="", score=0.0, tokens=[])] * nbest
     if len(parts) == 1:
         return parts[0]
     offsets = [sum(source_lengths[:n]) for n in range(len(parts))]
@@ -473,10 +491,10 @@ def _join(parts: list[list[Translation]], source_lengths: list[int], nbest: int)
             links = [link + offset for t, offset in zip(chosen, offsets, strict=True) for link in t.links or []]
         joined.append(
             Translation(
-                " ".join(t.text for t in chosen),
-                sum(t.score for t in chosen),
-                [token for t in chosen for token in t.tokens],
-                links,
+                text=" ".join(t.text for t in chosen),
+                score=sum(t.score for t in chosen),
+                tokens=[token for t in chosen for token in t.tokens],
+                links=links,
                 unmet=[term for t in chosen for term in t.unmet],
             )
         )

@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError, OptionError
 ISO_639_1 = {three: two for two, three in ISO_639_3.items() if two != "no"}  # NLLB-200's codes: nob -> nb
 
 
-def off_target_rate(hypotheses: Sequence[str], lang: str, candidates: Sequence[str] = ()) -> float:
+def off_target_rate(hypotheses: Sequence[str], lang: str, *, candidates: Sequence[str] = ()) -> float:
     """The percentage of non-empty `hypotheses` whose identified language is not `lang`."""
     identifier = language_identifier("--off-target")
     known = set(identifier.nb_classes)

@@ -87,7 +87,7 @@ def sacrebleu_rows() -> list[MetricRow]:
     return [row for row in METRICS.values() if row.sacrebleu is not None]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Score:
     """One corpus-level score and the sacrebleu signature that reproduces it."""
 
@@ -138,7 +138,7 @@ def score_corpus(hyps: list[str], refs: list[list[str]]) -> EvalResult:
         metric = row.scorer()
         result = metric.corpus_score(hyps, refs)
         # The signature records the number of references, so it is read after scoring.
-        scores.append(Score(row.name, float(result.score), str(metric.get_signature()), digits=row.digits))
+        scores.append(Score(name=row.name, score=float(result.score), signature=str(metric.get_signature()), digits=row.digits))
     return EvalResult(scores=scores, num_sentences=len(hyps))
 
 

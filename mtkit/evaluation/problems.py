@@ -26,7 +26,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _STUTTER = re.compile(r"(\w{2,}?)\1{3,}", re.UNICODE)  # a unit of 2+ word characters, 4+ times in a row
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FlagRules:
     """The thresholds (options of `mtkit evaluate`)."""
 
@@ -76,7 +76,7 @@ def parse_rules(items: Sequence[str]) -> FlagRules:
     return rules
 
 
-def sentence_flags(hypothesis: str, source: str | None, expected_ratio: float, length_of: str, rules: FlagRules) -> list[str]:
+def sentence_flags(hypothesis: str, source: str | None, *, expected_ratio: float, length_of: str, rules: FlagRules) -> list[str]:
     """The flags of one output; `length_of` is the source (or the reference) its length is compared with."""
     flags = []
     words = hypothesis.lower().split()
@@ -96,7 +96,7 @@ def sentence_flags(hypothesis: str, source: str | None, expected_ratio: float, l
 
 
 def flag_corpus(
-    hypotheses: Sequence[str], references: Sequence[str] | None, sources: Sequence[str] | None, rules: FlagRules
+    hypotheses: Sequence[str], references: Sequence[str] | None, *, sources: Sequence[str] | None, rules: FlagRules
 ) -> list[list[str]]:
     """Each output's flags; lengths are compared with the sources when given, else the references (one of
     them is given)."""
@@ -105,7 +105,9 @@ def flag_corpus(
     targets = references if references is not None else hypotheses
     expected = sum(map(len, targets)) / max(sum(map(len, bases)), 1)  # the corpus's own length ratio
     return [
-        sentence_flags(hypothesis, sources[n] if sources is not None else None, expected, bases[n], rules)
+        sentence_flags(
+            hypothesis, sources[n] if sources is not None else None, expected_ratio=expected, length_of=bases[n], rules=rules
+        )
         for n, hypothesis in enumerate(hypotheses)
     ]
 
@@ -118,6 +120,7 @@ def flag_counts(flags: Sequence[Sequence[str]]) -> dict[str, int]:
 def write_flags(
     path: Path,
     names: Sequence[str],
+    *,
     flags: Sequence[Sequence[Sequence[str]]],
     sources: Sequence[str] | None,
     hypotheses: Sequence[Sequence[str]],

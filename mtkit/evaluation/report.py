@@ -51,7 +51,7 @@ class EvaluateRequest:
     comet: CometOptions | None = None  # the COMET model that scores `metric`
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SystemReport:
     name: str
     result: EvalResult
@@ -67,7 +67,7 @@ class SystemReport:
         return f"{self.result.format()}\nproblems: {problems} (of {self.result.num_sentences} sentences)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DirectionReport:
     """The first system's scores on one direction of a split of several (or with --off-target)."""
 
@@ -86,7 +86,7 @@ class DirectionReport:
         return f"{self.name}: BLEU {self.bleu:.2f}, chrF {self.chrf:.2f}{off} ({self.sentences} sentences)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Report:
     systems: list[SystemReport]
     comparison: Comparison | None = None
@@ -131,14 +131,16 @@ def evaluate(request: EvaluateRequest) -> Report:
     first_reference = references[0] if references else None
     reports, all_flags = [], []
     for name, hyps in zip(names, hypotheses, strict=True):
-        flags = flag_corpus(hyps, first_reference, sources, request.rules)
+        flags = flag_corpus(hyps, first_reference, sources=sources, rules=request.rules)
         result = score_corpus(hyps, references) if references else EvalResult([], len(hyps))
-        reports.append(SystemReport(name, result, flag_counts(flags)))
+        reports.append(SystemReport(name=name, result=result, flags=flag_counts(flags)))
         all_flags.append(flags)
     if quality is not None:
         _add_quality_scores(reports, systems, quality, request.metric or "comet")
     if request.flags_file is not None:
-        write_flags(request.flags_file, names, all_flags, sources, hypotheses, first_reference)
+        write_flags(
+            request.flags_file, names, flags=all_flags, sources=sources, hypotheses=hypotheses, references=first_reference
+        )
     comparison = _comparison(reports, systems, request.tests) if len(names) > 1 else None
     band = bleu_band(systems.recipe) if systems.recipe is not None and request.split == "test" and len(names) == 1 else None
     by_direction = bool(references) and (len(systems.directions) > 1 or request.off_target or request.tgt_lang is not None)
@@ -149,13 +151,13 @@ def evaluate(request: EvaluateRequest) -> Report:
         verdict = _band_verdict(mean, band, f"mean test BLEU of {len(directions)} directions")
     elif band:
         verdict = _band_verdict(reports[0].result.score_of("bleu"), band, "test BLEU")
-    return Report(reports, comparison, verdict, directions)
+    return Report(systems=reports, comparison=comparison, band=verdict, directions=directions)
 
 
 def _comparison(reports: list[SystemReport], systems: _Systems, tests: PairedTests) -> Comparison:
     """Each system against the first: sacreBLEU's paired tests (with references), and COMET's over its sentence scores."""
     if systems.references:
-        comparison = compare_systems(systems.names, systems.hypotheses, systems.references, tests)
+        comparison = compare_systems(systems.names, systems.hypotheses, references=systems.references, tests=tests)
     else:
         comparison = Comparison(
             systems=systems.names,
@@ -216,8 +218,10 @@ def _add_quality_scores(reports: list[SystemReport], systems: _Systems, scorer: 
             raise MtkitError(f"--src has {len(sources)} lines but {system} {len(hypotheses)}; give aligned files")
     references = systems.references[0] if scorer.needs_references else None
     for report, hypotheses in zip(reports, systems.hypotheses, strict=True):
-        sentences = scorer.score(sources, hypotheses, references, progress=True)
-        report.result.scores.append(Score(row.name, sum(sentences) / len(sentences), scorer.signature, digits=row.digits))
+        sentences = scorer.score(sources, hypotheses, references=references, progress=True)
+        report.result.scores.append(
+            Score(name=row.name, score=sum(sentences) / len(sentences), signature=scorer.signature, digits=row.digits)
+        )
         report.sentence_scores[row.name] = sentences
 
 
@@ -236,8 +240,10 @@ def _directions(systems: _Systems, request: EvaluateRequest) -> list[DirectionRe
         hyps, refs = systems.hypotheses[0][way.start : way.end], systems.references[0][way.start : way.end]
         if way.tgt_lang is None and request.off_target:
             raise OptionError("off_target", "{off_target} needs the target language: give {tgt_lang}, such as {tgt_lang} fr")
-        off = off_target_rate(hyps, way.tgt_lang, candidates) if request.off_target and way.tgt_lang else None
-        found.append(DirectionReport(way.name, bleu(hyps, refs), chrf(hyps, refs), len(hyps), off))
+        off = off_target_rate(hyps, way.tgt_lang, candidates=candidates) if request.off_target and way.tgt_lang else None
+        found.append(
+            DirectionReport(name=way.name, bleu=bleu(hyps, refs), chrf=chrf(hyps, refs), sentences=len(hyps), off_target=off)
+        )
     return found
 
 
@@ -339,7 +345,7 @@ def _sources_and_references(
         if request.tgt_lang is not None and split_languages(config, split)[1] != request.tgt_lang:
             continue  # --tgt-lang with --split: the directions into that language only
         src_lang, tgt_lang = split_languages(config, split)
-        pairs = list(iter_split(split, src_lang, tgt_lang, config.data.normalize))
+        pairs = list(iter_split(split, src_lang, tgt_lang=tgt_lang, normalize=config.data.normalize))
         directions.append(_Direction(direction(config, split), tgt_lang, len(sources), len(sources) + len(pairs)))
         sources += [s for s, _ in pairs]
         references += [t for _, t in pairs]
@@ -362,7 +368,7 @@ def scores_directory(request: EvaluateRequest) -> Path | None:
     return None
 
 
-def save_scores(directory: Path, split: str, result: EvalResult) -> Path:
+def save_scores(directory: Path, split: str, *, result: EvalResult) -> Path:
     """Record a split's scores in `directory/scores.json` (what `mtkit serve`'s /info reports); returns its path.
 
     A directory that cannot be written is an error that says how to evaluate without recording.

@@ -166,7 +166,9 @@ class Reranker:
     def utilities(self, triples: list[Triple]) -> list[float]:
         """The utility of each hypothesis against its reference: sentence chrF, or COMET (which reads the source)."""
         if self.scorer is not None:
-            return self.scorer.score([s for s, _, _ in triples], [h for _, h, _ in triples], [r for _, _, r in triples])
+            return self.scorer.score(
+                [s for s, _, _ in triples], [h for _, h, _ in triples], references=[r for _, _, r in triples]
+            )
         metric = METRICS["chrf"].scorer()  # chrF2, as `mtkit evaluate` reports it
         return [float(metric.sentence_score(hypothesis, [reference]).score) for _, hypothesis, reference in triples]
 

@@ -19,7 +19,7 @@ from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import METRICS, metric_named
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SystemScore:
     """One system's score on one metric; `mean` and `ci` (the 95% half-width) from bootstrap resampling;
     p-values (bootstrap, approximate randomisation) against the baseline, None for the baseline itself."""
@@ -41,7 +41,7 @@ class PairedTests:
     randomisation_trials: int = 10000  # paired approximate randomisation trials
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Comparison:
     systems: list[str]
     scores: dict[str, list[SystemScore]]  # metric -> one per system, in order
@@ -74,6 +74,7 @@ class Comparison:
 def compare_systems(
     names: Sequence[str],
     hypotheses: Sequence[Sequence[str]],
+    *,
     references: Sequence[Sequence[str]],
     tests: PairedTests = PairedTests(),
 ) -> Comparison:
@@ -99,17 +100,18 @@ def compare_systems(
             results[test] = dict(zip(metrics, (found[key] for key in renamed), strict=True))
     scores = {
         metric: [
-            SystemScore(
-                float(bs.score),
-                float(bs.mean),
-                float(bs.ci),
-                *_p_values_against(bs_results[0].score, bs, ar) if n else (None, None),
-            )
+            _system_score(bs.score, bs.mean, bs.ci, _p_values_against(bs_results[0].score, bs, ar) if n else (None, None))
             for n, (bs, ar) in enumerate(zip(bs_results, ar_results, strict=True))
         ]
         for metric, bs_results, ar_results in ((name, results["bs"][name], results["ar"][name]) for name in results["bs"])
     }
-    return Comparison(list(names), scores, tests.seed, tests.bootstrap_samples, tests.randomisation_trials)
+    return Comparison(
+        systems=list(names),
+        scores=scores,
+        seed=tests.seed,
+        bootstrap_samples=tests.bootstrap_samples,
+        randomisation_trials=tests.randomisation_trials,
+    )
 
 
 def compare_sentence_scores(scores: Sequence[Sequence[float]], tests: PairedTests = PairedTests()) -> list[SystemScore]:
@@ -134,8 +136,16 @@ def compare_sentence_scores(scores: Sequence[Sequence[float]], tests: PairedTest
             deltas = np.abs(resampled[number] - resampled[0])
             swapped = _swapped_differences(table[0] - system, tests)
             p_values = (1.0, 1.0) if observed == 0 else (_p_value(deltas - deltas.mean(), observed), _p_value(swapped, observed))
-        found.append(SystemScore(float(system.mean()), float(mean), float(ci), *p_values))
+        found.append(_system_score(system.mean(), mean, ci, p_values))
     return found
+
+
+def _system_score(score: Any, mean: Any, ci: Any, p_values: tuple[float | None, float | None]) -> SystemScore:
+    """A row of the comparison, as plain floats; p-values (bootstrap, randomisation) None for the baseline."""
+    p_bootstrap, p_randomisation = p_values
+    return SystemScore(
+        score=float(score), mean=float(mean), ci=float(ci), p_bootstrap=p_bootstrap, p_randomisation=p_randomisation
+    )
 
 
 def _swapped_differences(differences: Any, tests: PairedTests) -> Any:

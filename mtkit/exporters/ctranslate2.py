@@ -38,7 +38,7 @@ SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 UNLIMITED = 1 << 30  # no position limit: sinusoidal tables have none in mtkit
 
 
-def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
+def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str | None = None, force: bool = False) -> Path:
     """Write the Transformer of a run directory or checkpoint as a CTranslate2 model in `output_dir`.
 
     quantization: None keeps float32 weights; int8, int16, float16, ... are applied by CTranslate2
@@ -56,7 +56,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, quantization: str | N
             f"translate with the PyTorch engine (mtkit translate -m {model_path})"
         )
     positions = position_rows(config)
-    spec = transformer_spec(ctranslate2, model.eval(), tokenizers, positions)
+    spec = transformer_spec(ctranslate2, model.eval(), tokenizers=tokenizers, positions=positions)
     spec.validate()
     spec.optimize(quantization=quantization)
     with staged(output_dir, held=held) as staging:
@@ -81,10 +81,10 @@ def position_rows(config: Config) -> int:
     if config.model.positions == "learned":
         return config.model.max_positions
     longest_source = config.decode.max_input_tokens + 1
-    return max(config.model.max_positions, longest_source, output_cap(longest_source, config.decode, UNLIMITED) + 1)
+    return max(config.model.max_positions, longest_source, output_cap(longest_source, config.decode, max_positions=UNLIMITED) + 1)
 
 
-def transformer_spec(ctranslate2: ModuleType, model: Transformer, tokenizers: TokenizerPair, positions: int) -> Any:
+def transformer_spec(ctranslate2: ModuleType, model: Transformer, *, tokenizers: TokenizerPair, positions: int) -> Any:
     """A filled `ctranslate2.specs.TransformerSpec` for an mtkit Transformer (weights as float32 arrays)."""
     pre_norm = model.encoder_layers[0].attention_block.pre_norm
     heads = model.encoder_layers[0].self_attention.heads

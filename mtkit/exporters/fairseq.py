@@ -1,6 +1,6 @@
 """`mtkit export --format transformers` of an imported (or fine-tuned) NLLB-200, M2M-100 or mBART-50 model: the folder
-of its own transformers class (`M2M100ForConditionalGeneration`, `MBartForConditionalGeneration`; no remote code) and
-the family's own tokenizer (`NllbTokenizer`, `M2M100Tokenizer`, `MBart50Tokenizer`).
+of its own transformers class and tokenizer class (no remote code), both read from the family's rows
+(mtkit.importers.m2m100, mtkit.importers.mbart) that the run records.
 
 The import's steps inverted (mtkit.importers.fairseq): mtkit's rows go back to fairseq's id layout (<s> 0, <pad> 1,
 </s> 2, <unk> 3, the SentencePiece pieces shifted by one, the language codes, <mask>); mtkit's BOS, which holds the
@@ -21,29 +21,17 @@ from mtkit.config import Config, ModelConfig
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from mtkit.errors import MtkitError
 from mtkit.exporters.folder import MAX_LENGTH, write_json, write_safetensors
+from mtkit.importers import RunFamily
 from mtkit.importers.fairseq import FILLER, M2M100_CODES, SENTENCEPIECE, SPECIALS
-from mtkit.importers.names import ACTIVATIONS, depths, layer_names
+from mtkit.importers.loader import Family
+from mtkit.importers.names import ACTIVATIONS, TokenizerFamily, depths, layer_names
 from mtkit.models.transformer import Transformer
 from mtkit.textio import write_file
 
 FAIRSEQ_START = 4  # mtkit's id of fairseq's <s>, an ordinary piece after mtkit's four specials
 # mtkit id of each of fairseq's ids 0..3 (<s>, <pad>, </s>, <unk>); fairseq's id k >= 4 is mtkit's k + 1
 FAIRSEQ_SPECIALS = (FAIRSEQ_START, PAD_ID, EOS_ID, UNK_ID)
-# each exported family: (transformers' model class, model_type, tokenizer class)
-CLASSES = {
-    "nllb": ("M2M100ForConditionalGeneration", "m2m_100", "NllbTokenizer"),
-    "m2m100": ("M2M100ForConditionalGeneration", "m2m_100", "M2M100Tokenizer"),
-    "mbart": ("MBartForConditionalGeneration", "mbart", "MBart50Tokenizer"),
-}
 ROW_TOLERANCE = 1e-6  # how far BOS's row may be from EOS's: both are the one row of </s> in transformers
-
-
-def fairseq_family(config: Config, tokenizer: Tokenizer) -> str:
-    """nllb, m2m100 or mbart: mBART's learned positions, else M2M-100's codes (__de__) or NLLB's (deu_Latn)."""
-    if config.model.positions == "learned":
-        return "mbart"
-    table = tokenizer.table or []
-    return "m2m100" if any(table[index].startswith("__") for index in tokenizer.codes.values()) else "nllb"
 
 
 def fairseq_order(vocab_size: int) -> list[int]:
@@ -59,35 +47,33 @@ def fairseq_pieces(tokenizer: Tokenizer) -> list[str]:
     return [table[index] for index in fairseq_order(len(table))]
 
 
-def tokenizer_files(family: str, config: Config, tokenizer: Tokenizer, pieces: list[str]) -> dict[str, Any]:
-    """The family tokenizer's JSON files by name (tokenizer_config.json; M2M-100: vocab.json), after checking that the
-    class builds `pieces`' ids from them and the SentencePiece model."""
+def tokenizer_files(held: TokenizerFamily, config: Config, *, tokenizer: Tokenizer, pieces: list[str]) -> dict[str, Any]:
+    """The tokenizer class's JSON files by name (tokenizer_config.json; M2M-100's: vocab.json), after checking that
+    the class builds `pieces`' ids from them and the SentencePiece model."""
     code_pieces = {(tokenizer.table or [])[index] for index in tokenizer.codes.values()}
     codes = [piece for piece in pieces if piece in code_pieces]
-    settings: dict[str, Any] = {"tokenizer_class": CLASSES[family][2], "src_lang": config.src_lang}
+    settings: dict[str, Any] = {"tokenizer_class": held.class_name, "src_lang": config.src_lang, **held.settings}
     if config.tgt_lang in tokenizer.codes:
         settings["tgt_lang"] = config.tgt_lang
     files: dict[str, Any] = {"tokenizer_config.json": settings}
-    if family == "m2m100":  # vocab.json's pieces in their own order, the codes of a known list, the made-up words
+    if held.vocab_json:  # vocab.json's pieces in their own order, the codes of a known list, the made-up words
         vocab = pieces[: pieces.index(codes[0])]
-        listed = [name for name, known in M2M100_CODES.items() if [f"__{code}__" for code in known] == codes]
+        listed = [name for name, known in M2M100_CODES.items() if [held.piece(code) for code in known] == codes]
         fillers = len(pieces) - len(vocab) - len(codes)
         expected = [*vocab, *codes, *(FILLER.format(k) for k in range(fillers))] if listed else []
         settings |= {"language_codes": listed[0] if listed else "", "num_madeup_words": fillers}
         settings["extra_special_tokens"] = codes  # special, so skip_special_tokens drops the forced code
         files["vocab.json"] = {piece: index for index, piece in enumerate(vocab)}
     else:  # the SentencePiece pieces shifted by one, the codes, <mask>
-        shifted = sentencepiece_pieces(family, tokenizer)
+        shifted = sentencepiece_pieces(held, tokenizer)
         expected = [*SPECIALS, *shifted, *codes, "<mask>"]
-        if family == "mbart":  # as the hub's mBART-50 names it (CTranslate2's converter reads it)
-            settings["bos_token"] = "<s>"
-        if family == "nllb":  # the codes and <mask> at the table's ids, in whatever order the table holds them
+        if held.added_tokens:  # the codes and <mask> at the table's ids, in whatever order the table holds them
             added = pieces[len(SPECIALS) + len(shifted) :]
             expected = [*SPECIALS, *shifted, *added] if sorted(added) == sorted([*codes, "<mask>"]) else []
             settings["extra_special_tokens"] = codes
             settings["added_tokens_decoder"] = {str(pieces.index(piece)): added_token(piece) for piece in added}
     if expected != pieces:
-        raise MtkitError(_table_differs(CLASSES[family][2], pieces, expected))
+        raise MtkitError(_table_differs(held.class_name, pieces, expected))
     return files
 
 
@@ -102,28 +88,28 @@ def _table_differs(tokenizer_class: str, pieces: list[str], expected: list[str])
     )
 
 
-def sentencepiece_pieces(family: str, tokenizer: Tokenizer) -> list[str]:
-    """The SentencePiece model's pieces as the family's tokenizer numbers them after fairseq's four specials: NLLB's
-    takes every piece that is not one of the four (a model holding <s>, <pad>, </s> and <unk> as its first pieces
-    gives them once); mBART-50's every piece after the model's first three (<unk>, <s>, </s>)."""
+def sentencepiece_pieces(held: TokenizerFamily, tokenizer: Tokenizer) -> list[str]:
+    """The SentencePiece model's pieces as the tokenizer class numbers them after fairseq's four specials: NLLB's
+    takes every piece that is not one of the four (`drops_specials`: a model holding <s>, <pad>, </s> and <unk> as
+    its first pieces gives them once); mBART-50's every piece after the model's first three (<unk>, <s>, </s>)."""
     processor = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
     pieces = [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
-    return [piece for piece in pieces if piece not in SPECIALS] if family == "nllb" else pieces[3:]
+    return [piece for piece in pieces if piece not in SPECIALS] if held.drops_specials else pieces[3:]
 
 
 def added_token(piece: str) -> dict[str, Any]:
-    """A special token of tokenizer_config.json's `added_tokens_decoder`, as NllbTokenizer writes its codes and <mask>."""
+    """A special token of tokenizer_config.json's `added_tokens_decoder`, as NLLB's tokenizer writes its codes and <mask>."""
     mask = piece == "<mask>"
     return {"content": piece, "lstrip": mask, "normalized": False, "rstrip": False, "single_word": False, "special": True}
 
 
-def fairseq_config(family: str, m: ModelConfig, vocab_size: int) -> dict[str, Any]:
+def fairseq_config(held: RunFamily, m: ModelConfig, *, vocab_size: int) -> dict[str, Any]:
     """config.json of the family's class: the import's `fairseq_model_config` and `transformer_sizes` inverted."""
     encoder_layers, decoder_layers = depths(m)
     activation = next(theirs for theirs, mine in ACTIVATIONS.items() if mine == m.activation)
     return {
-        "architectures": [CLASSES[family][0]],
-        "model_type": CLASSES[family][1],
+        "architectures": [held.family.architecture],
+        "model_type": held.family.model_type,
         "vocab_size": vocab_size,
         "d_model": m.d_model,
         "encoder_layers": encoder_layers,
@@ -142,10 +128,9 @@ def fairseq_config(family: str, m: ModelConfig, vocab_size: int) -> dict[str, An
         "scale_embedding": m.scale_embedding,
         "tie_word_embeddings": True,
         "is_encoder_decoder": True,
-        "tokenizer_class": CLASSES[family][2],
+        "tokenizer_class": held.tokenizer.class_name,
         **fairseq_ids(),
-        # what mBART-50's own config.json says of its layout, and CTranslate2's converter reads
-        **({"normalize_before": True, "add_final_layer_norm": True, "normalize_embedding": True} if family == "mbart" else {}),
+        **held.family.export_keys,
     }
 
 
@@ -154,7 +139,7 @@ def fairseq_ids() -> dict[str, int]:
     return {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
 
 
-def fairseq_weights(family: str, model: Transformer, m: ModelConfig) -> dict[str, torch.Tensor]:
+def fairseq_weights(family: Family, model: Transformer, *, m: ModelConfig) -> dict[str, torch.Tensor]:
     """The family's tensors from mtkit's, rows in fairseq's order; what the class cannot hold is refused in one line."""
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
     embedding, bias = weights["src_embed.embedding.weight"], weights["output.bias"]
@@ -165,11 +150,11 @@ def fairseq_weights(family: str, model: Transformer, m: ModelConfig) -> dict[str
         )
     order = torch.tensor(fairseq_order(embedding.size(0)))
     out = {"model.shared.weight": embedding.index_select(0, order)}
-    if family == "mbart":
+    if family.logits_bias:
         out["final_logits_bias"] = bias.index_select(0, order).reshape(1, -1)
     elif bias.index_select(0, order).abs().max() > ROW_TOLERANCE:
         raise MtkitError(
-            "the model's output bias is not zero and M2M100ForConditionalGeneration has none; export it with "
+            f"the model's output bias is not zero and {family.architecture} has none; export it with "
             "--format ctranslate2 or translate it with mtkit"
         )
     for stack, side in (("encoder", "src"), ("decoder", "tgt")):
@@ -197,16 +182,16 @@ def generation_config(config: Config) -> dict[str, Any]:
     }
 
 
-def write_fairseq_folder(folder: Path, config: Config, model: Transformer, tokenizer: Tokenizer) -> str:
-    """Write the model, its tokenizer files and generation config into `folder`; the family written."""
-    family = fairseq_family(config, tokenizer)
+def write_fairseq_folder(
+    folder: Path, config: Config, *, model: Transformer, tokenizer: Tokenizer, held: RunFamily
+) -> None:
+    """Write the model, its tokenizer files and generation config into `folder`, in the classes of the run's family."""
     pieces = fairseq_pieces(tokenizer)
-    files = tokenizer_files(family, config, tokenizer, pieces)
-    tensors = fairseq_weights(family, model, config.model)
-    write_json(folder / "config.json", fairseq_config(family, config.model, len(pieces)))
+    files = tokenizer_files(held.tokenizer, config, tokenizer=tokenizer, pieces=pieces)
+    tensors = fairseq_weights(held.family, model, m=config.model)
+    write_json(folder / "config.json", fairseq_config(held, config.model, vocab_size=len(pieces)))
     write_safetensors(tensors, folder / "model.safetensors")
     write_json(folder / "generation_config.json", generation_config(config))
     write_file(folder / SENTENCEPIECE, tokenizer.model_proto)
     for name, data in files.items():
         write_json(folder / name, data)
-    return family

@@ -34,7 +34,7 @@ AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h> and <linux/fs.h>: paths from th
 MAX_LENGTH = 512  # generate's default cap (tokens, BOS included); mtkit's own cap depends on each source's length
 
 
-def check_exportable(config: Config, model_path: Path, form: str) -> None:
+def check_exportable(config: Config, model_path: Path, *, form: str) -> None:
     """What a MarianMTModel or mtkit's own modeling code cannot hold (fairseq's positions, the LayerNorm on the
     embeddings, unscaled embeddings), outside an imported NLLB-200, M2M-100 or mBART-50 run, which goes to its own
     class; refused in one line before anything is written."""

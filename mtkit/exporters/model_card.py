@@ -8,26 +8,30 @@ import yaml
 
 from mtkit.config import Config, SplitConfig, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
+from mtkit.importers import RunFamily
+from mtkit.importers.marian import MARIAN_TOKENIZER
 from mtkit.importers.names import depths
 from mtkit.run_files import RunFiles
 
 
-def model_card(config: Config, model_path: Path, form: str, tokenizers: TokenizerPair) -> str:
-    """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe."""
+def model_card(config: Config, model_path: Path, *, tokenizers: TokenizerPair, written: RunFamily | None) -> str:
+    """README.md for the Hugging Face Hub: front matter, loading, languages, model, data, scores, recipe; `written`:
+    the family whose classes the export holds (None: mtkit's own modeling code)."""
     codes = sorted(tokenizers.src.codes)
     languages = sorted(tokenizers.src.tags) if tokenizers.src.tags else codes or [config.tgt_lang]
     front = {
         "language": sorted({config.src_lang, *languages} - {"src", "tgt"}) or None,
         "library_name": "transformers",
         "pipeline_tag": "translation",
-        "tags": ["translation", "mtkit", form if form in FAIRSEQ_USAGE or form == "marian" else "custom_code"],
+        "tags": ["translation", "mtkit", written.tokenizer.name if written is not None else "custom_code"],
     }
+    tagged = languages if tokenizers.src.tags else []
     parts = [
         "---\n" + yaml.safe_dump({k: v for k, v in front.items() if v}, sort_keys=False) + "---",
         f"# {config.name}: {config.src_lang} → {', '.join(languages)}",
         f"A {_architecture(config, tokenizers)} trained with mtkit and exported by "
         f"`mtkit export -m {model_path} --format transformers`.",
-        _fairseq_usage(form, config, codes) if form in FAIRSEQ_USAGE else _usage(form, languages if tokenizers.src.tags else []),
+        _coded_usage(written, config, codes) if written is not None and codes else _usage(written, tagged),
         _normalisation(config),
         "## Data\n\n" + _data(config),
         "## Scores\n\n" + _scores(RunFiles.of(model_path).read_scores()),
@@ -47,14 +51,18 @@ def _architecture(config: Config, tokenizers: TokenizerPair) -> str:
     return f"{m.norm}-norm Transformer (d_model {m.d_model}, {layers}, {m.heads} heads, feed-forward {m.ffn_dim}, {vocab} pieces)"
 
 
-def _usage(form: str, languages: list[str]) -> str:
-    remote = ", trust_remote_code=True" if form != "marian" else ""
-    text = "This text" if not languages else f">>{languages[0]}<< This text"
+def _usage(written: RunFamily | None, languages: list[str]) -> str:
+    """Loading a folder of MarianMTModel (`written`: Marian's rows) or of mtkit's own code (None); a multi-target model's
+    languages are tokens (>>fr<<) in front of the source, as MarianTokenizer reads them."""
+    remote = ", trust_remote_code=True" if written is None else ""
+    tokenizer = written.tokenizer if written is not None else MARIAN_TOKENIZER  # mtkit's own code reads its files too
+    token = tokenizer.piece(languages[0]) if languages else ""
+    text = f"{token} This text".strip()
     how = (
         "## Use\n\n"
         + (
-            "A plain `MarianMTModel`: no remote code is needed.\n\n"
-            if form == "marian"
+            f"A plain `{written.family.architecture}`: no remote code is needed.\n\n"
+            if written is not None
             else "The modeling code ships in this folder (`modeling_mtkit.py`): load both with trust_remote_code=True.\n\n"
         )
         + "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
@@ -66,23 +74,17 @@ def _usage(form: str, languages: list[str]) -> str:
     if languages:
         how += (
             f"\n\nThe model translates into {', '.join(languages)}: start each source with the target language's token, "
-            f"such as `>>{languages[0]}<<`."
+            f"such as `{token}`."
         )
     return how
 
 
-FAIRSEQ_USAGE = {  # an exported NLLB-200, M2M-100 or mBART-50 model: its classes
-    "nllb": ("M2M100ForConditionalGeneration", "NllbTokenizer"),
-    "m2m100": ("M2M100ForConditionalGeneration", "M2M100Tokenizer"),
-    "mbart": ("MBartForConditionalGeneration", "MBart50Tokenizer"),
-}
-
-
-def _fairseq_usage(form: str, config: Config, codes: list[str]) -> str:
-    """Loading an NLLB-200, M2M-100 or mBART-50 export: the source's code set on the tokenizer, the target's forced."""
-    model_class, tokenizer_class = FAIRSEQ_USAGE[form]
+def _coded_usage(written: RunFamily, config: Config, codes: list[str]) -> str:
+    """Loading an export of a model with language codes (NLLB-200, M2M-100, mBART-50): the source's code set on the
+    tokenizer, the target's (as its tokenizer class writes it) forced."""
+    model_class, tokenizer_class = written.family.architecture, written.tokenizer.class_name
     target = config.tgt_lang if config.tgt_lang in codes else next((code for code in codes if code != config.src_lang), codes[0])
-    token = f"__{target}__" if form == "m2m100" else target
+    token = written.tokenizer.piece(target)
     return (
         f"## Use\n\nA plain `{model_class}` with its `{tokenizer_class}`: no remote code is needed. The source's "
         "language is the tokenizer's `src_lang`; the target's code is the first token generate() is forced to.\n\n"

@@ -1,8 +1,9 @@
 """`mtkit export --format transformers`: a folder that Hugging Face `transformers` loads and translates with.
 
-Three forms, chosen by what the model is:
+Three forms, chosen by the family the run records (`tokenizer.family`, written by `mtkit import`; mtkit's own
+models record none) and the architecture:
 - **fairseq-born**: an imported (or fine-tuned) NLLB-200, M2M-100 or mBART-50 model goes back to its own class and
-  tokenizer (mtkit.exporters.fairseq); no remote code.
+  tokenizer (mtkit.exporters.fairseq), named by its family's rows; no remote code.
 - **Marian**: a post-norm Transformer with Marian's sinusoid layout (every imported OPUS-MT model and
   its fine-tuned children) becomes a plain `MarianMTModel` folder; no remote code. Its layer names
   come from the importers' table (`mtkit.importers.names.layer_names`), so the two directions
@@ -42,6 +43,10 @@ from mtkit.exporters.folder import (
     write_safetensors,
 )
 from mtkit.exporters.model_card import model_card
+from mtkit.importers import RunFamily, run_family
+from mtkit.importers.m2m100 import M2M100
+from mtkit.importers.marian import MARIAN, MARIAN_TOKENIZER
+from mtkit.importers.mbart import MBART
 from mtkit.importers.names import ACTIVATIONS, KEPT_GENERATION, depths, layer_names
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import Transformer
@@ -52,9 +57,11 @@ REMOTE_CODE = Path(__file__).resolve().parent / "remote_code"
 MARIAN_ACTIVATIONS = {mine: theirs for theirs, mine in ACTIVATIONS.items() if theirs != "silu"}  # swish -> swish
 SINUSOID_ROWS = 1024  # the least a Marian-form export's position table holds
 START_PIECE = "<s>"  # vocab.json's name of the decoder's start (mtkit's BOS), whatever the SentencePiece model holds
+REMOTE_CODE_FORM = "remote-code"  # mtkit_export.json's form of an export that ships mtkit's own modeling code
+FAIRSEQ_FAMILIES = {M2M100.name, MBART.name}  # the families whose own classes exporters/fairseq.py writes
 
 
-def export_transformers(model_path: Path, output_dir: Path, quantization: str | None = None, force: bool = False) -> Path:
+def export_transformers(model_path: Path, output_dir: Path, *, quantization: str | None = None, force: bool = False) -> Path:
     """Write the Transformer of a run directory or checkpoint as a `transformers` model folder in `output_dir`;
     float32 weights only (`quantization` None: the exporters' shared signature)."""
     if quantization is not None:
@@ -70,43 +77,52 @@ def export_transformers(model_path: Path, output_dir: Path, quantization: str | 
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "
             "so only Transformers are exported; translate with mtkit itself (mtkit translate / mtkit serve)"
         )
-    fairseq = config.data.lang_tag == "code"  # an imported NLLB-200, M2M-100 or mBART-50 model: its own class
-    if not fairseq:
-        check_exportable(config, model_path, "transformers")
+    imported = run_family(config, code_pieces(tokenizers.src))  # the family the run records, not a guess from its codes
+    own = imported if imported is not None and imported.family.name in FAIRSEQ_FAMILIES else None  # NLLB, M2M-100, mBART
+    if own is None:
+        check_exportable(config, model_path, form="transformers")
     with staged(output_dir, held=held) as staging:
-        if fairseq:
-            form = write_fairseq_folder(staging, config, model, tokenizers.src)
+        if own is not None:
+            write_fairseq_folder(staging, config, model=model, tokenizer=tokenizers.src, held=own)
+            written: RunFamily | None = own
         else:
-            form = write_mtkit_folder(staging, config, tokenizers, model, kept=kept_settings(payload))
+            written = write_mtkit_folder(staging, config, tokenizers=tokenizers, model=model, kept=kept_settings(payload))
+        form = written.tokenizer.name if written is not None else REMOTE_CODE_FORM
         note = {"format": FORMAT, "form": form, "checkpoint": str(resolve_checkpoint(model_path))}
         write_json(staging / TRANSFORMERS_NOTE, note)
-        write_file(staging / "README.md", model_card(config, model_path, form, tokenizers))
+        write_file(staging / "README.md", model_card(config, model_path, tokenizers=tokenizers, written=written))
     return output_dir
 
 
+def code_pieces(tokenizer: Tokenizer) -> list[str]:
+    """The table's pieces of the model's language codes (deu_Latn, __de__)."""
+    return [(tokenizer.table or [])[index] for index in tokenizer.codes.values()]
+
+
 def write_mtkit_folder(
-    folder: Path, config: Config, tokenizers: TokenizerPair, model: Transformer, *, kept: dict[str, Any]
-) -> str:
-    """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; the form written. `kept`:
-    the generation settings an imported model came with (`kept_settings`)."""
-    form = "marian" if marian_form(config.model) else "remote-code"
+    folder: Path, config: Config, *, tokenizers: TokenizerPair, model: Transformer, kept: dict[str, Any]
+) -> RunFamily | None:
+    """Write a MarianMTModel folder, or one of mtkit's own modeling code, into `folder`; Marian's rows, or None for
+    mtkit's own code. `kept`: the generation settings an imported model came with (`kept_settings`)."""
+    written = RunFamily(MARIAN, MARIAN_TOKENIZER) if marian_form(config.model) else None
     weights = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
-    if form == "marian":
-        settings, tensors = marian_config(config, tokenizers, model), marian_weights(weights, config.model, model)
+    if written is not None:
+        settings, tensors = marian_config(config, tokenizers, model=model), marian_weights(weights, config.model, model=model)
     else:
-        settings, tensors = remote_config(config, tokenizers, model), remote_weights(weights, model)
+        settings, tensors = remote_config(config, tokenizers, model=model), remote_weights(weights, model)
         for path in REMOTE_CODE.glob("*_mtkit.py"):
             shutil.copyfile(path, folder / path.name)
     write_json(folder / "config.json", settings)
     write_safetensors(tensors, folder / "model.safetensors")
     write_json(folder / "generation_config.json", generation_config(config, tokenizers, kept=kept))
-    write_tokenizer(folder, config, tokenizers)
-    return form
+    write_tokenizer(folder, config, tokenizers=tokenizers)
+    return written
 
 
 def marian_form(model: ModelConfig) -> bool:
-    """Whether MarianMTModel computes exactly what this model does (post-norm, Marian's sinusoid layout)."""
-    return model.norm == "post" and model.positions == "sinusoidal_halves" and model.activation in MARIAN_ACTIVATIONS
+    """Whether MarianMTModel computes exactly what this model does (Marian's model keys: post-norm, its sinusoids)."""
+    marian = all(getattr(model, key) == value for key, value in MARIAN.model_keys.items())
+    return marian and model.activation in MARIAN_ACTIVATIONS
 
 
 def _shared(model: Transformer) -> bool:
@@ -114,12 +130,12 @@ def _shared(model: Transformer) -> bool:
     return model.src_embed is model.tgt_embed
 
 
-def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def marian_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of a MarianMTModel computing what `model` does."""
     m = config.model
     return {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
+        "architectures": [MARIAN.architecture],
+        "model_type": MARIAN.model_type,
         "vocab_size": tokenizers.src.vocab_size,
         "decoder_vocab_size": tokenizers.tgt.vocab_size,
         "share_encoder_decoder_embeddings": _shared(model),
@@ -132,11 +148,7 @@ def marian_config(config: Config, tokenizers: TokenizerPair, model: Transformer)
         "activation_dropout": 0.0,
         # computed sinusoids: any length works in mtkit, and transformers sizes its table by this
         "max_position_embeddings": max(m.max_positions, SINUSOID_ROWS),
-        "scale_embedding": True,
-        "normalize_before": False,
-        "add_final_layer_norm": False,
-        "normalize_embedding": False,
-        "static_position_embeddings": True,
+        **MARIAN.export_keys,
         **shared_keys(m),
     }
 
@@ -160,7 +172,7 @@ def special_ids() -> dict[str, int]:
     return {"pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "bos_token_id": BOS_ID, "decoder_start_token_id": BOS_ID}
 
 
-def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Transformer) -> dict[str, torch.Tensor]:
+def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, *, model: Transformer) -> dict[str, torch.Tensor]:
     """MarianMTModel's tensors from mtkit's, through the importer's table (split where mtkit fuses)."""
     out = {}
     for mine, theirs in layer_names(m):
@@ -178,7 +190,7 @@ def marian_weights(weights: dict[str, torch.Tensor], m: ModelConfig, model: Tran
     return out
 
 
-def remote_config(config: Config, tokenizers: TokenizerPair, model: Transformer) -> dict[str, Any]:
+def remote_config(config: Config, tokenizers: TokenizerPair, *, model: Transformer) -> dict[str, Any]:
     """config.json of the shipped modeling file (`remote_code/modeling_mtkit.py`)."""
     m = config.model
     return {
@@ -236,7 +248,7 @@ def generation_config(config: Config, tokenizers: TokenizerPair, *, kept: dict[s
     }
 
 
-def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> None:
+def write_tokenizer(folder: Path, config: Config, *, tokenizers: TokenizerPair) -> None:
     """MarianTokenizer's files: both SentencePiece models and the piece tables in mtkit's id order."""
     write_file(folder / "source.spm", tokenizers.src.model_proto)
     write_file(folder / "target.spm", tokenizers.tgt.model_proto)
@@ -246,7 +258,7 @@ def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> 
     write_json(
         folder / "tokenizer_config.json",
         {
-            "tokenizer_class": "MarianTokenizer",
+            "tokenizer_class": MARIAN_TOKENIZER.class_name,
             "source_lang": config.src_lang,
             "target_lang": config.tgt_lang,
             "separate_vocabs": not tokenizers.joint,
@@ -260,17 +272,17 @@ def write_tokenizer(folder: Path, config: Config, tokenizers: TokenizerPair) -> 
 
 
 def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
-    """{piece: id} in mtkit's ids; a tag <2fr> as >>fr<<, the language token MarianTokenizer reads; BOS as <s>,
-    the tokenizer's bos_token."""
+    """{piece: id} in mtkit's ids; a tag <2fr> as >>fr<<, the language token MarianTokenizer reads (its row's code);
+    BOS as <s>, the tokenizer's bos_token."""
     pieces = tokenizer.all_pieces()
     table = {}
     for index, piece in enumerate(pieces):
         match = TAG.fullmatch(piece) if index in tokenizer.tags.values() else None
-        table.setdefault(START_PIECE if index == BOS_ID else f">>{match.group(1)}<<" if match else piece, index)
+        table.setdefault(START_PIECE if index == BOS_ID else MARIAN_TOKENIZER.piece(match.group(1)) if match else piece, index)
     for piece, index in (("<pad>", PAD_ID), ("<unk>", 1), ("</s>", EOS_ID)):
         if table.get(piece) != index:
             raise MtkitError(
-                f"the tokenizer's piece {index} is {pieces[index]!r}, not {piece}; MarianTokenizer needs <pad>, <unk> "
-                "and </s> at mtkit's ids 0, 1 and 3"
+                f"the tokenizer's piece {index} is {pieces[index]!r}, not {piece}; {MARIAN_TOKENIZER.class_name} needs "
+                "<pad>, <unk> and </s> at mtkit's ids 0, 1 and 3"
             )
     return table

@@ -12,6 +12,7 @@ every log-probability is the original's; fairseq's <s> becomes an ordinary piece
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from mtkit.importers.loader import (
     whole,
 )
 from mtkit.importers.marian import UNREACHABLE_BIAS, MarianVocab
-from mtkit.importers.names import layer_names
+from mtkit.importers.names import TokenizerFamily, layer_names
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's ids 0..3
 SENTENCEPIECE = "sentencepiece.bpe.model"  # the name every family's folder gives its SentencePiece model
@@ -64,19 +65,35 @@ class FairseqSettings:
     scale_embedding: bool  # the family's default where config.json leaves it out
 
 
+@dataclass(frozen=True, kw_only=True)
+class FairseqNames:
+    """A fairseq-born family's names: in messages, in config.json, its tokenizer classes, an example hub id."""
+
+    name: str  # `mtkit import NAME`
+    title: str  # in messages
+    model_type: str  # config.json's
+    architecture: str  # transformers' class
+    tokenizers: tuple[TokenizerFamily, ...]  # its folders' tokenizer classes, the most particular code form first
+    example: str  # a hub id
+
+
 def fairseq_family(
-    settings: FairseqSettings, *, name: str, title: str, model_type: str, architecture: str, example: str
+    settings: FairseqSettings, names: FairseqNames, *, export_keys: Mapping[str, Any], logits_bias: bool
 ) -> Family:
-    """A fairseq-born family's row of `FAMILIES`: its names, what its folder holds, and its reader."""
+    """A fairseq-born family's row of `FAMILIES`: its names, what its folder holds, its reader, and its export."""
     family = Family(
-        name=name,
-        title=title,
-        model_types=(model_type,),
-        architectures=(architecture,),
+        name=names.name,
+        title=names.title,
+        model_types=(names.model_type,),
+        architectures=(names.architecture,),
         holds=f"config.json, model.safetensors (or pytorch_model.bin), {SENTENCEPIECE} and tokenizer.json (or vocab.json)",
-        example=example,
+        example=names.example,
         hub_files=("config.json", "generation_config.json", "tokenizer*.json", "vocab.json", "*.model", "*.safetensors"),
-        read=lambda folder, run: read_fairseq_run(folder, run, family, settings),
+        read=lambda folder, run: read_fairseq_run(folder, run, family=family, settings=settings),
+        tokenizers=names.tokenizers,
+        model_keys={"positions": settings.positions, "embedding_norm": settings.embedding_norm},
+        export_keys=export_keys,
+        logits_bias=logits_bias,
     )
     return family
 
@@ -98,7 +115,7 @@ def fairseq_model_config(settings: dict[str, Any], where: Path, *, family: Fairs
     )
 
 
-def fairseq_pieces(folder: Path, family: Family, vocab_size: int) -> list[str]:
+def fairseq_pieces(folder: Path, family: Family, *, vocab_size: int) -> list[str]:
     """fairseq's table (index = id) of `vocab_size` pieces: tokenizer.json's, else vocab.json's with M2M-100's
     language codes; rows past the tokenizer's (M2M-100's made-up words, at most FILLERS) named as fairseq names them."""
     if (folder / "tokenizer.json").is_file():
@@ -162,7 +179,7 @@ def fairseq_vocab(pieces: list[str]) -> MarianVocab:
     return MarianVocab(pieces, [1, 3, 2, 2, 0, *range(4, len(pieces))])
 
 
-def fairseq_tokenizers(folder: Path, family: Family, vocab: MarianVocab) -> TokenizerPair:
+def fairseq_tokenizers(folder: Path, family: Family, *, vocab: MarianVocab) -> TokenizerPair:
     """One tokenizer for both sides: the folder's SentencePiece model with fairseq's table in mtkit's order."""
     tokenizer = read_sentencepiece(folder / SENTENCEPIECE, family, table=vocab.table())
     if not tokenizer.codes:
@@ -183,7 +200,7 @@ def vocab_size(settings: dict[str, Any], where: Path, *, weights: Weights) -> in
     return size
 
 
-def fairseq_weights(weights: Weights, model: ModelConfig, vocab: MarianVocab) -> dict[str, Tensor]:
+def fairseq_weights(weights: Weights, model: ModelConfig, *, vocab: MarianVocab) -> dict[str, Tensor]:
     """mtkit's state dict from the checkpoint's tensors, rows of the vocabulary in mtkit's id order (each of the
     file's tensors read where it is used and dropped once it is copied: the embedding first, the largest)."""
     embedding = vocab.rows(_tensor(weights, "shared.weight"), "shared.weight")
@@ -210,14 +227,16 @@ def _tensor(weights: Weights, name: str) -> Tensor:
     return weights[name]
 
 
-def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
+def fairseq_config(folder: Path, family: Family, *, model: ModelConfig, tokenizers: TokenizerPair, name: str) -> Config:
     """The run's config: the model keys, the language codes (`data.lang_tag: code`), the tokenizer's languages and
     the beam of generation_config.json, text passed to SentencePiece as it is."""
     tokenizer = tokenizers.src
     settings = read_optional_json(folder / "tokenizer_config.json", family)
     generation = read_optional_json(folder / "generation_config.json", family)
-    codes = list(tokenizer.codes)
-    english = next((code for code in ("eng_Latn", "en_XX", "en") if code in tokenizer.codes), codes[0])
+    held = family.tokenizer(
+        settings.get("tokenizer_class"), [(tokenizer.table or [])[index] for index in tokenizer.codes.values()]
+    )
+    english = held.english if held.english in tokenizer.codes else next(iter(tokenizer.codes))
     src_lang = code_name(str(settings.get("src_lang") or english))
     tgt_lang = code_name(str(settings.get("tgt_lang") or "tgt"))  # none named: each translation names it (--tgt-lang)
     return Config(
@@ -225,20 +244,20 @@ def fairseq_config(folder: Path, family: Family, model: ModelConfig, tokenizers:
         src_lang=src_lang if src_lang in tokenizer.codes else english,
         tgt_lang=tgt_lang if tgt_lang in tokenizer.codes else "tgt",
         data=DataConfig(normalize="none", lang_tag="code"),
-        tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size),
+        tokenizer=TokenizerConfig(joint=True, vocab_size=tokenizer.vocab_size, family=held.name),
         model=model,
         decode=DecodeConfig(beam=imported_beam(generation, {})),
     )
 
 
-def read_fairseq_run(folder: Path, name: str, family: Family, settings: FairseqSettings) -> Imported:
+def read_fairseq_run(folder: Path, name: str, *, family: Family, settings: FairseqSettings) -> Imported:
     """A fairseq-born family's reader: its config.json's keys (compared with the weights' header first), the tokenizer
     in mtkit's order, the run's config, checked, and the weights reordered."""
     where = folder / "config.json"
     config_json = read_json(where, family)
     weights = open_weights(folder)
     model = fairseq_model_config(config_json, where, family=settings, weights=weights)
-    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size(config_json, where, weights=weights)))
-    tokenizers = fairseq_tokenizers(folder, family, vocab)
-    config = fairseq_config(folder, family, model, tokenizers, name)
-    return imported_model(config, tokenizers, state=lambda: fairseq_weights(weights, model, vocab), folder=folder)
+    vocab = fairseq_vocab(fairseq_pieces(folder, family, vocab_size=vocab_size(config_json, where, weights=weights)))
+    tokenizers = fairseq_tokenizers(folder, family, vocab=vocab)
+    config = fairseq_config(folder, family, model=model, tokenizers=tokenizers, name=name)
+    return imported_model(config, tokenizers, state=lambda: fairseq_weights(weights, model, vocab=vocab), folder=folder)

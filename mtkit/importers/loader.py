@@ -27,7 +27,7 @@ from torch import Tensor
 from mtkit.config import Config, DecodeConfig, config_from_dict, config_to_dict
 from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
-from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES
+from mtkit.importers.names import ACTIVATIONS, SAFETENSORS_DTYPES, TokenizerFamily
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import checkpoint_payload, model_with_weights, save_checkpoint
 from mtkit.run_files import RunFiles
@@ -63,7 +63,8 @@ class Imported:
 
 @dataclass(frozen=True, kw_only=True)
 class Family:
-    """One foreign family: how its config.json names it, what its folder holds, and its reader."""
+    """One foreign family: how its config.json names it, what its folder holds, its reader, and what its
+    transformers class needs of an export (read by mtkit.exporters, so the two directions cannot drift)."""
 
     name: str  # `mtkit import NAME`
     title: str  # in messages: "not a folder of a {title} model"
@@ -73,6 +74,29 @@ class Family:
     example: str  # a hub id
     hub_files: tuple[str, ...]  # what a hub download fetches (allow_patterns)
     read: Callable[[Path, str], Imported]  # (folder, the run's name) -> the import
+    tokenizers: tuple[TokenizerFamily, ...]  # the tokenizer classes its folders hold; the run records which
+    model_keys: Mapping[str, Any]  # mtkit model keys every import of it has (how a run imported before the record is known)
+    export_keys: Mapping[str, Any]  # config.json keys its class's export always writes (mBART's normalize_before, ...)
+    logits_bias: bool  # its class holds an output bias (final_logits_bias)
+
+    @property
+    def architecture(self) -> str:
+        """The transformers class an export names (config.json's architectures)."""
+        return self.architectures[0]
+
+    @property
+    def model_type(self) -> str:
+        """The model_type an export writes."""
+        return self.model_types[0]
+
+    def tokenizer(self, tokenizer_class: object, codes: list[str]) -> TokenizerFamily:
+        """The tokenizer class a folder of this family holds: the one its tokenizer_config.json names (a Fast one as
+        its slow twin), else the first whose language codes are written as the table's `codes` are (__de__, deu_Latn)."""
+        named = str(tokenizer_class or "").removesuffix("Fast")
+        for tokenizer in self.tokenizers:
+            if tokenizer.class_name == named:
+                return tokenizer
+        return next((tokenizer for tokenizer in self.tokenizers if all(map(tokenizer.writes, codes))), self.tokenizers[-1])
 
 
 @dataclass(frozen=True)
@@ -87,7 +111,7 @@ class Located:
 MALFORMED = (ArithmeticError, AttributeError, LookupError, RuntimeError, TypeError, ValueError)
 
 
-def import_family(source: str, output: Path, family: Family, *, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
+def import_family(source: str, output: Path, *, family: Family, revision: str | None = None) -> tuple[Config, EncoderDecoder]:
     """`mtkit import FAMILY`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
     check_output(output)
     located = locate(source, family, revision=revision)
@@ -97,7 +121,7 @@ def import_family(source: str, output: Path, family: Family, *, revision: str | 
         raise MtkitError(
             f"{located.folder}: not a {family.title} model mtkit can read ({type(err).__name__}: {one_line(err)})"
         ) from None
-    write_run(imported, output, source, commit=located.commit)
+    write_run(imported, output, source=source, commit=located.commit)
     return imported.config, imported.model
 
 
@@ -165,7 +189,7 @@ def _words(family: Family | None) -> tuple[str, str, str]:
     return (family.title, family.holds, family.example) if family else ANY_FAMILY
 
 
-def family_of(settings: dict[str, Any], where: Path, families: Mapping[str, Family]) -> Family:
+def family_of(settings: dict[str, Any], where: Path, *, families: Mapping[str, Family]) -> Family:
     """The family config.json names: by `model_type`, else by `architectures`; another is one line listing the known."""
     model_type, architectures = settings.get("model_type"), settings.get("architectures") or []
     if not isinstance(model_type, str | None) or not isinstance(architectures, list):
@@ -422,7 +446,7 @@ def imported_model(
     return Imported(config=checked, tokenizers=tokenizers, model=model)
 
 
-def write_run(imported: Imported, output: Path, source: str, *, commit: str | None = None) -> None:
+def write_run(imported: Imported, output: Path, *, source: str, commit: str | None = None) -> None:
     """The run directory: best.pt (nothing validated yet: `mtkit evaluate` measures it; where it came from, and the
     hub commit where it was downloaded) and config.yaml."""
     config = imported.config
@@ -431,7 +455,7 @@ def write_run(imported: Imported, output: Path, source: str, *, commit: str | No
     weights = imported.model.state_dict()
     kept = {"generation": imported.generation} if imported.generation else {}
     payload = checkpoint_payload(
-        config, imported.tokenizers, weights, progress=progress, imported_from=source, imported_commit=commit, **kept
+        config, imported.tokenizers, weights=weights, progress=progress, imported_from=source, imported_commit=commit, **kept
     )
     files = RunFiles(output)
     save_checkpoint(payload, files.best)

@@ -42,7 +42,7 @@ from mtkit.importers.loader import (
     transformer_sizes,
     whole,
 )
-from mtkit.importers.names import KEPT_GENERATION, layer_names
+from mtkit.importers.names import KEPT_GENERATION, TokenizerFamily, layer_names
 from mtkit.models.base import EncoderDecoder
 
 UNREACHABLE_BIAS = -1.0e4  # the BOS logit's bias when BOS shares PAD's row: exp underflows to 0
@@ -76,7 +76,7 @@ class MarianVocab:
         return matrix.index_select(0, torch.tensor(self.order)).float()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MarianModel:
     """A Marian checkpoint read into mtkit's terms: its model keys, tokenizers and weights."""
 
@@ -94,26 +94,25 @@ def read_marian(folder: Path) -> MarianModel:
     weights = open_weights(folder)  # its header: the sizes are compared with it before anything is sized from them
     model = marian_model_config(settings, folder / "config.json", weights=weights)
     source, target, tokenizers = _vocabularies(folder, settings)
-    return MarianModel(model, tokenizers, source, target, weights, settings)
+    return MarianModel(model=model, tokenizers=tokenizers, source=source, target=target, weights=weights, settings=settings)
 
 
 def marian_model_config(settings: dict[str, Any], where: Path, *, weights: Weights) -> ModelConfig:
     """mtkit's `model` keys for a Marian config.json; a variant mtkit cannot run is refused by its key."""
-    if settings.get("model_type") != "marian":
+    if settings.get("model_type") not in MARIAN.model_types:
         raise MtkitError(f"{where}: model_type is {settings.get('model_type')!r}; only Marian (OPUS-MT) models are imported")
-    refusals = {
-        "normalize_before": (False, "a pre-norm Marian variant"),
-        "scale_embedding": (True, "unscaled embeddings"),
-        "add_final_layer_norm": (False, "a final layer norm"),
-        "normalize_embedding": (False, "a layer norm on the embeddings"),
+    refusals = {  # each key's value in MARIAN.export_keys is the one mtkit represents
+        "normalize_before": "a pre-norm Marian variant",
+        "scale_embedding": "unscaled embeddings",
+        "add_final_layer_norm": "a final layer norm",
+        "normalize_embedding": "a layer norm on the embeddings",
     }
-    for key, (wanted, what) in refusals.items():
-        if settings.get(key, wanted) != wanted:
+    for key, what in refusals.items():
+        if settings.get(key, MARIAN.export_keys[key]) != MARIAN.export_keys[key]:
             raise MtkitError(f"{where}: {key}={json.dumps(settings[key])} ({what}) cannot be represented in mtkit")
     return ModelConfig(
         **transformer_sizes(settings, where, activation="swish", weights=weights),
-        norm="post",
-        positions="sinusoidal_halves",
+        **MARIAN.model_keys,
         tie_embeddings=bool(settings.get("tie_word_embeddings", True)),
         output_bias=True,
     )
@@ -242,7 +241,7 @@ def _tensor(weights: Weights, name: str) -> Tensor:
     return weights[name]
 
 
-def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
+def imported_config(marian: MarianModel, folder: Path, *, name: str) -> Config:
     """The run's config: Marian's model keys, its languages and beam, text passed to SentencePiece as it is."""
     languages = read_optional_json(folder / "tokenizer_config.json", MARIAN)
     generation = read_optional_json(folder / "generation_config.json", MARIAN)
@@ -251,7 +250,7 @@ def imported_config(marian: MarianModel, folder: Path, name: str) -> Config:
         src_lang=_language(languages, "source_lang", "src", folder / "tokenizer_config.json"),
         tgt_lang=_language(languages, "target_lang", "tgt", folder / "tokenizer_config.json"),
         data=DataConfig(normalize="none"),  # SentencePiece's own normaliser, as MarianTokenizer does
-        tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size),
+        tokenizer=TokenizerConfig(joint=False, vocab_size=marian.tokenizers.src.vocab_size, family=MARIAN_TOKENIZER.name),
         model=marian.model,
         decode=DecodeConfig(beam=imported_beam(generation, marian.settings)),
     )
@@ -318,11 +317,13 @@ def read_marian_run(folder: Path, name: str) -> Imported:
     """The Marian family's reader (`Family.read`): the run's config, checked, the model with Marian's weights and the
     generation settings its export keeps."""
     marian = read_marian(folder)
-    config = imported_config(marian, folder, name)
+    config = imported_config(marian, folder, name=name)
     imported = imported_model(config, marian.tokenizers, state=lambda: mtkit_weights(marian), folder=folder)
     return dataclasses.replace(imported, generation=kept_generation(marian, folder))
 
 
+# MarianTokenizer reads a target-language token >>fr<< as the first token of a text
+MARIAN_TOKENIZER = TokenizerFamily(name="marian", class_name="MarianTokenizer", code=">>{}<<")
 MARIAN = Family(
     name="marian",
     title="Marian",
@@ -332,9 +333,20 @@ MARIAN = Family(
     example="Helsinki-NLP/opus-mt-de-en",
     hub_files=("config.json", "generation_config.json", "tokenizer_config.json", "*.spm", "*vocab.json", "*.safetensors"),
     read=read_marian_run,
+    tokenizers=(MARIAN_TOKENIZER,),
+    model_keys={"norm": "post", "positions": "sinusoidal_halves"},
+    # the layout MarianMTModel computes, as marian_model_config reads it: post-norm, scaled, no extra norms
+    export_keys={
+        "scale_embedding": True,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": False,
+        "static_position_embeddings": True,
+    },
+    logits_bias=True,
 )
 
 
 def import_marian(source: str, output: Path) -> tuple[Config, EncoderDecoder]:
     """`mtkit import marian`: a run directory (best.pt, config.yaml) that every mtkit command accepts."""
-    return import_family(source, output, MARIAN)
+    return import_family(source, output, family=MARIAN)

@@ -10,7 +10,7 @@ from mtkit.models.rnn import RNNSeq2Seq
 from mtkit.models.transformer import Transformer
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> EncoderDecoder:
+def build_model(config: ModelConfig, src_vocab_size: int, *, tgt_vocab_size: int, share_vocab: bool) -> EncoderDecoder:
     """A plain if/elif over `model.arch`; the recipe keys of that architecture are its constructor's arguments.
 
     The config was checked when it was loaded (ranges, heads dividing d_model, ...), so a bad

@@ -3,12 +3,12 @@
 Every architecture implements it, so nothing outside `mtkit.models` asks which model it drives:
 
 - `encode(src, src_mask) -> memory`
-- `decode(tgt, memory, src_mask, state) -> (logits, state)`
+- `decode(tgt, memory, *, src_mask, state) -> (logits, state)`
 - `reorder_state(state, order) -> state`
-- `final_states(tgt, memory, src_mask) -> states` (B, T, D), for models that train: teacher-forced
+- `final_states(tgt, memory, *, src_mask) -> states` (B, T, D), for models that train: teacher-forced
   `tgt`'s final decoder states, which the model's `output` layer (an `nn.Linear`, D -> V) turns
   into `decode`'s logits (the training loss fuses the two: `mtkit.training.fused_loss`)
-- `cross_attention(tgt, memory, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
+- `cross_attention(tgt, memory, *, src_mask, layer=-1) -> weights` (B, H, T, S): where each target
   position of teacher-forced `tgt` looks in the source, per head, in decoder attention layer `layer`
   of `attention_layers` (for heatmaps, word alignments and tests)
 
@@ -51,17 +51,17 @@ class EncoderDecoder(nn.Module):
         raise NotImplementedError
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
+        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         raise NotImplementedError
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         raise NotImplementedError
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+    def cross_attention(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, layer: int = -1) -> Tensor:
         raise NotImplementedError
 
-    def reorder_state(self, state: DecoderState, order: Tensor, keep_memory: bool = False) -> DecoderState:
+    def reorder_state(self, state: DecoderState, order: Tensor, *, keep_memory: bool = False) -> DecoderState:
         """Select batch rows `order` (LongTensor (B',)) of every cached tensor.
 
         `keep_memory`: `order` only moves rows among rows of the same source sentence (beam search
@@ -72,8 +72,8 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced logits (B, T, V) for decoder input `tgt`."""
-        memory = self.encode(src, src_mask, **padding_hint(src_padded))
-        logits, _ = self.decode(tgt, memory, src_mask, None, **padding_hint(src_padded))
+        memory = self.encode(src, src_mask, **padding_hint(src_padded=src_padded))
+        logits, _ = self.decode(tgt, memory, src_mask=src_mask, state=None, **padding_hint(src_padded=src_padded))
         return logits
 
     @property
@@ -122,7 +122,7 @@ def memory_entry(key: str) -> bool:
     return re.split(r"[.:]", key)[-1].startswith("cross_")
 
 
-def padding_hint(src_padded: bool | None) -> dict[str, bool]:
+def padding_hint(*, src_padded: bool | None) -> dict[str, bool]:
     """The `src_padded` keyword, given only when known, so that a model written to the contract
     without it (the tests' hand-written stubs) is still driven."""
     return {} if src_padded is None else {"src_padded": src_padded}

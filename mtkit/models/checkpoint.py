@@ -37,7 +37,7 @@ def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
 
 
 def checkpoint_payload(
-    config: Config, tokenizers: TokenizerPair, weights: dict[str, torch.Tensor], **extra: Any
+    config: Config, tokenizers: TokenizerPair, *, weights: dict[str, torch.Tensor], **extra: Any
 ) -> dict[str, Any]:
     """What every checkpoint holds: format marker, config, tokenizers and the model's state dict."""
     return {
@@ -82,7 +82,7 @@ def validated_score(path: Path) -> float | None:
     return payload.get(f"valid_{metric}")
 
 
-def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
     """Load a checkpoint file safely (no arbitrary unpickling); with `mmap`, its tensors are mapped from the file
     and read only when used."""
     path = resolve_checkpoint(path)
@@ -121,7 +121,9 @@ def model_with_weights(
     initialisation and no copy but of a tensor that is a view of something larger (a mapped file) or of another dtype.
     Tied parameters stay tied; the sinusoid tables, derived and never saved, are computed once the sizes are known."""
     with torch.device("meta"):
-        model = build_model(config, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+        model = build_model(
+            config, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+        )
     expected = model.state_dict()
     _check_fit(expected, weights, mismatch)
     tied = [names for names in _parameter_names(model).values() if len(names) > 1]

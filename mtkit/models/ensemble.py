@@ -41,23 +41,23 @@ class Ensemble(EncoderDecoder):
         return torch.cat([member.encode(src, src_mask, src_padded=src_padded) for member in self.members], dim=-1)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
+        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """The mean of the members' log-probabilities (B, T, V), and every member's state."""
         log_probs = []
         for number, (member, part) in enumerate(zip(self.members, self._split(memory), strict=True)):
             own = None if state is None else _member_state(state, number)
-            logits, own = member.decode(tgt, part, src_mask, own, src_padded=src_padded)
+            logits, own = member.decode(tgt, part, src_mask=src_mask, state=own, src_padded=src_padded)
             log_probs.append(torch.log_softmax(logits.float(), dim=-1))
             if state is not None and own is not None:
                 state.update({f"{number}:{key}": value for key, value in own.items()})
         return torch.stack(log_probs).mean(dim=0), state
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+    def cross_attention(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, layer: int = -1) -> Tensor:
         """(B, M, T, S): each member's weights in `layer`, averaged over its heads, one panel per member."""
         parts = self._split(memory)
         weights = [
-            member.cross_attention(tgt, part, src_mask, layer).float().mean(dim=1)  # (B, T, S)
+            member.cross_attention(tgt, part, src_mask=src_mask, layer=layer).float().mean(dim=1)  # (B, T, S)
             for member, part in zip(self.members, parts, strict=True)
         ]
         return torch.stack(weights, dim=1)

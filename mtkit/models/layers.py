@@ -59,7 +59,7 @@ class ScaledEmbedding(nn.Module):
     """Token embeddings multiplied by sqrt(d_model), as in Vaswani et al. (2017); `scale=False` leaves them as they
     are (`model.scale_embedding: false`, fairseq's and transformers' `scale_embedding`)."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True) -> None:
+    def __init__(self, vocab_size: int, d_model: int, *, pad_id: int, scale: bool = True) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
@@ -83,7 +83,7 @@ class SinusoidalPositions(nn.Module):
     CTranslate2's layout), computed in float64 and rounded once.
     """
 
-    def __init__(self, d_model: int, max_positions: int, halves: bool = False) -> None:
+    def __init__(self, d_model: int, max_positions: int, *, halves: bool = False) -> None:
         super().__init__()
         self.d_model, self.halves = d_model, halves
         self.register_buffer("table", self._table(max_positions), persistent=False)
@@ -145,7 +145,7 @@ class LearnedPositions(nn.Module):
         return self.embedding(positions)  # (T, D)
 
 
-def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
+def make_positions(kind: str, d_model: int, *, max_positions: int) -> nn.Module:
     """`model.positions`: sinusoidal, sinusoidal_halves, sinusoidal_fairseq or learned."""
     if kind == "sinusoidal_fairseq":
         return FairseqPositions(d_model, max_positions)
@@ -154,7 +154,7 @@ def make_positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
     return LearnedPositions(d_model, max_positions)
 
 
-def key_padding_bias(src_mask: Tensor, src_padded: bool | None, like: Tensor) -> Tensor | None:
+def key_padding_bias(src_mask: Tensor, *, src_padded: bool | None, like: Tensor) -> Tensor | None:
     """The source padding as every attention layer takes it, built once per batch: src_mask (B, S)
     bool -> an additive bias (B, 1, 1, S), 0 on real tokens and -inf on padding, in the dtype the
     attention computes in (autocast's, else `like`'s), so no layer converts a bool mask again.
@@ -178,7 +178,7 @@ class MultiHeadAttention(nn.Module):
     (which optimizer state in checkpoints follows) is the same as in earlier versions.
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+    def __init__(self, d_model: int, heads: int, *, dropout: float) -> None:
         super().__init__()
         if d_model % heads:
             raise MtkitError(f"model.d_model={d_model} must be divisible by model.heads={heads}")
@@ -190,7 +190,7 @@ class MultiHeadAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
-    def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    def attend(self, query: Tensor, key: Tensor, *, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """The fast path: fused attention that never builds the weights. mask: a bool mask (True = may
         attend) or an additive bias (`key_padding_bias`); None lets a GPU pick flash attention."""
         dropout = self.dropout if self.training else 0.0
@@ -199,7 +199,7 @@ class MultiHeadAttention(nn.Module):
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         return self.merge_heads(context)
 
-    def attend_with_weights(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def attend_with_weights(self, query: Tensor, key: Tensor, *, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The same attention with explicit float32 weights (B, H, T, S), returned before dropout.
         mask: as `attend`'s, a bool mask or an additive bias (None: every key is real)."""
         scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
@@ -224,8 +224,8 @@ class SelfAttention(MultiHeadAttention):
     positions, and their keys/values are appended to `{prefix}self_k` / `{prefix}self_v` (B, H, t, Dh).
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float, causal: bool) -> None:
-        super().__init__(d_model, heads, dropout)
+    def __init__(self, d_model: int, heads: int, *, dropout: float, causal: bool) -> None:
+        super().__init__(d_model, heads, dropout=dropout)
         self.causal = causal
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -236,7 +236,7 @@ class SelfAttention(MultiHeadAttention):
         query, key, value = self.qkv(x).chunk(3, dim=-1)
         query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)  # (B, H, T, Dh)
         if cache is None:
-            return self.attend(query, key, value, key_bias, causal=self.causal)
+            return self.attend(query, key, value=value, mask=key_bias, causal=self.causal)
         past = cache.get(prefix + "self_k")
         if past is not None:
             key = torch.cat([past, key], dim=2)  # (B, H, t + T, Dh)
@@ -246,7 +246,7 @@ class SelfAttention(MultiHeadAttention):
         # Query i (absolute position total - new + i) may see keys up to its own position; a single
         # new query may see them all, so the usual one-token step needs no mask.
         mask = None if new == 1 else torch.ones(new, total, dtype=torch.bool, device=x.device).tril(total - new)
-        return self.attend(query, key, value, mask, causal=False)
+        return self.attend(query, key, value=value, mask=mask, causal=False)
 
 
 class CrossAttention(MultiHeadAttention):
@@ -256,8 +256,8 @@ class CrossAttention(MultiHeadAttention):
     state) as `{prefix}cross_k` / `{prefix}cross_v` (B, H, S, Dh).
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
-        super().__init__(d_model, heads, dropout)
+    def __init__(self, d_model: int, heads: int, *, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout=dropout)
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -269,6 +269,7 @@ class CrossAttention(MultiHeadAttention):
         memory_bias: Tensor | None,
         cache: DecoderState | None = None,
         prefix: str = "",
+        *,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D), memory (B, S, D), memory_bias (B, 1, 1, S) (`key_padding_bias` or a bool mask,
@@ -283,8 +284,8 @@ class CrossAttention(MultiHeadAttention):
             if cache is not None:
                 cache[prefix + "cross_k"], cache[prefix + "cross_v"] = key, value
         if need_weights:
-            return self.attend_with_weights(query, key, value, memory_bias)
-        return self.attend(query, key, value, memory_bias, causal=False), None
+            return self.attend_with_weights(query, key, value=value, mask=memory_bias)
+        return self.attend(query, key, value=value, mask=memory_bias, causal=False), None
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # model.activation
@@ -293,7 +294,7 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # model.activat
 class FeedForward(nn.Module):
     """Position-wise feed-forward network: Linear -> activation (ReLU, GELU or swish) -> dropout -> Linear."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float, activation: str = "relu") -> None:
+    def __init__(self, d_model: int, ffn_dim: int, *, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.inner = nn.Linear(d_model, ffn_dim)
         self.outer = nn.Linear(ffn_dim, d_model)
@@ -308,7 +309,7 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """Residual connection with LayerNorm before (pre-norm) or after (post-norm) the sublayer."""
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, *, pre_norm: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)

@@ -59,7 +59,7 @@ class RNNEncoder(nn.Module):
     """Embeddings and a (bidirectional) multi-layer RNN over packed sources."""
 
     def __init__(
-        self, embed: nn.Embedding, cell: str, hidden_size: int, layers: int, bidirectional: bool, dropout: float
+        self, embed: nn.Embedding, cell: str, *, hidden_size: int, layers: int, bidirectional: bool, dropout: float
     ) -> None:
         super().__init__()
         self.embed = embed
@@ -107,6 +107,7 @@ class RNNDecoder(nn.Module):
         self,
         embed: nn.Embedding,
         cell: str,
+        *,
         hidden_size: int,
         layers: int,
         attention: str,
@@ -134,7 +135,7 @@ class RNNDecoder(nn.Module):
         """Whether each step needs the previous step's output (so teacher forcing loops over time)."""
         return self.attention_kind == "bahdanau" or self.input_feed
 
-    def start(self, final: Tensor, memory: Tensor, state: DecoderState) -> None:
+    def start(self, final: Tensor, memory: Tensor, *, state: DecoderState) -> None:
         """Fill an empty state: bridged initial hidden state per layer, zero cell and feed, keys."""
         batch = final.size(0)
         hidden = torch.tanh(self.bridge(final))  # (B, H)
@@ -193,6 +194,7 @@ class RNNSeq2Seq(EncoderDecoder):
         self,
         src_vocab_size: int,
         tgt_vocab_size: int,
+        *,
         cell: str = "lstm",
         layers: int = 2,
         hidden_size: int = 512,
@@ -210,8 +212,12 @@ class RNNSeq2Seq(EncoderDecoder):
         src_embed = _embedding(src_vocab_size, embed_dim, pad_id)
         share = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
         tgt_embed = src_embed if share else _embedding(tgt_vocab_size, embed_dim, pad_id)
-        self.encoder = RNNEncoder(src_embed, cell, hidden_size, layers, bidirectional, dropout)
-        self.decoder = RNNDecoder(tgt_embed, cell, hidden_size, layers, attention, input_feed, dropout)
+        self.encoder = RNNEncoder(
+            src_embed, cell, hidden_size=hidden_size, layers=layers, bidirectional=bidirectional, dropout=dropout
+        )
+        self.decoder = RNNDecoder(
+            tgt_embed, cell, hidden_size=hidden_size, layers=layers, attention=attention, input_feed=input_feed, dropout=dropout
+        )
         self.output = nn.Linear(embed_dim, tgt_vocab_size, bias=False)
         if tie_embeddings:
             self.output.weight = tgt_embed.weight
@@ -233,18 +239,18 @@ class RNNSeq2Seq(EncoderDecoder):
         return self.encoder(src, src_mask)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
+        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
         readout, _ = self._run_decoder(tgt, memory, src_mask, state)
         return self.output(self.decoder.dropout(readout)), state
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the readout after dropout (B, T, E) that `output` projects."""
         readout, _ = self._run_decoder(tgt, memory, src_mask, None)
         return self.decoder.dropout(readout)
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+    def cross_attention(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, layer: int = -1) -> Tensor:
         """(B, 1, T, S) attention weights of teacher-forced decoding (one head; `layer` 0 or -1, the only one)."""
         _, weights = self._run_decoder(tgt, memory, src_mask, None)
         if weights is None:
@@ -256,7 +262,7 @@ class RNNSeq2Seq(EncoderDecoder):
     ) -> tuple[Tensor, Tensor | None]:
         cache: DecoderState = state if state is not None else {}
         if "hidden" not in cache:
-            self.decoder.start(self.encoder.final_state(memory, src_mask), memory, cache)
+            self.decoder.start(self.encoder.final_state(memory, src_mask), memory, state=cache)
         return self.decoder(tgt, memory, src_mask, cache)
 
 

@@ -11,6 +11,8 @@ cross-attention weights come from the same decoder forward, asked for the last l
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import Tensor, nn
 
 from mtkit.models.base import DecoderState, EncoderDecoder
@@ -28,12 +30,12 @@ from mtkit.models.layers import (
 
 class EncoderLayer(nn.Module):
     def __init__(
-        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
+        self, d_model: int, heads: int, *, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
     ) -> None:
         super().__init__()
-        self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=False)
-        self.feed_forward = FeedForward(d_model, ffn_dim, dropout, activation)
-        self.attention_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(2))
+        self.self_attention = SelfAttention(d_model, heads, dropout=attention_dropout, causal=False)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout=dropout, activation=activation)
+        self.attention_block, self.ffn_block = (Residual(d_model, dropout, pre_norm=pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, key_bias: Tensor | None) -> Tensor:
         """x (B, S, D); key_bias (B, 1, 1, S) the padding's `key_padding_bias` (None: no padding)."""
@@ -43,13 +45,13 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(
-        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
+        self, d_model: int, heads: int, *, ffn_dim: int, dropout: float, attention_dropout: float, pre_norm: bool, activation: str
     ) -> None:
         super().__init__()
-        self.self_attention = SelfAttention(d_model, heads, attention_dropout, causal=True)
-        self.cross_attention = CrossAttention(d_model, heads, attention_dropout)
-        self.feed_forward = FeedForward(d_model, ffn_dim, dropout, activation)
-        self.self_block, self.cross_block, self.ffn_block = (Residual(d_model, dropout, pre_norm) for _ in range(3))
+        self.self_attention = SelfAttention(d_model, heads, dropout=attention_dropout, causal=True)
+        self.cross_attention = CrossAttention(d_model, heads, dropout=attention_dropout)
+        self.feed_forward = FeedForward(d_model, ffn_dim, dropout=dropout, activation=activation)
+        self.self_block, self.cross_block, self.ffn_block = (Residual(d_model, dropout, pre_norm=pre_norm) for _ in range(3))
 
     def forward(
         self,
@@ -58,6 +60,7 @@ class DecoderLayer(nn.Module):
         memory_bias: Tensor | None,
         state: DecoderState | None,
         prefix: str,
+        *,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D) new target positions; memory (B, S, D); memory_bias (B, 1, 1, S) or None (no padding).
@@ -66,7 +69,7 @@ class DecoderLayer(nn.Module):
         """
         x = self.self_block(x, lambda h: self.self_attention(h, cache=state, prefix=prefix))
         h = self.cross_block.sublayer_input(x)
-        context, weights = self.cross_attention(h, memory, memory_bias, state, prefix, need_weights)
+        context, weights = self.cross_attention(h, memory, memory_bias, state, prefix, need_weights=need_weights)
         x = self.cross_block.combine(x, context)
         return self.ffn_block(x, self.feed_forward), weights
 
@@ -78,6 +81,7 @@ class Transformer(EncoderDecoder):
         self,
         src_vocab_size: int,
         tgt_vocab_size: int,
+        *,
         layers: int = 6,
         d_model: int = 512,
         heads: int = 8,
@@ -99,20 +103,20 @@ class Transformer(EncoderDecoder):
     ) -> None:
         super().__init__()
         pre_norm = norm == "pre"
-        self.positions_kind = positions
-        self.position_limit = max_positions
-        self.src_embed = ScaledEmbedding(src_vocab_size, d_model, pad_id, scale_embedding)
+        self.positions_kind, self.position_limit = positions, max_positions
+        embedding = partial(ScaledEmbedding, d_model=d_model, pad_id=pad_id, scale=scale_embedding)
+        self.src_embed = embedding(src_vocab_size)
         share = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
-        self.tgt_embed = self.src_embed if share else ScaledEmbedding(tgt_vocab_size, d_model, pad_id, scale_embedding)
-        self.src_positions = make_positions(positions, d_model, max_positions)
-        self.tgt_positions = make_positions(positions, d_model, max_positions)
+        self.tgt_embed = self.src_embed if share else embedding(tgt_vocab_size)
+        self.src_positions = make_positions(positions, d_model, max_positions=max_positions)
+        self.tgt_positions = make_positions(positions, d_model, max_positions=max_positions)
         # mBART's layernorm_embedding: a LayerNorm over embeddings + positions, before dropout (no parameters without it)
-        self.src_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
-        self.tgt_embed_norm = nn.LayerNorm(d_model) if embedding_norm else nn.Identity()
+        self.src_embed_norm, self.tgt_embed_norm = (nn.LayerNorm(d_model) if embedding_norm else nn.Identity() for _ in range(2))
         self.dropout = Dropout(dropout)
-        block = (d_model, heads, ffn_dim, dropout, attention_dropout, pre_norm, activation)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*block) for _ in range(encoder_layers or layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*block) for _ in range(decoder_layers or layers))
+        block = dict(ffn_dim=ffn_dim, dropout=dropout, attention_dropout=attention_dropout, activation=activation)
+        block["pre_norm"] = pre_norm
+        self.encoder_layers = nn.ModuleList(EncoderLayer(d_model, heads, **block) for _ in range(encoder_layers or layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(d_model, heads, **block) for _ in range(decoder_layers or layers))
         # Pre-norm stacks end with a LayerNorm; post-norm blocks already normalise their output.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
@@ -149,19 +153,19 @@ class Transformer(EncoderDecoder):
     def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
         x = self.dropout(self.src_embed_norm(self.src_embed(src) + self.src_positions(src.size(1))))
-        key_bias = key_padding_bias(src_mask, src_padded, x)  # (B, 1, 1, S) or None, for every layer
+        key_bias = key_padding_bias(src_mask, src_padded=src_padded, like=x)  # (B, 1, 1, S) or None, for every layer
         for layer in self.encoder_layers:
             x = layer(x, key_bias)
         return self.encoder_norm(x)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None, *, src_padded: bool | None = None
+        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
         x, _ = self._run_decoder(tgt, memory, src_mask, state, src_padded=src_padded)
         return self.output(self.decoder_norm(x)), state
 
-    def final_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
+    def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the normalised decoder output (B, T, D) that `output` projects."""
         x, _ = self._run_decoder(tgt, memory, src_mask, None, src_padded=src_padded)
         return self.decoder_norm(x)
@@ -173,7 +177,7 @@ class Transformer(EncoderDecoder):
     def repeated_blocks(self) -> list[nn.Module]:
         return [*self.encoder_layers, *self.decoder_layers]
 
-    def cross_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int = -1) -> Tensor:
+    def cross_attention(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, layer: int = -1) -> Tensor:
         """Decoder layer `layer`'s cross-attention weights (B, H, T, S) for teacher-forced `tgt`."""
         _, weights = self._run_decoder(tgt, memory, src_mask, None, weights_of=layer % len(self.decoder_layers))
         assert weights is not None
@@ -196,7 +200,7 @@ class Transformer(EncoderDecoder):
         weights = None
         for index, layer in enumerate(self.decoder_layers):
             prefix = "" if state is None else f"{index}."  # the cache's keys; no state, one call for every layer
-            x, found = layer(x, memory, memory_bias, state, prefix, index == weights_of)
+            x, found = layer(x, memory, memory_bias, state, prefix, need_weights=index == weights_of)
             weights = found if index == weights_of else weights
         return x, weights
 
@@ -206,7 +210,7 @@ class Transformer(EncoderDecoder):
         decoding keeps it in the state as `cross_bias` (computed from the source alone, like `cross_k`)."""
         if state is not None and "cross_bias" in state:
             return state["cross_bias"]
-        bias = key_padding_bias(src_mask, src_padded, memory)
+        bias = key_padding_bias(src_mask, src_padded=src_padded, like=memory)
         if state is not None and bias is not None:
             state["cross_bias"] = bias
         return bias

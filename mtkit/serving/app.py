@@ -94,8 +94,8 @@ class TranslateRequest(BaseModel):
 def create_app(
     translator: Translator,
     limits: ServeLimits,
-    info: dict[str, Any],
     *,
+    info: dict[str, Any],
     comet: CometScorer | None = None,
     host: str = HOST,
 ) -> FastAPI:
@@ -158,10 +158,12 @@ class TranslationService:
         deadline = Deadline.after(limits.request_timeout)
         try:
             with self.reranks.slot() if reranker is not None else contextlib.nullcontext():
-                pending = self.batcher.translate(body.text, decoding, body.prefix, _terms(body), line_work)
+                pending = self.batcher.translate(
+                    body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work
+                )
                 found = await _unless_gone(request, pending, deadline)
                 if reranker is not None:  # under the same deadline and disconnect watch
-                    found = await _unless_gone(request, self.reranks.choose(reranker, body.text, found), deadline)
+                    found = await _unless_gone(request, self.reranks.choose(reranker, body.text, found=found), deadline)
         except QueueFull:
             raise HTTPException(503, "the queue is full; retry shortly", headers={"Retry-After": "1"}) from None
         except RerankBusy:
@@ -229,7 +231,7 @@ def _decoding(
         except UnicodeEncodeError:
             raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
     try:
-        sampling = Sampling.parse(body.sampling, body.temperature, body.seed) if body.sampling is not None else None
+        sampling = Sampling.parse(body.sampling, body.temperature, seed=body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
         nbest = reranker.candidates if reranker is not None else body.nbest
         decoding = Decoding(
@@ -238,7 +240,8 @@ def _decoding(
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)
-        plan = translator.plan(body.text, decoding, body.prefix, _terms(body))  # refuses what the engine cannot do
+        # the plan refuses what the engine cannot do
+        plan = translator.plan(body.text, decoding, prefixes=body.prefix, constraints=_terms(body))
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
@@ -417,12 +420,12 @@ def run_server(
     The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.
     """
     scorer = CometScorer.load(comet) if comet is not None else None
-    translator = Translator.load(models, engine, str(resolve_device(device)), fast_paths=True)
+    translator = Translator.load(models, engine, device=str(resolve_device(device)), fast_paths=True)
     limits = batching_for(translator, limits)
     if limits.workers > 1:
         set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
     info = model_info(translator, " + ".join(str(m) for m in models))
-    app = create_app(translator, limits, info, comet=scorer, host=host)
+    app = create_app(translator, limits, info=info, comet=scorer, host=host)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
     _GracefulServer(config).run()

@@ -130,6 +130,7 @@ class Batcher:
         self,
         lines: Sequence[str],
         decoding: Decoding,
+        *,
         prefixes: Sequence[str] | None = None,
         constraints: list[list[Term]] | None = None,
         line_work: Sequence[int] = (),
@@ -215,9 +216,10 @@ class Batcher:
         constraints = None
         if any(request.constraints is not None for request in requests):
             constraints = [terms for request in requests for terms in (request.constraints or [[]] * len(request.lines))]
-        translate = partial(self.translator.translate_nbest, stop=partial(_all_gone, requests), constraints=constraints)
+        stop = partial(_all_gone, requests)
+        translate = partial(self.translator.translate_nbest, prefixes=prefixes, stop=stop, constraints=constraints)
         try:
-            found = await loop.run_in_executor(self.executor, translate, lines, decoding, prefixes)
+            found = await loop.run_in_executor(self.executor, translate, lines, decoding)
         except SearchStopped:
             self.stopped += 1
             return

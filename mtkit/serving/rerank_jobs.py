@@ -43,7 +43,9 @@ class RerankJobs:
         finally:
             self.held -= 1
 
-    async def choose(self, reranker: Reranker, sources: Sequence[str], found: list[list[Translation]]) -> list[list[Translation]]:
+    async def choose(
+        self, reranker: Reranker, sources: Sequence[str], *, found: list[list[Translation]]
+    ) -> list[list[Translation]]:
         """`reranker.choose` on a reranking thread; cancelled, it tells the thread to stop at its next chunk."""
         stop = threading.Event()
         job = partial(self._choose, reranker, sources, found, stop)

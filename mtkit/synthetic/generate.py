@@ -20,7 +20,6 @@ from mtkit.decoding.options import Decoding, Sampling
 from mtkit.decoding.translator import Translator
 from mtkit.distributed import Distributed, barrier, distributed_translation
 from mtkit.errors import MtkitError
-from mtkit.runtime import resolve_device
 from mtkit.synthetic.jobs import FORMAT, SyntheticJob, plan_jobs
 from mtkit.textio import atomic_file, count_lines, file_lines, say, write_file
 
@@ -33,12 +32,12 @@ def synthesize(config: Config, device: str = "auto", *, fast_paths: bool = False
     jobs = plan_jobs(config)  # every input and model checked before any work
     if not jobs:
         return config
-    with distributed_translation(resolve_device(device)) as (distributed, rank_device):
+    with distributed_translation(device) as (distributed, rank_device):
         for job in jobs:
             if job.done:
                 say(f"{job.key}: {job.output} is cached (same models, input and decoding)", distributed=distributed)
             else:
-                run_job(job, distributed, str(rank_device), fast_paths=fast_paths)
+                run_job(job, distributed, device=str(rank_device), fast_paths=fast_paths)
     return resolved(config, jobs) if distributed.is_main else None
 
 
@@ -47,7 +46,7 @@ def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     train = list(config.data.train)
     by_key = {job.key: job for job in jobs}
     for index, source in enumerate(train):
-        job = by_key.get(recipe_key(config.data, "train", index))
+        job = by_key.get(recipe_key(config.data, "train", index=index))
         if job is not None:
             sides = (
                 {"src": str(job.input), "tgt": str(job.output)}
@@ -58,7 +57,7 @@ def resolved(config: Config, jobs: list[SyntheticJob]) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
 
 
-def run_job(job: SyntheticJob, distributed: Distributed, device: str, *, fast_paths: bool = False) -> None:
+def run_job(job: SyntheticJob, distributed: Distributed, *, device: str, fast_paths: bool = False) -> None:
     """Translate `job.input` chunk by chunk (skipping chunks already written), then join the chunks (rank 0)."""
     translator = Translator.load(job.models, device=device, fast_paths=fast_paths)
     check_direction(job, translator)
@@ -98,7 +97,7 @@ def check_direction(job: SyntheticJob, translator: Translator) -> None:
 
 def _decoding(job: SyntheticJob, translator: Translator, chunk: int) -> Decoding:
     decode = job.decode
-    drawn = Sampling.parse(decode.sampling, decode.temperature, decode.seed + chunk) if decode.sampling else None
+    drawn = Sampling.parse(decode.sampling, decode.temperature, seed=decode.seed + chunk) if decode.sampling else None
     lang = job.to_lang if translator.tagged else None
     return Decoding(beam=None if drawn else decode.beam, length_penalty=decode.length_penalty, sampling=drawn, tgt_lang=lang)
 

@@ -59,7 +59,7 @@ def plan_jobs(config: Config) -> list[SyntheticJob]:
     jobs = []
     for index, source in enumerate(config.data.train):
         if source.generated_side is not None:
-            jobs.append(_job(config, source, recipe_key(config.data, "train", index), names[index]))
+            jobs.append(_job(config, source, recipe_key(config.data, "train", index=index), names[index]))
     return jobs
 
 

@@ -17,7 +17,7 @@ class BatchAhead:
     at a position (pinned, copied without blocking) while the GPU still works; `take` returns it, or
     collates it then when it was not prepared."""
 
-    def __init__(self, epoch: Epoch, accumulate: int, device: torch.device, levers: Levers) -> None:
+    def __init__(self, epoch: Epoch, accumulate: int, *, device: torch.device, levers: Levers) -> None:
         self.epoch, self.accumulate, self.device, self.levers = epoch, accumulate, device, levers
         self._ahead: tuple[int, list[Batch]] | None = None
 
@@ -41,4 +41,7 @@ class BatchAhead:
     def _collate(self, start: int) -> list[Batch]:
         pin = self.device.type == "cuda"
         indices = self.epoch.batches[start : start + self.accumulate]
-        return [self.epoch.ids.collate(batch, pin, self.levers.length_multiple).to(self.device) for batch in indices]
+        return [
+            self.epoch.ids.collate(batch, pin_memory=pin, length_multiple=self.levers.length_multiple).to(self.device)
+            for batch in indices
+        ]

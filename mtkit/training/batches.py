@@ -23,7 +23,7 @@ from mtkit.errors import MtkitError
 from mtkit.training.buckets import batch_length, bucket_batches, bucket_lengths, shapes_and_padding
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Batch:
     src: Tensor  # (B, S) source ids + EOS
     src_mask: Tensor  # (B, S) bool, True on real tokens
@@ -40,7 +40,14 @@ class Batch:
         non_blocking = device.type == "cuda"
         src = self.src.to(device, non_blocking=non_blocking)
         tgt_in, tgt_out = (ids.to(device, non_blocking=non_blocking) for ids in (self.tgt_in, self.tgt_out))
-        return Batch(src, src.ne(PAD_ID), tgt_in, tgt_out, self.num_tokens, self.src_padded)
+        return Batch(
+            src=src,
+            src_mask=src.ne(PAD_ID),
+            tgt_in=tgt_in,
+            tgt_out=tgt_out,
+            num_tokens=self.num_tokens,
+            src_padded=self.src_padded,
+        )
 
 
 class IdColumn:
@@ -82,11 +89,11 @@ class ParallelIds:
     def __len__(self) -> int:
         return len(self.src.lengths)
 
-    def collate(self, indices: np.ndarray, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+    def collate(self, indices: np.ndarray, *, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
         src, tgt = self.src.take(indices), self.tgt.take(indices)
         src_len = round_up(int(src[1].max()) + 1, length_multiple)
         tgt_len = round_up(int(tgt[1].max()) + 1, length_multiple)
-        return padded_batch(src, tgt, (src_len, tgt_len), pin_memory)
+        return padded_batch(src, tgt, lengths=(src_len, tgt_len), pin_memory=pin_memory)
 
 
 class BucketedIds(ParallelIds):
@@ -96,11 +103,11 @@ class BucketedIds(ParallelIds):
     def __init__(self, ids: ParallelIds, lengths: np.ndarray) -> None:
         self.src, self.tgt, self.lengths = ids.src, ids.tgt, lengths
 
-    def collate(self, indices: np.ndarray, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+    def collate(self, indices: np.ndarray, *, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
         """`length_multiple` has no effect here: the bucket fixes the lengths (config refuses both)."""
         src, tgt = self.src.take(indices), self.tgt.take(indices)
         length = batch_length(self.lengths, int(np.maximum(src[1], tgt[1]).max()) + 1)
-        return padded_batch(src, tgt, (length, length), pin_memory, empty=np.asarray(indices) < 0)
+        return padded_batch(src, tgt, lengths=(length, length), pin_memory=pin_memory, empty=np.asarray(indices) < 0)
 
 
 class SampledIds:
@@ -112,7 +119,7 @@ class SampledIds:
     """
 
     def __init__(
-        self, split: PreparedSplit, tokenizers: TokenizerPair, alpha: float, seed: int, tags: Sequence[Tag] | None = None,
+        self, split: PreparedSplit, tokenizers: TokenizerPair, *, alpha: float, seed: int, tags: Sequence[Tag] | None = None,
         leads: Sequence[Tag] | None = None,
     ) -> None:  # fmt: skip  # tags, leads: each pair's source tags and target code (None: none)
         self.src_text, self.tgt_text = split["src"], split["tgt"]
@@ -130,19 +137,20 @@ class SampledIds:
         return self._cached[1]
 
 
-def collate(src_ids: list, tgt_ids: list, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
+def collate(src_ids: list, tgt_ids: list, *, pin_memory: bool = False, length_multiple: int = 1) -> Batch:
     """Pad one batch of id sequences into the teacher-forcing tensors, each length rounded up to a
     multiple of `length_multiple` (`train.length_multiple`: fewer shapes for a compiled step)."""
     src_lengths, tgt_lengths = (np.array([len(ids) for ids in side], dtype=np.int64) for side in (src_ids, tgt_ids))
     src = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in src_ids]), src_lengths)
     tgt = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in tgt_ids]), tgt_lengths)
     shape = (round_up(int(src_lengths.max()) + 1, length_multiple), round_up(int(tgt_lengths.max()) + 1, length_multiple))
-    return padded_batch(src, tgt, shape, pin_memory)
+    return padded_batch(src, tgt, lengths=shape, pin_memory=pin_memory)
 
 
 def padded_batch(
     src: tuple[np.ndarray, np.ndarray],
     tgt: tuple[np.ndarray, np.ndarray],
+    *,
     lengths: tuple[int, int],
     pin_memory: bool = False,
     empty: np.ndarray | None = None,
@@ -167,7 +175,14 @@ def padded_batch(
         tensors = [tensor.pin_memory() for tensor in tensors]
     src_t, tgt_in_t, tgt_out_t = tensors
     src_padded = bool(src_lengths.min() + 1 < lengths[0])  # a row shorter than the width: keys to mask
-    return Batch(src_t, src_t.ne(PAD_ID), tgt_in_t, tgt_out_t, int(tgt_lengths.sum()) + real_rows, src_padded)
+    return Batch(
+        src=src_t,
+        src_mask=src_t.ne(PAD_ID),
+        tgt_in=tgt_in_t,
+        tgt_out=tgt_out_t,
+        num_tokens=int(tgt_lengths.sum()) + real_rows,
+        src_padded=src_padded,
+    )
 
 
 def _placed(values: np.ndarray, lengths: np.ndarray, width: int, shift: int) -> np.ndarray:
@@ -184,7 +199,7 @@ def round_up(length: int, multiple: int) -> int:
 
 
 def token_batches(
-    src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_tokens: int, seed: int, epoch: int, max_length: int
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, batch_tokens: int, seed: int, epoch: int, max_length: int
 ) -> tuple[list[np.ndarray], int]:
     """Indices of each batch for one epoch, and how many pairs were skipped as too long.
 
@@ -222,7 +237,7 @@ class CorpusMix:
     epoch from (seed, epoch). A weight of 2.0 doubles a corpus; 0.1 keeps a tenth of it.
     """
 
-    def __init__(self, corpus: np.ndarray, weights: list[float], names: list[str], temperature: float | None = None) -> None:
+    def __init__(self, corpus: np.ndarray, weights: list[float], *, names: list[str], temperature: float | None = None) -> None:
         self.corpus = corpus  # each pair's corpus index
         self.members = [np.flatnonzero(corpus == index) for index in range(len(weights))]
         self.names = names
@@ -257,6 +272,7 @@ def temperature_weights(sizes: Sequence[int], temperature: float) -> list[float]
 def epoch_batches(
     mix: CorpusMix,
     ids: ParallelIds,
+    *,
     batch_tokens: int,
     seed: int,
     epoch: int,
@@ -268,13 +284,17 @@ def epoch_batches(
     drawn = mix.draw(seed, epoch)
     src_lengths, tgt_lengths = ids.src.lengths[drawn], ids.tgt.lengths[drawn]
     if lengths is None:
-        batches, skipped = token_batches(src_lengths, tgt_lengths, batch_tokens, seed, epoch, max_length)
+        batches, skipped = token_batches(
+            src_lengths, tgt_lengths, batch_tokens=batch_tokens, seed=seed, epoch=epoch, max_length=max_length
+        )
         return [drawn[batch] for batch in batches], drawn, skipped
-    batches, skipped = bucket_batches(src_lengths, tgt_lengths, lengths, batch_tokens, seed, epoch, max_length)
+    batches, skipped = bucket_batches(
+        src_lengths, tgt_lengths, lengths=lengths, batch_tokens=batch_tokens, seed=seed, epoch=epoch, max_length=max_length
+    )
     return [np.where(batch >= 0, drawn[batch], -1) for batch in batches], drawn, skipped
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Epoch:
     """One epoch of training: the pairs' ids as segmented for it, this rank's batches and what was drawn."""
 
@@ -296,16 +316,18 @@ class TrainingData:
         self.ids = ParallelIds(split)
         names = corpus_names(corpora)
         weights = [source.weight for source in corpora]
-        self.mix = CorpusMix(corpus_column(data_path, split, names), weights, names, config.data.corpus_temperature)
+        self.mix = CorpusMix(
+            corpus_column(data_path, split, names=names), weights, names=names, temperature=config.data.corpus_temperature
+        )
         self.directions = [direction(config, source) for source in corpora]
         # each pair's tags, from its corpus: its target language's (a tagged recipe), then its own (`tag`)
-        keys = [recipe_key(config.data, "train", i) for i in range(len(corpora))]
-        prefixes = [corpus_tag(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
+        keys = [recipe_key(config.data, "train", index=i) for i in range(len(corpora))]
+        prefixes = [corpus_tag(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]
         tags = None if not any(prefixes) else [prefixes[corpus] for corpus in self.mix.corpus.tolist()]
-        codes = [corpus_lead(config, tokenizers, source, key) for source, key in zip(corpora, keys, strict=True)]
+        codes = [corpus_lead(config, tokenizers, split=source, key=key) for source, key in zip(corpora, keys, strict=True)]
         leads = None if not any(codes) else [codes[corpus] for corpus in self.mix.corpus.tolist()]
         alpha, self.seed = config.tokenizer.sampling_alpha, config.train.seed
-        self.sampled = SampledIds(split, tokenizers, alpha, self.seed, tags, leads) if alpha > 0 else None
+        self.sampled = SampledIds(split, tokenizers, alpha=alpha, seed=self.seed, tags=tags, leads=leads) if alpha > 0 else None
         self.batch_tokens = config.train.batch_tokens
         self._buckets: tuple[tuple[int, int], np.ndarray] | None = None
 
@@ -318,16 +340,18 @@ class TrainingData:
             fits = cost <= max_length
             weights = np.asarray(self.mix.weights)[self.mix.corpus[fits]]
             top = [min(max_length, self.batch_tokens)] if self.sampled is not None else []
-            chosen = bucket_lengths(cost[fits], weights, shapes - len(top), self.batch_tokens)
+            chosen = bucket_lengths(cost[fits], weights, shapes=shapes - len(top), batch_tokens=self.batch_tokens)
             self._buckets = ((shapes, max_length), np.union1d(chosen, top).astype(np.int64))
         return self._buckets[1]
 
-    def epoch(self, epoch: int, max_length: int, rank: int = 0, world_size: int = 1, shapes: int = 0) -> Epoch:
+    def epoch(self, epoch: int, max_length: int, *, rank: int = 0, world_size: int = 1, shapes: int = 0) -> Epoch:
         """Epoch `epoch` (the same every time it is asked for); under torchrun, this rank's equal share.
         `shapes` (`train.shapes`, 0: off): the same pairs in batches of at most that many shapes."""
         ids = self.sampled.for_epoch(epoch) if self.sampled is not None else self.ids
         lengths = self.bucket_lengths(shapes, max_length) if shapes else None
-        batches, drawn, skipped = epoch_batches(self.mix, ids, self.batch_tokens, self.seed, epoch, max_length, lengths)
+        batches, drawn, skipped = epoch_batches(
+            self.mix, ids, batch_tokens=self.batch_tokens, seed=self.seed, epoch=epoch, max_length=max_length, lengths=lengths
+        )
         if not batches:
             raise MtkitError(
                 f"no training pair fits the model: all {skipped} need more than model.max_positions={max_length} "
@@ -335,7 +359,7 @@ class TrainingData:
             )
         shape_count, padding = 0, 0.0
         if lengths is not None:
-            shape_count, padding = shapes_and_padding(batches, ids.src.lengths, ids.tgt.lengths, lengths)
+            shape_count, padding = shapes_and_padding(batches, ids.src.lengths, tgt_lengths=ids.tgt.lengths, lengths=lengths)
             ids = BucketedIds(ids, lengths)
         if world_size > 1:  # a disjoint, equally long share of the epoch for each rank
             usable = len(batches) // world_size * world_size
@@ -344,4 +368,12 @@ class TrainingData:
         per_direction: dict[str, int] = {}
         for name, way in zip(self.mix.names, self.directions, strict=True):
             per_direction[way] = per_direction.get(way, 0) + counts[name]
-        return Epoch(ids, batches, counts, skipped, per_direction, shape_count, padding)
+        return Epoch(
+            ids=ids,
+            batches=batches,
+            corpus_pairs=counts,
+            skipped=skipped,
+            direction_pairs=per_direction,
+            shapes=shape_count,
+            padding=padding,
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def bucket_lengths(costs: np.ndarray, weights: np.ndarray, shapes: int, batch_tokens: int) -> np.ndarray:
+def bucket_lengths(costs: np.ndarray, weights: np.ndarray, *, shapes: int, batch_tokens: int) -> np.ndarray:
     """The at most `shapes` padded lengths, longest = max(`costs`), that spend the fewest positions on
     pairs of these costs (each counted `weights` times, its corpus weight: how often an epoch draws it).
 
@@ -63,6 +63,7 @@ def _bucket_ends(starts: list[np.ndarray], count: int) -> np.ndarray:
 def bucket_batches(
     src_lengths: np.ndarray,
     tgt_lengths: np.ndarray,
+    *,
     lengths: np.ndarray,
     batch_tokens: int,
     seed: int,
@@ -100,7 +101,7 @@ def batch_length(lengths: np.ndarray, longest: int) -> int:
 
 
 def shapes_and_padding(
-    batches: list[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray, lengths: np.ndarray
+    batches: list[np.ndarray], src_lengths: np.ndarray, *, tgt_lengths: np.ndarray, lengths: np.ndarray
 ) -> tuple[int, float]:
     """How many distinct (rows, length) shapes `batches` have, and the share of their positions (both sides) that are padding."""
     shapes, positions, real = set(), 0, 0

@@ -48,7 +48,7 @@ def default_folder() -> Path:
 class CompileCache:
     """One compiled step's artifacts file: its name a digest of what decides the compiled code."""
 
-    def __init__(self, config: Config, device: torch.device, levers: Levers) -> None:
+    def __init__(self, config: Config, device: torch.device, *, levers: Levers) -> None:
         folder = cache_folder(config)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         key = {
@@ -63,24 +63,24 @@ class CompileCache:
         self.path = folder / f"{config.model.arch}-{digest}.bin"
 
     @classmethod
-    def of(cls, config: Config, device: torch.device, levers: Levers) -> CompileCache | None:
+    def of(cls, config: Config, device: torch.device, *, levers: Levers) -> CompileCache | None:
         """The run's cache; None for an eager step, `train.compile_cache: false` (or off), or a torch without
         cache artifacts (before 2.7)."""
         if not levers.compile or config.train.compile_cache == OFF or not hasattr(torch.compiler, "save_cache_artifacts"):
             return None
-        return cls(config, device, levers)
+        return cls(config, device, levers=levers)
 
     @classmethod
     def check_folder(cls, config: Config, device: torch.device) -> None:
         """Refuse, before a run writes anything, a cache folder that other users can write (`refuse_shared`), where
         the step is compiled with a cache (the levers' `compile` does not depend on the model)."""
-        if cls.of(config, device, Levers.of(config.train, device)) is not None:
+        if cls.of(config, device, levers=Levers.of(config.train, device)) is not None:
             refuse_shared(cache_folder(config))
 
     @classmethod
-    def opened(cls, config: Config, device: torch.device, levers: Levers) -> CompileCache | None:
+    def opened(cls, config: Config, device: torch.device, *, levers: Levers) -> CompileCache | None:
         """`of`, its artifacts loaded where saved."""
-        cache = cls.of(config, device, levers)
+        cache = cls.of(config, device, levers=levers)
         if cache is not None:
             cache.load()
         return cache

@@ -29,7 +29,7 @@ LEGEND_ROW_INCHES, TITLE_INCHES = 0.3, 0.45  # the fixed room above the panels (
 DIRECTION_BLEU = "valid_bleu_"  # a multilingual run's BLEU of one direction: valid_bleu_de-en, drawn dashed with the mean
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunCurves:
     """One run's curves: for each panel key, (steps, values)."""
 
@@ -56,7 +56,7 @@ def read_curves(run: Path) -> RunCurves:
     log = RunFiles(run).log if run.is_dir() else run
     if not log.is_file():
         raise MtkitError(f"{run}: no log.jsonl; give a run directory that `mtkit train` wrote")
-    curves = RunCurves(run.name if run.is_dir() else run.parent.name)
+    curves = RunCurves(label=run.name if run.is_dir() else run.parent.name)
     clock = ([0], [0.0])
     for number, record in _records(log):
         if record is None:

@@ -55,7 +55,7 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
     if not config.train.init_from:
         return None
     parent = checkpoint_tokenizers(read_checkpoint(Path(config.train.init_from)))
-    tokenizers = extend_tokenizers(parent, config, extend_vocab) if extend_vocab else parent
+    tokenizers = extend_tokenizers(parent, config, size=extend_vocab) if extend_vocab else parent
     tokenizers = add_language_codes(tokenizers, config.data.new_languages)
     check_language_codes(config, tokenizers)
     save_tokenizers(tokenizers, config)
@@ -67,12 +67,12 @@ def inherit_tokenizers(config: Config, extend_vocab: int = 0) -> str | None:
     return " / ".join(f"vocabulary {size}" + (f" + {grown} new pieces" if grown else "") for size, grown in shown)
 
 
-def extend_tokenizers(parent: TokenizerPair, config: Config, size: int) -> TokenizerPair:
+def extend_tokenizers(parent: TokenizerPair, config: Config, *, size: int) -> TokenizerPair:
     """`--extend-vocab`: the parent's tokenizers plus the pieces of `size`-piece models learnt from the new
     training data that they lack (one id space stays one: both sides get the pieces of both)."""
     if size < 8:
         raise MtkitError(f"--extend-vocab {size}: give the size of the vocabulary to learn from the new data, such as 8000")
-    learned = learn_tokenizers(config, size, parent.joint)  # joint: one model of both sides' text
+    learned = learn_tokenizers(config, size, joint=parent.joint)  # joint: one model of both sides' text
     return TokenizerPair.of(parent.src.extended(learned.src), parent.tgt.extended(learned.tgt))
 
 
@@ -82,33 +82,32 @@ def add_language_codes(tokenizers: TokenizerPair, text: str) -> TokenizerPair:
     if not text:
         return tokenizers
     table = tokenizers.src.table or []
-    added = added_code_pieces(new_languages(text), tokenizers.src.codes, table)
+    added = added_code_pieces(new_languages(text), tokenizers.src.codes, pieces=table)
     src = Tokenizer(tokenizers.src.model_proto, [*table, *added])
     tgt = src if tokenizers.joint else Tokenizer(tokenizers.tgt.model_proto, [*(tokenizers.tgt.table or []), *added])
     return TokenizerPair(src, tgt)
 
 
 def load_parent(
-    model: EncoderDecoder, payload: dict[str, Any], parent: str, tokenizers: TokenizerPair, data_path: Path,
-    added_codes: str = "",
-) -> str | None:  # fmt: skip
-    """Load a parent's weights into `model`. The prepared data's `tokenizers` must be the parent's, or
-    extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows; a new
-    language code of `added_codes`, data.new_languages, as its named code's row or the mean of every code's).
+    model: EncoderDecoder, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config
+) -> str | None:
+    """Load a parent's weights into `model`. The prepared data's `tokenizers` (of `config.data_path`) must be the
+    parent's, or extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows; a new
+    language code of data.new_languages as its named code's row or the mean of every code's).
 
     Returns what a grown vocabulary did, to say; None when the vocabulary is the parent's.
     """
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
     said = None
     if extends(tokenizers, theirs):
-        starts = start_rows(new_languages(added_codes), theirs.tgt.codes, theirs.tgt.table or [])
-        weights = extend_rows(weights, model.vocabulary_rows(), theirs, tokenizers, starts)
+        starts = start_rows(new_languages(config.data.new_languages), theirs.tgt.codes, pieces=theirs.tgt.table or [])
+        weights = extend_rows(weights, model.vocabulary_rows(), parent=theirs, child=tokenizers, starts=starts)
         sizes = f"{theirs.src.vocab_size}/{theirs.tgt.vocab_size} -> {tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
         said = f"vocabulary extended (source/target pieces {sizes}): new rows start as the mean of their pieces' rows"
         said += ", new language codes as their data.new_languages code's row (or every code's)" if starts else ""
     elif tokenizer_payload(theirs) != tokenizer_payload(tokenizers):
         raise MtkitError(
-            f"{data_path}: prepared with other tokenizers than the parent {parent}; "
+            f"{config.data_path}: prepared with other tokenizers than the parent {parent}; "
             "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
         )
     try:
@@ -126,7 +125,7 @@ def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:
 
 
 def extend_rows(
-    weights: dict[str, torch.Tensor], rows: dict[str, str], parent: TokenizerPair, child: TokenizerPair,
+    weights: dict[str, torch.Tensor], rows: dict[str, str], *, parent: TokenizerPair, child: TokenizerPair,
     starts: dict[str, list[int]] | None = None,
 ) -> dict[str, torch.Tensor]:  # fmt: skip
     """The parent's weights for the child's larger vocabulary: existing rows copied by id (the pieces keep

@@ -46,6 +46,7 @@ def chunks_for(vocab_size: int, dim: int) -> int:
 def output_layer_loss(
     hidden: Tensor,
     weight: Tensor,
+    *,
     bias: Tensor | None,
     target: Tensor,
     label_smoothing: float,
@@ -175,13 +176,22 @@ class FusedTeacherForcing(nn.Module):
     layer fused into the loss: the model's teacher-forced final states under autocast to
     `amp_dtype`, then `output_layer_loss` over its output layer's weight and bias."""
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, amp_dtype: torch.dtype | None) -> None:
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, *, amp_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.model, self.label_smoothing, self.amp_dtype = model, label_smoothing, amp_dtype
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_padded: bool | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
+    ) -> Tensor:
         with autocast(src.device, self.amp_dtype):
             memory = self.model.encode(src, src_mask, src_padded=src_padded)
-            hidden = self.model.final_states(tgt_in, memory, src_mask, src_padded=src_padded)  # (B, T, D)
+            hidden = self.model.final_states(tgt_in, memory, src_mask=src_mask, src_padded=src_padded)  # (B, T, D)
         output = self.model.output
-        return output_layer_loss(hidden, output.weight, output.bias, tgt_out, self.label_smoothing, self.amp_dtype)
+        return output_layer_loss(
+            hidden,
+            output.weight,
+            bias=output.bias,
+            target=tgt_out,
+            label_smoothing=self.label_smoothing,
+            compute_dtype=self.amp_dtype,
+        )

@@ -28,7 +28,7 @@ from mtkit.runtime import autocast
 CHUNK_ELEMENTS = 1 << 19  # logits per CPU chunk (2 MB of fp32): several chunks fit in L2
 
 
-def sequence_loss(logits: Tensor, target: Tensor, label_smoothing: float) -> Tensor:
+def sequence_loss(logits: Tensor, target: Tensor, *, label_smoothing: float) -> Tensor:
     """Summed label-smoothed cross-entropy of `logits` (..., V) against `target` (...), pads ignored."""
     vocab_size = logits.size(-1)
     return SmoothedCrossEntropy.apply(logits.reshape(-1, vocab_size).float(), target.reshape(-1), label_smoothing)
@@ -75,7 +75,7 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
-def fused_sequence_loss(logits: Tensor, target: Tensor, label_smoothing: float) -> Tensor:
+def fused_sequence_loss(logits: Tensor, target: Tensor, *, label_smoothing: float) -> Tensor:
     """The same loss as `sequence_loss` as `F.cross_entropy` writes it: what a compiled step uses,
     fused by Inductor with the logits' upcast into a few kernels instead of fp32 copies of (N, V)."""
     vocab_size = logits.size(-1)
@@ -91,16 +91,18 @@ class TeacherForcing(nn.Module):
     layer's few kernels; else the chunked `SmoothedCrossEntropy`, faster eager (above).
     """
 
-    def __init__(self, model: EncoderDecoder, label_smoothing: float, amp_dtype: torch.dtype | None, fused: bool) -> None:
+    def __init__(self, model: EncoderDecoder, label_smoothing: float, *, amp_dtype: torch.dtype | None, fused: bool) -> None:
         super().__init__()
         self.model, self.label_smoothing, self.amp_dtype, self.fused = model, label_smoothing, amp_dtype, fused
-        self.compiled_loss: Callable[[Tensor, Tensor, float], Tensor] | None = None  # train.compile=layers's
+        self.compiled_loss: Callable[..., Tensor] | None = None  # train.compile=layers's
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_padded: bool | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
+    ) -> Tensor:
         with autocast(src.device, self.amp_dtype):
             logits = self.model(src, src_mask, tgt_in, src_padded=src_padded)
-        return (self.compiled_loss or self.loss_function())(logits, tgt_out, self.label_smoothing)
+        return (self.compiled_loss or self.loss_function())(logits, tgt_out, label_smoothing=self.label_smoothing)
 
-    def loss_function(self) -> Callable[[Tensor, Tensor, float], Tensor]:
+    def loss_function(self) -> Callable[..., Tensor]:
         """The loss of logits against targets: `fused_sequence_loss` for a compiled step, else `sequence_loss`."""
         return fused_sequence_loss if self.fused else sequence_loss

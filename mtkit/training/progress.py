@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from mtkit.errors import MtkitError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     """Where training stands; saved in `last.pt` so `--resume` continues exactly.
 
@@ -44,7 +44,7 @@ class Progress:
         """The best validation score by `metric`."""
         return self.best_bleu if self.metric == "bleu" else self.best_score
 
-    def count(self, applied: bool) -> None:
+    def count(self, *, applied: bool) -> None:
         """Take in an update's outcome, read after its step was counted: a skipped update gives its step back."""
         if applied:
             self.nonfinite_in_a_row = 0

@@ -30,7 +30,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def compile_by_layer(step: nn.Module, model: EncoderDecoder, backend: str = "inductor", mode: str | None = None) -> None:
+def compile_by_layer(step: nn.Module, model: EncoderDecoder, *, backend: str = "inductor", mode: str | None = None) -> None:
     """Compile each of `model`'s repeated blocks in place, and the loss of `step` (the training forward,
     under DDP or not) on its own where it is `TeacherForcing`'s (the fused output layer's autograd
     function stays eager).

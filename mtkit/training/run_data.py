@@ -37,7 +37,7 @@ class RunTokenizers:
         for index, source in enumerate(config.data.train):
             if source.generated_side is not None:  # the model writes it at `mtkit prepare`, with these tokenizers' help
                 given = "tgt" if source.generated_side == "src" else "src"
-                key = recipe_key(config.data, "train", index)
+                key = recipe_key(config.data, "train", index=index)
                 said.append(f"{key}: its {source.generated_side} is written by a model; the tokenizer learns from its {given}")
         sizes = f"{pair.src.vocab_size}" if pair.joint else f"{pair.src.vocab_size} (src) / {pair.tgt.vocab_size} (tgt)"
         shape = f"{config.tokenizer.type}, {'joint' if pair.joint else 'separate'}, vocabulary {sizes}"
@@ -71,9 +71,7 @@ def train_run_tokenizers(config: Config, source: str) -> RunTokenizers:
     return RunTokenizers(config=config, tokenizers=train_tokenizers(config))
 
 
-def prepare_run_data(
-    config: Config, *, extend_vocab: int = 0, device: str = "auto", fast_paths: bool = False
-) -> PreparedData:
+def prepare_run_data(config: Config, *, extend_vocab: int = 0, device: str = "auto", fast_paths: bool = False) -> PreparedData:
     """`mtkit prepare`: with `train.init_from`, the parent's tokenizers (grown by an `extend_vocab`-piece
     vocabulary of the new data when > 0); each synthetic corpus written by its model on `device`, once
     (cached in the data directory); then every split read, cleaned (the filter rules' models on `device` too),

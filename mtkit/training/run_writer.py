@@ -50,7 +50,7 @@ class Checkpoint:
 class RunWriter:
     """A training's hold on a run directory: locked, and checked against `resume` and `overwrite`, when opened."""
 
-    def __init__(self, path: Path, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
+    def __init__(self, path: Path, *, resume: bool = False, overwrite: bool = False, tensorboard: bool = False) -> None:
         """Create and lock `path`; refuse a run that is there without `resume` or `overwrite`, or resume nothing.
 
         `overwrite` deletes the previous run's checkpoints and log. The lock is held until `close()`
@@ -157,7 +157,7 @@ class RunWriter:
                     self._events.add_scalar(key, value, record["step"])
             self._events.flush()
 
-    def draw_curves(self, final: bool = False) -> bool:
+    def draw_curves(self, *, final: bool = False) -> bool:
         """curves.png: the learning curves in log.jsonl so far. The trainer calls it after each validation, where
         it draws only when due (`CURVES_PACE`), and with `final` at the end, where it draws what is not drawn yet.
         Returns whether it drew; a failed drawing is a warning (the picture is a view of log.jsonl, which holds the
@@ -183,7 +183,7 @@ class RunWriter:
             return False
         return True
 
-    def save(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
+    def save(self, checkpoint: Checkpoint, *, best: bool, keep: int) -> None:
         """Write best.pt (when `best`), step_N.pt (only the newest `keep` stay), ema.pt and last.pt.
 
         Each file is written atomically, last.pt last; a failed write (a full disk) is one line that
@@ -200,7 +200,7 @@ class RunWriter:
     def _write(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
         extra = {"progress": checkpoint.progress, "step": step}
-        weights = checkpoint_payload(config, tokenizers, checkpoint.weights, **extra)
+        weights = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, **extra)
         if best:
             save_checkpoint(weights, self.files.best)
         if keep > 0:
@@ -208,13 +208,13 @@ class RunWriter:
             for old in self.files.steps()[:-keep]:
                 old.unlink()
         if checkpoint.ema_weights is not None:
-            save_checkpoint(checkpoint_payload(config, tokenizers, checkpoint.ema_weights, **extra), self.files.ema)
+            save_checkpoint(checkpoint_payload(config, tokenizers, weights=checkpoint.ema_weights, **extra), self.files.ema)
         save_checkpoint({**weights, **checkpoint.training_state}, self.files.last)
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
-        payload = checkpoint_payload(config, tokenizers, checkpoint.weights, progress=checkpoint.progress, step=step)
+        payload = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, progress=checkpoint.progress, step=step)
         try:
             save_checkpoint(payload, self.files.snapshot(label))
         except OSError as err:

@@ -95,7 +95,7 @@ def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
 
 
 def build_optimizer(
-    model: torch.nn.Module, config: TrainConfig, device: torch.device, elapsed: Callable[[], float] = lambda: 0.0
+    model: torch.nn.Module, config: TrainConfig, *, device: torch.device, elapsed: Callable[[], float] = lambda: 0.0
 ) -> tuple[torch.optim.Optimizer | MasterWeightOptimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam, fused where torch has the kernel (on the CPU from torch 2.4: one kernel instead of a walk
     over the parameter tensors; docs/performance.md), and its learning-rate schedule (`elapsed()`:
@@ -110,7 +110,7 @@ def build_optimizer(
 
 
 def training_forward(
-    model: EncoderDecoder, config: TrainConfig, distributed: Distributed, device: torch.device, levers: Levers
+    model: EncoderDecoder, config: TrainConfig, *, distributed: Distributed, device: torch.device, levers: Levers
 ) -> torch.nn.Module:
     """The module the training step calls for a batch's summed loss (`TeacherForcing`, or with
     `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun, and torch.compile'd
@@ -124,9 +124,9 @@ def training_forward(
     if config.checkpoint_activations:
         recompute_blocks(model)
     forward: torch.nn.Module = (
-        FusedTeacherForcing(model, config.label_smoothing, amp_dtype)
+        FusedTeacherForcing(model, config.label_smoothing, amp_dtype=amp_dtype)
         if fused_loss_on(config, device)
-        else TeacherForcing(model, config.label_smoothing, amp_dtype, fused=levers.compile)
+        else TeacherForcing(model, config.label_smoothing, amp_dtype=amp_dtype, fused=levers.compile)
     )
     if distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
@@ -155,7 +155,7 @@ class LossWindow:
         self.loss += loss_sum
         self.tokens += tokens
 
-    def log(self, run_dir: RunWriter | None, progress: Progress, lr: float, bar: tqdm) -> None:
+    def log(self, run_dir: RunWriter | None, progress: Progress, *, lr: float, bar: tqdm) -> None:
         """Write the window's record to log.jsonl and the progress bar (with a run directory), then start a new one."""
         if run_dir is not None:
             record = self.record(progress, lr)
@@ -183,13 +183,13 @@ class Trainer:
     """
 
     def __init__(
-        self, config: Config, device: torch.device, distributed: Distributed | None = None, run_dir: RunWriter | None = None,
-        *, metric: ValidationMetric | None = None,  # train.validate_metric's COMET model, if loaded already
+        self, config: Config, device: torch.device, *, distributed: Distributed | None = None, run_dir: RunWriter | None = None,
+        metric: ValidationMetric | None = None,  # train.validate_metric's COMET model, if loaded already
     ) -> None:  # fmt: skip
         self.config, self.train_config = config, config.train
         self.device, self.distributed, self.run_dir = device, distributed or Distributed(), run_dir
         self.amp_dtype = autocast_dtype(device, self.train_config.precision)
-        self.tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+        self.tokenizers = tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
         self.data = TrainingData(config, self.tokenizers)
         self.valid = load_prepared(config.data_path, "valid")
         check_valid_sets(config, self.valid)
@@ -198,20 +198,22 @@ class Trainer:
             eager(validate), valid=self.valid, tokenizers=self.tokenizers, config=config, device=device,
             amp_dtype=self.amp_dtype, metric=metric,
         )  # fmt: skip
-        self.model: EncoderDecoder = build_model(
-            config.model, self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size, self.tokenizers.joint
+        self.model = model = build_model(
+            config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
         ).to(device, weights_dtype(self.train_config))
         train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
-        self.levers = Levers.of(self.train_config, device, layered=can_compile_by_layer(self.model))
-        self.forward_model = training_forward(self.model, self.train_config, self.distributed, device, self.levers)
+        self.levers = levers = Levers.of(self.train_config, device, layered=can_compile_by_layer(model))
+        self.forward_model = training_forward(model, config.train, distributed=self.distributed, device=device, levers=levers)
         self.progress = Progress(metric=self.train_config.validate_metric)
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
-        self.optimizer, self.scheduler = build_optimizer(self.model, self.train_config, device, self.schedule_clock)
+        self.optimizer, self.scheduler = build_optimizer(self.model, config.train, device=device, elapsed=self.schedule_clock)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
-        self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, self.train_config.clip_norm)
+        self.guard = UpdateGuard(
+            model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler, ema=self.ema, clip_norm=config.train.clip_norm
+        )
         self.max_time = parse_duration(self.train_config.max_time)
         self.agreement = StopAgreement(self.distributed, clocked=self.max_time is not None)
         self.snapshots = pending_snapshots(self.train_config.snapshots, run_dir)  # (seconds, label) still to write
@@ -232,7 +234,7 @@ class Trainer:
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = load_parent(self.model, payload, parent, self.tokenizers, self.config.data_path, self.config.data.new_languages)
+        said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):
@@ -257,7 +259,7 @@ class Trainer:
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
         rank, world, max_length = self.distributed.rank, self.distributed.world_size, min(self.model.max_positions, 1_000_000)
-        return self.data.epoch(self.progress.epoch, max_length, rank, world, self.levers.shapes)
+        return self.data.epoch(self.progress.epoch, max_length, rank=rank, world_size=world, shapes=self.levers.shapes)
 
     def run(self) -> Progress:
         """Train until a limit, early stopping or SIGINT/SIGTERM, validating and saving on the way; returns the progress."""
@@ -265,14 +267,15 @@ class Trainer:
         self._clock = time.monotonic()
         bar = _progress_bar(config.max_steps, progress.step, self.distributed.is_main)
         window, last_validated = LossWindow(self.device), progress.step
-        plain = PlainProgress(self.distributed.is_main and self.run_dir is not None and bar.disable)
+        plain_lines = self.distributed.is_main and self.run_dir is not None and bar.disable  # no bar: stderr is a file
+        plain = PlainProgress(enabled=plain_lines, max_time=self.max_time)
         self.model.train()  # once: validation puts back the mode it found
         with stop_signals_call(self._request_stop):
             while not self._should_stop():
                 epoch = self.epoch()
                 if progress.batches_done == 0:
-                    log_epoch(self.run_dir, self.progress, epoch)
-                ahead = BatchAhead(epoch, config.accumulate, self.device, self.levers)
+                    log_epoch(self.run_dir, self.progress, epoch=epoch)
+                ahead = BatchAhead(epoch, config.accumulate, device=self.device, levers=self.levers)
                 while progress.batches_done < len(epoch.batches) and not self._should_stop():
                     group = ahead.take(progress.batches_done)
                     progress.batches_done += len(group)
@@ -281,9 +284,9 @@ class Trainer:
                     self._take_due_snapshots()
                     if plain.due():
                         self._settle()
-                        plain.say(window.record(progress, self.scheduler.get_last_lr()[0]), self.elapsed(), self.max_time)
+                        plain.say(window.record(progress, self.scheduler.get_last_lr()[0]), self.elapsed())
                     if self._counted_at(config.log_every):
-                        window.log(self.run_dir, progress, self.scheduler.get_last_lr()[0], bar)
+                        window.log(self.run_dir, progress, lr=self.scheduler.get_last_lr()[0], bar=bar)
                     if self._counted_at(config.validate_every):
                         self.validate_and_save()
                         last_validated = progress.step
@@ -307,13 +310,13 @@ class Trainer:
         """One optimiser update over `accumulate` batches; its summed loss and target tokens (device tensors, 0
         for a skipped update). No host sync: `while_waiting` runs once the update's work is queued, then
         the previous update's outcome is read (`_settle`; on a GPU that waits for that update only)."""
-        total_tokens = tokens_over_ranks(sum(b.num_tokens for b in batches), self.device, self.distributed)
+        total_tokens = tokens_over_ranks(sum(b.num_tokens for b in batches), self.device, distributed=self.distributed)
         loss_sum = torch.zeros((), device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
             self.levers.begin_step()
             with record_function("mtkit.forward"):
-                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.src_padded)
+                loss = self.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, src_padded=batch.src_padded)
             with record_function("mtkit.backward"):
                 self.scaler.scale(loss * self.distributed.world_size / total_tokens).backward()
             loss_sum += loss.detach()
@@ -333,7 +336,7 @@ class Trainer:
     def _settle(self) -> None:
         """Count the updates whose outcome the host has not read yet; `max_nonfinite` skips in a row end the run."""
         for step, scale in self.guard.settle(self.progress):  # fp16 gradient overflows
-            report_overflow(self.run_dir, self.distributed, step, scale)
+            report_overflow(self.run_dir, self.distributed, step=step, scale=scale)
         self.diverged = self.diverged or self.progress.nonfinite_in_a_row >= self.train_config.max_nonfinite
 
     def _counted_at(self, every: int) -> bool:
@@ -357,18 +360,16 @@ class Trainer:
     def _should_stop(self) -> bool:
         """Whether to stop; decided together, so every rank stops at the same update (and agrees on the clock).
         A limit is checked again once the last update's outcome is read: a skipped update does not reach max_steps."""
-        limit_reached = self._limit_reached()
-        if limit_reached or self.stop_requested:
+        limit = self._limit_reached()
+        if limit or self.stop_requested:
             self._settle()
-            limit_reached = self._limit_reached()
-        stop, self._agreed_elapsed = self.agreement.stop(limit_reached, self.stop_requested, self.elapsed())
+            limit = self._limit_reached()
+        stop, self._agreed_elapsed = self.agreement.stop(self.elapsed(), limit_reached=limit, signalled=self.stop_requested)
         return stop
 
     def _limit_reached(self) -> bool:
         config, progress = self.train_config, self.progress
-        if self.diverged:
-            return True
-        if config.max_steps and progress.step >= config.max_steps:
+        if self.diverged or (config.max_steps and progress.step >= config.max_steps):
             return True
         if config.max_epochs and progress.epoch >= config.max_epochs:
             return True
@@ -420,13 +421,13 @@ class Trainer:
         self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
         result = self.validate_model(self.model)
         save_checkpoint(payload | result.weights_record(), self.run_dir.files.weights(stem))
-        scores, said = final_weights_report(stem, result, self.progress)
+        scores, said = final_weights_report(stem, result, progress=self.progress)
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
         chosen = resolve_checkpoint(self.run_dir.path).name
         say(f"{what}: {said}; -m RUN uses {chosen}")
 
 
-def report_overflow(run_dir: RunWriter | None, distributed: Distributed, step: int, scale: float) -> None:
+def report_overflow(run_dir: RunWriter | None, distributed: Distributed, *, step: int, scale: float) -> None:
     """Say (rank 0) and log an fp16 gradient overflow: the update after `step` was skipped and the scaler
     lowered its loss scale to `scale`. Expected now and then: training goes on."""
     say(f"fp16: gradient overflow at update {step + 1}; update skipped, loss scale lowered to {scale:g}", distributed=distributed)
@@ -434,7 +435,7 @@ def report_overflow(run_dir: RunWriter | None, distributed: Distributed, step: i
         run_dir.append_log({"step": step, "overflow": True, "loss_scale": scale})
 
 
-def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> None:
+def log_epoch(run_dir: RunWriter | None, progress: Progress, *, epoch: Epoch) -> None:
     """Say how many pairs of each corpus an epoch draws (in log.jsonl) and how many are too long for the model;
     with `train.shapes`, its batch shapes and padding share."""
     if run_dir is None:
@@ -458,16 +459,16 @@ def log_epoch(run_dir: RunWriter | None, progress: Progress, epoch: Epoch) -> No
 class PlainProgress:
     """When the progress bar is off (stderr is a file or a CI log), a plain progress line at least once a minute."""
 
-    def __init__(self, enabled: bool, every: float = 60.0) -> None:
-        self.enabled, self.every = enabled, every
+    def __init__(self, *, enabled: bool, max_time: float | None = None, every: float = 60.0) -> None:
+        self.enabled, self.max_time, self.every = enabled, max_time, every
         self.last = time.monotonic()
 
     def due(self) -> bool:
         return self.enabled and time.monotonic() - self.last >= self.every
 
-    def say(self, record: dict[str, Any], elapsed: float, max_time: float | None) -> None:
+    def say(self, record: dict[str, Any], elapsed: float) -> None:
         """`step N (epoch E): loss L, T tokens/s, 3.2 min elapsed[, 11.8 min left]`, and the clock restarts."""
-        left = f", {max(max_time - elapsed, 0) / 60:.1f} min left" if max_time else ""
+        left = f", {max(self.max_time - elapsed, 0) / 60:.1f} min left" if self.max_time else ""
         say(
             f"step {record['step']} (epoch {record['epoch']}): loss {record['train_loss']:.3f}, "
             f"{record['tokens_per_s']:.0f} tokens/s, {elapsed / 60:.1f} min elapsed{left}"
@@ -496,7 +497,7 @@ def _progress_bar(max_steps: int, step: int, is_main: bool) -> tqdm:
     )
 
 
-def train(config: Config, resume: bool = False, overwrite: bool = False) -> Progress:
+def train(config: Config, *, resume: bool = False, overwrite: bool = False) -> Progress:
     """Train the recipe's model into its run directory (`resume`: continue from last.pt; `overwrite`: start again).
 
     A run owns its process: `setup_process` sets torch's threads (`train.threads`), TF32 and the
@@ -508,9 +509,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     main = distributed.is_main  # rank 0 owns the run directory
     metric = ValidationMetric.load(config.train, device) if main else None  # a wrong COMET model: one line, nothing written
     CompileCache.check_folder(config, device)  # the compiler cache is code: a folder others can write is refused first
-    run_dir = RunWriter(config.run_path, resume, overwrite, config.train.tensorboard) if main else None
+    run_dir = (
+        RunWriter(config.run_path, resume=resume, overwrite=overwrite, tensorboard=config.train.tensorboard) if main else None
+    )
     barrier(distributed)
-    trainer = Trainer(config, device, distributed, run_dir, metric=metric)
+    trainer = Trainer(config, device, distributed=distributed, run_dir=run_dir, metric=metric)
     if resume:
         trainer.restore(read_checkpoint(RunFiles(config.run_path).last))
         if run_dir is not None:
@@ -520,7 +523,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Prog
     if run_dir is not None:
         run_dir.write_config(config)
     _start_message(trainer)
-    compile_cache = CompileCache.opened(config, device, trainer.levers)  # a compiled step's earlier compile, if saved
+    compile_cache = CompileCache.opened(config, device, levers=trainer.levers)  # a compiled step's earlier compile, if saved
     try:
         if config.train.init_from and not resume:
             trainer.validate_and_save()  # the parent on the new validation set, as step 0

@@ -31,6 +31,7 @@ class UpdateGuard:
         self,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
+        *,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         scaler: torch.amp.GradScaler,
         ema: WeightEMA | None,
@@ -88,7 +89,7 @@ class UpdateGuard:
             if done is not None:
                 done.synchronize()
             applied, loss_finite = flags.tolist()
-            progress.count(applied)
+            progress.count(applied=applied)
             if not applied:
                 self._take_back()
                 if loss_finite and self.scaler.is_enabled():  # an overflow (or a NaN): the scaler lowered its scale

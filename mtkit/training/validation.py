@@ -33,7 +33,7 @@ from mtkit.training.progress import Progress
 LOSS_BATCH_SIZE = 64  # sentence pairs per batch of the valid loss
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Quality:
     """A COMET or COMET-QE score of one validation (`train.validate_metric`), and what it cost."""
 
@@ -52,7 +52,7 @@ class Quality:
         return f"{METRICS[self.metric].name} {self.score:.4f} ({self.seconds:.1f} s)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Validation:
     """One validation's scores."""
 
@@ -108,7 +108,7 @@ def best_text(progress: Progress) -> str:
     return f"{METRICS[progress.metric].name} {progress.best:.4f} (BLEU {progress.best_bleu:.2f})"
 
 
-def final_weights_report(stem: str, result: Validation, progress: Progress) -> tuple[dict[str, float], str]:
+def final_weights_report(stem: str, result: Validation, *, progress: Progress) -> tuple[dict[str, float], str]:
     """An end-of-training average.pt or ema.pt (`stem`) beside best.pt: the log.jsonl fields
     (average_valid_bleu, best_valid_bleu; with COMET also average_valid_comet, best_valid_comet) and the
     line's scores ('valid BLEU 20.10, best.pt 20.40'; with COMET 'valid BLEU 20.10, COMET 0.7312, best.pt COMET 0.7400')."""
@@ -124,7 +124,7 @@ class ValidationMetric:
     """`train.validate_metric` comet or qe: its COMET model, loaded once per training, and how many lines of each
     validation set it scores (`train.validate_lines`)."""
 
-    def __init__(self, name: str, scorer: CometScorer, lines: int) -> None:
+    def __init__(self, name: str, scorer: CometScorer, *, lines: int) -> None:
         self.name, self.scorer, self.lines = name, scorer, lines
 
     @classmethod
@@ -145,23 +145,28 @@ class ValidationMetric:
             kind = "a reference-free (QE) model" if with_references else "which scores against references"
             advice = "use qe" if with_references else "use comet, or a QE model such as Unbabel/wmt22-cometkiwi-da"
             raise MtkitError(f"train.validate_metric {config.validate_metric} with train.comet_model {model}, {kind}: {advice}")
-        return cls(config.validate_metric, scorer, config.validate_lines)
+        return cls(config.validate_metric, scorer, lines=config.validate_lines)
 
     def measure(self, sets: list[DecodedSet]) -> Quality:
         """The mean score of the first `lines` of each decoded set (all with 0), and the seconds it took."""
         start = time.perf_counter()
         scores = {decoded.direction: self._mean(decoded) for decoded in sets}
         seconds = time.perf_counter() - start
-        return Quality(self.name, sum(scores.values()) / len(scores), seconds, scores if len(scores) > 1 else {})
+        return Quality(
+            metric=self.name,
+            score=sum(scores.values()) / len(scores),
+            seconds=seconds,
+            directions=scores if len(scores) > 1 else {},
+        )
 
     def _mean(self, decoded: DecodedSet) -> float:
         count = self.lines or len(decoded.sources)
         references = decoded.references[:count] if self.scorer.needs_references else None
-        scores = self.scorer.score(decoded.sources[:count], decoded.hypotheses[:count], references)
+        scores = self.scorer.score(decoded.sources[:count], decoded.hypotheses[:count], references=references)
         return sum(scores) / max(len(scores), 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodedSet:
     """One validation set (one direction) decoded: its sources, the model's translations and the references."""
 
@@ -190,13 +195,15 @@ def validate(
     was_training = model.training
     model.eval()
     try:
-        loss = valid_loss(model, valid, device, amp_dtype)
+        loss = valid_loss(model, valid, device=device, amp_dtype=amp_dtype)
         decode = replace(config.decode, beam=config.train.valid_beam)
-        translator = Translator(PyTorchEngine(model, device), tokenizers, decode, config.data.normalize, config)
+        translator = Translator(
+            PyTorchEngine(model, device), tokenizers, decode=decode, normalize=config.data.normalize, config=config
+        )
         sets = _decoded_sets(translator, config, valid)
         quality = metric.measure(sets) if metric is not None else None
         if len(sets) == 1:
-            return Validation(loss, bleu(sets[0].hypotheses, sets[0].references), quality=quality)
+            return Validation(loss=loss, bleu=bleu(sets[0].hypotheses, sets[0].references), quality=quality)
         directions = {
             decoded.direction: {
                 "bleu": bleu(decoded.hypotheses, decoded.references),
@@ -205,7 +212,7 @@ def validate(
             for decoded in sets
         }
         mean = sum(scores["bleu"] for scores in directions.values()) / len(directions)
-        return Validation(loss, mean, directions, quality)
+        return Validation(loss=loss, bleu=mean, directions=directions, quality=quality)
     finally:
         model.train(was_training)
 
@@ -235,12 +242,19 @@ def _decoded_sets(translator: Translator, config: Config, valid: PreparedSplit) 
             picked, config.train.valid_beam, tgt_lang=tgt_lang if translator.tagged or coded else None,
             src_lang=src_lang if coded else None,
         )  # fmt: skip
-        sets.append(DecodedSet(direction(config, split), picked, hypotheses, [references[row] for row in rows]))
+        sets.append(
+            DecodedSet(
+                direction=direction(config, split),
+                sources=picked,
+                hypotheses=hypotheses,
+                references=[references[row] for row in rows],
+            )
+        )
     return sets
 
 
 @torch.inference_mode()
-def valid_loss(model: EncoderDecoder, valid: PreparedSplit, device: torch.device, amp_dtype: torch.dtype | None) -> float:
+def valid_loss(model: EncoderDecoder, valid: PreparedSplit, *, device: torch.device, amp_dtype: torch.dtype | None) -> float:
     """Teacher-forced loss per target token of `valid`, without label smoothing, in the model's current mode."""
     ids = ParallelIds(valid)
     total, tokens = 0.0, 0
@@ -248,6 +262,6 @@ def valid_loss(model: EncoderDecoder, valid: PreparedSplit, device: torch.device
         batch = ids.collate(list(range(start, min(start + LOSS_BATCH_SIZE, len(ids))))).to(device)
         with autocast(device, amp_dtype):
             logits = model(batch.src, batch.src_mask, batch.tgt_in, src_padded=batch.src_padded)
-        total += sequence_loss(logits, batch.tgt_out, 0.0).item()
+        total += sequence_loss(logits, batch.tgt_out, label_smoothing=0.0).item()
         tokens += batch.num_tokens
     return total / max(tokens, 1)

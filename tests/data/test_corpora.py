@@ -17,9 +17,9 @@ from mtkit.data.corpora import CleanReport, DroppedPair, character_cap, clean_pa
 from mtkit.errors import MtkitError
 
 
-def read_split(*args, **options) -> list:
+def read_split(split: SplitConfig, src_lang: str, tgt_lang: str, **options) -> list:
     """A whole split, as a list."""
-    return list(iter_split(*args, **options))
+    return list(iter_split(split, src_lang, tgt_lang=tgt_lang, **options))
 
 
 PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Zwei Männer  lachen.", "Two men  laugh.")]
@@ -369,7 +369,7 @@ def test_a_training_side_over_the_cap_is_cut_as_it_is_read_and_not_normalized(tm
 
 def test_a_dropped_pair_is_one_line_of_five_fields_whatever_line_breaks_its_text_holds():
     breaks = "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-    line = DroppedPair("crawl", "langid", "target fr", (f"a{breaks}b", "c\r\nd")).line()
+    line = DroppedPair(corpus="crawl", rule="langid", why="target fr", pair=(f"a{breaks}b", "c\r\nd")).line()
     assert len(line.splitlines()) == 1 and line.endswith("\n")
     assert line.rstrip("\n").split("\t") == ["crawl", "langid", "target fr", "a" + " " * len(breaks) + "b", "c  d"]
 

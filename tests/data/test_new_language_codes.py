@@ -21,10 +21,10 @@ M2M100_TABLE = ["<pad>", "<unk>", "<s>", "</s>", "<s>", "▁a", "__de__", "__en_
 
 
 def test_a_corpus_code_is_named_as_the_flags_name_it_and_its_error_names_the_key() -> None:
-    assert recipe_code_id(NLLB, "fr", "data.train.tgt_lang") == 8
-    assert recipe_code_id(NLLB, "deu_Latn", "src_lang") == 6
+    assert recipe_code_id(NLLB, "fr", key="data.train.tgt_lang") == 8
+    assert recipe_code_id(NLLB, "deu_Latn", key="src_lang") == 6
     with pytest.raises(MtkitError) as raised:
-        recipe_code_id(NLLB, "fro_Latn", "data.train[1].tgt_lang")
+        recipe_code_id(NLLB, "fro_Latn", key="data.train[1].tgt_lang")
     message = str(raised.value)
     assert message.startswith("data.train[1].tgt_lang fro_Latn: the model has no such language code; the closest it has: ")
     assert "--" not in message and "\n" not in message
@@ -39,10 +39,10 @@ def test_new_languages_are_read_as_new_code_to_the_code_it_starts_from() -> None
 
 
 def test_a_new_code_takes_the_form_of_the_models_codes() -> None:
-    assert code_piece("xyz_Latn", NLLB, NLLB_TABLE) == "xyz_Latn"
-    assert code_piece("xx", M2M100, M2M100_TABLE) == "__xx__"
-    assert added_code_pieces({"xyz_Latn": "fr", "abc_Latn": MEAN}, NLLB, NLLB_TABLE) == ["xyz_Latn", "abc_Latn"]
-    assert added_code_pieces({"xx": "de"}, M2M100, M2M100_TABLE) == ["__xx__"]
+    assert code_piece("xyz_Latn", NLLB, pieces=NLLB_TABLE) == "xyz_Latn"
+    assert code_piece("xx", M2M100, pieces=M2M100_TABLE) == "__xx__"
+    assert added_code_pieces({"xyz_Latn": "fr", "abc_Latn": MEAN}, NLLB, pieces=NLLB_TABLE) == ["xyz_Latn", "abc_Latn"]
+    assert added_code_pieces({"xx": "de"}, M2M100, pieces=M2M100_TABLE) == ["__xx__"]
 
 
 @pytest.mark.parametrize(
@@ -55,13 +55,13 @@ def test_a_new_code_takes_the_form_of_the_models_codes() -> None:
 )
 def test_bad_new_codes_are_one_line(new: dict[str, str], message: str) -> None:
     with pytest.raises(MtkitError, match=message) as raised:
-        added_code_pieces(new, NLLB, NLLB_TABLE)
+        added_code_pieces(new, NLLB, pieces=NLLB_TABLE)
     assert "\n" not in str(raised.value)
 
 
 def test_a_new_code_starts_from_its_named_codes_row_or_every_codes() -> None:
-    assert start_rows({"xyz_Latn": "fr", "abc_Latn": MEAN}, NLLB, NLLB_TABLE) == {"xyz_Latn": [8], "abc_Latn": [6, 7, 8]}
-    assert start_rows({"xx": "en"}, M2M100, M2M100_TABLE) == {"__xx__": [7]}
+    assert start_rows({"xyz_Latn": "fr", "abc_Latn": MEAN}, NLLB, pieces=NLLB_TABLE) == {"xyz_Latn": [8], "abc_Latn": [6, 7, 8]}
+    assert start_rows({"xx": "en"}, M2M100, pieces=M2M100_TABLE) == {"__xx__": [7]}
 
 
 def _tiny(lang_tag: str) -> tuple[Transformer, object]:

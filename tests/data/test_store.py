@@ -36,6 +36,6 @@ def test_data_prepared_by_an_older_version_still_loads(tmp_path):
     old.save_to_disk(str(tmp_path / "train"))
     loaded = load_prepared(tmp_path, "train")
     assert loaded[0] == {"src": "a", "tgt": "b", "src_ids": [5], "tgt_ids": [6]}
-    assert corpus_column(tmp_path, loaded, ["train.de"]).tolist() == [0]
+    assert corpus_column(tmp_path, loaded, names=["train.de"]).tolist() == [0]
     with pytest.raises(MtkitError, match="the recipe trains on corpora a, b but the data was prepared from train"):
-        corpus_column(tmp_path, loaded, ["a", "b"])
+        corpus_column(tmp_path, loaded, names=["a", "b"])

@@ -19,7 +19,9 @@ def pair_ids(ids: ParallelIds) -> list[tuple[list[int], list[int]]]:
 @pytest.fixture(scope="module")
 def reverse_data(reverse_task):
     """The prepared reverse task's training split and its tokenizers."""
-    return load_prepared(reverse_task.data_path, "train"), load_tokenizers(reverse_task.data_path, reverse_task.tokenizer.joint)
+    return load_prepared(reverse_task.data_path, "train"), load_tokenizers(
+        reverse_task.data_path, joint=reverse_task.tokenizer.joint
+    )
 
 
 def test_segmentations_differ_between_epochs_and_repeat_with_one_seed(reverse_data):

@@ -135,7 +135,7 @@ def test_reservoir_sample_is_seeded_uniform_and_reads_a_stream_once():
     assert sorted(reservoir_sample(iter(["a", " ", "b"]), 10, seed=1)) == ["a", "b"]
     # Each of the 1,000 items is drawn with probability 1/10: over 400 draws of 100, the
     # first and the last hundred items are drawn about equally often (4,000 expected each).
-    counts = Counter(int(item[1:]) // 100 for seed in range(400) for item in reservoir_sample(stream(), 100, seed))
+    counts = Counter(int(item[1:]) // 100 for seed in range(400) for item in reservoir_sample(stream(), 100, seed=seed))
     assert all(3600 < counts[block] < 4400 for block in range(10)), counts
 
 

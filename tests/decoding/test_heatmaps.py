@@ -25,10 +25,12 @@ def test_heatmap_titles_name_the_model_and_its_attention():
 def test_a_model_without_attention_is_refused_before_translating(reverse_task, tmp_path):
     no_attention = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16, attention="none")
     config = dataclasses.replace(reverse_task, model=no_attention)
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     checkpoint = tmp_path / "no_attention.pt"
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), checkpoint)
     result = CliRunner().invoke(app, ["translate", "-m", str(checkpoint), "--plot-attention", str(tmp_path / "p")], input="a b\n")
     assert result.exit_code == 2
     assert "no attention" in result.output and "Traceback" not in result.output

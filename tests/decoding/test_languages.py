@@ -29,17 +29,17 @@ MBART = {"de_DE": 30, "en_XX": 31, "fr_XX": 32}
     ],
 )
 def test_a_code_or_the_one_code_of_a_language(codes: dict[str, int], name: str, expected: int) -> None:
-    assert code_id(codes, name, "tgt_lang") == expected
+    assert code_id(codes, name, option="tgt_lang") == expected
 
 
 def test_several_codes_of_a_language_are_one_line_listing_them() -> None:
     with pytest.raises(OptionError, match=r"--tgt-lang zh names several of the model's codes: zho_Hans, zho_Hant; give one"):
-        code_id(NLLB, "zh", "tgt_lang")
+        code_id(NLLB, "zh", option="tgt_lang")
 
 
 def test_a_code_the_model_lacks_is_one_line_naming_the_closest() -> None:
     with pytest.raises(OptionError) as raised:
-        code_id(NLLB, "dex_Latn", "src_lang")
+        code_id(NLLB, "dex_Latn", option="src_lang")
     message = str(raised.value)
     assert message.startswith("--src-lang dex_Latn: the model has no such language code; the closest it has: deu_Latn")
     assert "\n" not in message

@@ -89,12 +89,14 @@ def sources(*rows: list[int]) -> tuple[Tensor, Tensor]:
 
 
 def run_greedy(model: EncoderDecoder, src: Tensor, src_mask: Tensor, max_len: list[int], alpha: float = 0.0):
-    return greedy_search(model, src, src_mask, torch.tensor(max_len), SearchOptions(length_penalty=alpha))
+    return greedy_search(
+        model, src, src_mask=src_mask, max_len=torch.tensor(max_len), options=SearchOptions(length_penalty=alpha)
+    )
 
 
 def run_beam(model, src, src_mask, max_len: list[int], beam_size: int, alpha: float = 0.0, nbest: int = 1):
     options = SearchOptions(beam=beam_size, length_penalty=alpha, nbest=nbest)
-    return beam_search(model, src, src_mask, torch.tensor(max_len), options)
+    return beam_search(model, src, src_mask=src_mask, max_len=torch.tensor(max_len), options=options)
 
 
 def assert_hypothesis(hypothesis: Hypothesis, tokens: list[int], log_prob: float, alpha: float = 0.0) -> None:
@@ -238,8 +240,8 @@ def random_batch(seed: int = 0) -> tuple[TinyRandomModel, Tensor, Tensor, Tensor
 
 def test_beam_one_equals_greedy_on_a_random_model():
     model, src, src_mask, max_len = random_batch()
-    greedy = greedy_search(model, src, src_mask, max_len, SearchOptions(length_penalty=0.6))
-    beam = beam_search(model, src, src_mask, max_len, SearchOptions(beam=1, length_penalty=0.6))
+    greedy = greedy_search(model, src, src_mask=src_mask, max_len=max_len, options=SearchOptions(length_penalty=0.6))
+    beam = beam_search(model, src, src_mask=src_mask, max_len=max_len, options=SearchOptions(beam=1, length_penalty=0.6))
     assert [hypotheses[0] for hypotheses in beam] == greedy
     # Sentences finish at different steps, some on EOS and some at max_len.
     lengths = [len(h.tokens) for h in greedy]
@@ -252,7 +254,9 @@ def test_beam_hypotheses_score_what_teacher_forcing_scores():
     """Each hypothesis's log_prob is the model's own probability of it: beams were reordered right."""
     model, src, src_mask, max_len = random_batch(seed=1)
     alpha = 1.0
-    results = beam_search(model, src, src_mask, max_len, SearchOptions(beam=4, length_penalty=alpha, nbest=3))
+    results = beam_search(
+        model, src, src_mask=src_mask, max_len=max_len, options=SearchOptions(beam=4, length_penalty=alpha, nbest=3)
+    )
     for sentence, hypotheses in enumerate(results):
         assert len(hypotheses) == 3
         assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
@@ -298,15 +302,15 @@ class StopAfter:
 def test_a_stop_ends_the_search_before_the_next_step(beam_size: int):
     model, src, src_mask, max_len = random_batch()
     beam = SearchOptions(beam=beam_size, length_penalty=0.6)
-    unstopped = beam_search(model, src, src_mask, max_len, beam)
+    unstopped = beam_search(model, src, src_mask=src_mask, max_len=max_len, options=beam)
     steps, decode = [], model.decode
-    model.decode = lambda *arguments: (steps.append(1), decode(*arguments))[1]
+    model.decode = lambda *arguments, **options: (steps.append(1), decode(*arguments, **options))[1]
     never = StopAfter(10**9)
-    assert beam_search(model, src, src_mask, max_len, replace(beam, stop=never)) == unstopped
+    assert beam_search(model, src, src_mask=src_mask, max_len=max_len, options=replace(beam, stop=never)) == unstopped
     assert never.asked == len(steps)  # asked before every step
     for search in (
-        lambda stop: greedy_search(model, src, src_mask, max_len, SearchOptions(stop=stop)),
-        lambda stop: beam_search(model, src, src_mask, max_len, replace(beam, stop=stop)),
+        lambda stop: greedy_search(model, src, src_mask=src_mask, max_len=max_len, options=SearchOptions(stop=stop)),
+        lambda stop: beam_search(model, src, src_mask=src_mask, max_len=max_len, options=replace(beam, stop=stop)),
     ):
         stop = StopAfter(3)
         with pytest.raises(SearchStopped):

@@ -68,18 +68,22 @@ class TableModel(EncoderDecoder):
         return probabilities.log().unsqueeze(1), {"prefix": prefix}  # (B, 1, V)
 
 
-def batch(rows: int) -> tuple[Tensor, Tensor, Tensor]:
+def batch(rows: int) -> tuple[Tensor, dict[str, Tensor]]:
+    """A source of `rows` rows, and its mask and output cap by name, as search takes them."""
     src = torch.full((rows, 2), A)
-    return src, src.bool(), torch.full((rows,), 12)
+    return src, {"src_mask": src.bool(), "max_len": torch.full((rows,), 12)}
 
 
 def greedy(table: Table, rows: int = 1, constraints: StepRules | None = None, pick=None) -> list[Hypothesis]:
-    return greedy_search(TableModel(table), *batch(rows), step_rules=constraints, pick=pick)
+    src, options = batch(rows)
+    return greedy_search(TableModel(table), src, **options, step_rules=constraints, pick=pick)
 
 
 def beam(table: Table, rows: int = 1, constraints: StepRules | None = None) -> list[Hypothesis]:
     """The best of a beam of 3 (ranked by log-probability per token), per row."""
-    found = beam_search(TableModel(table), *batch(rows), SearchOptions(beam=3, length_penalty=1.0), step_rules=constraints)
+    src, options = batch(rows)
+    beam_options = SearchOptions(beam=3, length_penalty=1.0)
+    found = beam_search(TableModel(table), src, **options, options=beam_options, step_rules=constraints)
     return [hypotheses[0] for hypotheses in found]
 
 
@@ -112,7 +116,7 @@ def test_sampling_frequencies_match_the_distribution(sampling, expected):
 
 def test_tokens_that_never_end_an_output_are_never_drawn():
     log_probs = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log().expand(500, 4)
-    drawn = draw(log_probs, Sampling(temperature=5.0), torch.Generator().manual_seed(0), never=(0, 1))
+    drawn = draw(log_probs, Sampling(temperature=5.0), generator=torch.Generator().manual_seed(0), never=(0, 1))
     assert set(drawn.tolist()) == {2, 3}
 
 
@@ -153,19 +157,19 @@ def test_a_bad_sampling_option_is_one_clear_error(text):
 )
 def test_temperatures_out_of_range_and_seeds_outside_64_bits_are_refused(temperature, seed, message):
     with pytest.raises(MtkitError, match=message):
-        Sampling.parse("topk:5", temperature, seed)
-    assert Sampling.parse("topk:5", 1.0, 2**64 - 1).seed == 2**64 - 1
+        Sampling.parse("topk:5", temperature, seed=seed)
+    assert Sampling.parse("topk:5", 1.0, seed=2**64 - 1).seed == 2**64 - 1
 
 
 def test_the_temperatures_at_the_bounds_draw_real_tokens():
     log_probs = torch.tensor([[0.0, -1e4, float("-inf"), -103.0]]).log_softmax(dim=1)  # (1, V): a certain token first
     for bound in (TEMPERATURE.low, TEMPERATURE.high):
-        drawn = draw(log_probs, Sampling.parse("full", bound), torch.Generator().manual_seed(0))
+        drawn = draw(log_probs, Sampling.parse("full", bound), generator=torch.Generator().manual_seed(0))
         assert drawn.tolist()[0] in (0, 1, 3)  # never the impossible token
 
 
 def test_sampling_options_parse():
-    assert Sampling.parse("topk:10", 0.7, 3) == Sampling(top_k=10, temperature=0.7, seed=3)
+    assert Sampling.parse("topk:10", 0.7, seed=3) == Sampling(top_k=10, temperature=0.7, seed=3)
     assert Sampling.parse("topp:0.9") == Sampling(top_p=0.9)
     assert Sampling.parse("full") == Sampling()
 
@@ -180,13 +184,13 @@ def repeated_ngrams(tokens: list[int], size: int) -> list[tuple[int, ...]]:
 def test_no_repeat_ngram_blocks_every_repeat_of_a_stub_that_loves_repeating(search, size):
     [plain] = search(loves_repeating)
     assert repeated_ngrams(plain.tokens, size)
-    [blocked] = search(loves_repeating, constraints=StepRules.build(None, size, torch.device("cpu")))
+    [blocked] = search(loves_repeating, constraints=StepRules.build(None, size, device=torch.device("cpu")))
     assert len(blocked.tokens) >= 2 and not repeated_ngrams(blocked.tokens, size)
     assert blocked.log_prob == pytest.approx(model_log_prob(loves_repeating, blocked.tokens), rel=1e-6)
 
 
 def test_no_repeat_ngram_changes_nothing_where_nothing_repeats():
-    constraints = StepRules.build(None, 2, torch.device("cpu"))
+    constraints = StepRules.build(None, 2, device=torch.device("cpu"))
     for search in (greedy, beam):
         [plain], [blocked] = search(counts_up), search(counts_up, constraints=constraints)
         assert blocked.tokens == plain.tokens == [A, B, C, D]
@@ -196,7 +200,7 @@ def test_no_repeat_ngram_changes_nothing_where_nothing_repeats():
 @pytest.mark.parametrize("search", [greedy, beam])
 def test_outputs_start_with_their_prefix_and_an_empty_prefix_changes_nothing(search):
     prefixes = [[D, C], [], [C]]
-    found = search(counts_up, 3, StepRules.build(prefixes, 0, torch.device("cpu")))
+    found = search(counts_up, 3, StepRules.build(prefixes, 0, device=torch.device("cpu")))
     assert found[0].tokens[:2] == [D, C] and found[2].tokens[:1] == [C]
     [plain] = search(counts_up, 1)
     assert found[1].tokens == plain.tokens and found[1].log_prob == pytest.approx(plain.log_prob)
@@ -205,12 +209,12 @@ def test_outputs_start_with_their_prefix_and_an_empty_prefix_changes_nothing(sea
 
 
 def test_a_prefix_is_forced_even_where_it_repeats_a_blocked_ngram():
-    constraints = StepRules.build([[A, A, A]], 1, torch.device("cpu"))
+    constraints = StepRules.build([[A, A, A]], 1, device=torch.device("cpu"))
     [hypothesis] = greedy(loves_repeating, constraints=constraints)
     assert hypothesis.tokens[:3] == [A, A, A]
     assert A not in hypothesis.tokens[3:]
 
 
 def test_nothing_to_constrain_builds_nothing():
-    assert StepRules.build(None, 0, torch.device("cpu")) is None
-    assert StepRules.build([[], []], 0, torch.device("cpu")) is None
+    assert StepRules.build(None, 0, device=torch.device("cpu")) is None
+    assert StepRules.build([[], []], 0, device=torch.device("cpu")) is None

@@ -74,7 +74,15 @@ def search(
     if any(given):
         terms = Terms.build(TermRequest(constraints=given, continues_word=CONTINUES, in_order=in_order), torch.device("cpu"))
     caps = torch.full((len(given),), cap)
-    return beam_search(model, src, src.ne(PAD_ID), caps, SearchOptions(beam=beam, nbest=nbest), step_rules=steer, terms=terms)
+    return beam_search(
+        model,
+        src,
+        src_mask=src.ne(PAD_ID),
+        max_len=caps,
+        options=SearchOptions(beam=beam, nbest=nbest),
+        step_rules=steer,
+        terms=terms,
+    )
 
 
 def confirmed(tokens: list[int], phrase: list[int]) -> list[int]:
@@ -195,6 +203,6 @@ def test_random_models_get_their_terms_and_flag_only_what_the_cap_cut():
 
 def test_with_a_prefix_and_ngram_blocking():
     model = hand_model(**PLAIN)
-    steer = StepRules([[C, A]], 2, torch.device("cpu"))
+    steer = StepRules([[C, A]], 2, device=torch.device("cpu"))
     best = search(model, [[[E]]], steer=steer)[0][0]
     assert best.tokens[:2] == [C, A] and contains(best.tokens, [E])

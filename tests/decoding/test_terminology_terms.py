@@ -14,7 +14,7 @@ from mtkit.errors import MtkitError
 
 def test_a_constraints_line_is_a_json_list_of_phrases_or_alternatives():
     terms = parse_constraints('["Fahrrad", ["Hund", " Hunde "]]', "c.jsonl:3")
-    assert terms == [Term(("Fahrrad",), where="c.jsonl:3"), Term(("Hund", "Hunde"), where="c.jsonl:3")]
+    assert terms == [Term(alternatives=("Fahrrad",), where="c.jsonl:3"), Term(alternatives=("Hund", "Hunde"), where="c.jsonl:3")]
     assert parse_constraints("", "c.jsonl:4") == [] and parse_constraints("[]", "c.jsonl:5") == []
 
 
@@ -57,11 +57,11 @@ def test_a_bad_glossary_line_is_one_error_naming_the_line(tmp_path, line):
 
 
 def test_terms_of_a_line_cut_into_segments_go_where_their_source_term_is():
-    glossary_term = Term(("dog",), source="Hund", where="g.tsv:1")
+    glossary_term = Term(alternatives=("dog",), source="Hund", where="g.tsv:1")
     placed = place_terms([["Die Katze schläft.", "Der Hund bellt."], ["Ein Satz."]], [[glossary_term], []])
     assert placed == [[], [glossary_term], []]
     with pytest.raises(MtkitError, match=r"line 1: .* translated in 2 segments"):
-        place_terms([["a.", "b."]], [[Term(("x",), where="line 1")]])
+        place_terms([["a.", "b."]], [[Term(alternatives=("x",), where="line 1")]])
 
 
 # The reverse task's words are single letters a-l; a model translates "a b c" as "c b a".

@@ -34,7 +34,7 @@ def scorer(name: str | Path, **options: object) -> CometScorer:
 def test_scores_agree_with_unbabel_comet_per_sentence(name):
     comet = scorer(name, batch_size=4)  # other batches than unbabel-comet's (4 of its own order): padding must not matter
     references = EXPECTED["references"] if comet.needs_references else None
-    found = comet.score(EXPECTED["sources"], EXPECTED["translations"], references)
+    found = comet.score(EXPECTED["sources"], EXPECTED["translations"], references=references)
     expected = EXPECTED["models"][name]["scores"]
     assert len(found) == len(expected)
     for ours, theirs in zip(found, expected, strict=True):

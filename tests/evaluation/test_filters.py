@@ -94,7 +94,7 @@ class StubModel:
         self.table = table
 
     def score(self, sources: list[str], targets: list[str]) -> list[PairScore]:
-        return [PairScore(self.table[(s, t)] * 4, 4) for s, t in zip(sources, targets, strict=True)]
+        return [PairScore(log_prob=self.table[(s, t)] * 4, tokens=4) for s, t in zip(sources, targets, strict=True)]
 
 
 PAIRS = [("ein Hund", "a dog"), ("eine Katze", "a cat"), ("ein Haus", "zebra"), ("ein Baum", "a tree")]
@@ -168,4 +168,4 @@ def test_filters_that_cannot_run_are_one_line_before_any_pair_is_read(tmp_path, 
 
 def test_no_filter_is_built_when_the_recipe_sets_none(tmp_path):
     assert corpus_filters(recipe_config(tmp_path)) == []
-    assert isinstance(DroppedPair("c", "qe", "0.1", ("a", "b")).line(), str)
+    assert isinstance(DroppedPair(corpus="c", rule="qe", why="0.1", pair=("a", "b")).line(), str)

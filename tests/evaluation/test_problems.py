@@ -23,7 +23,7 @@ def test_exactly_the_injected_loop_copy_and_empty_output_are_flagged(test200):
     hypotheses[5] = " ".join(loop)  # ...but a loop as long as the reference,
     hypotheses[17] = sources[17]  # a copied source,
     hypotheses[42] = ""  # and an empty output
-    flags = flag_corpus(hypotheses, references, sources, FlagRules())
+    flags = flag_corpus(hypotheses, references, sources=sources, rules=FlagRules())
     assert {n: found for n, found in enumerate(flags) if found} == {5: ["loop"], 17: ["copy"], 42: ["empty"]}
 
 
@@ -31,15 +31,15 @@ def test_runaway_and_truncated_outputs_are_flagged_by_length():
     sources = ["ein kleiner Hund läuft über die grüne Wiese"] * 3
     references = ["a small dog runs across the green meadow"] * 3
     hypotheses = [references[0], "a dog", references[0] + " while a man watches from a bench in the park near the lake"]
-    assert flag_corpus(hypotheses, references, sources, FlagRules()) == [[], ["too_short"], ["too_long"]]
-    stutter = flag_corpus(["People are assembembembembembled."], ["People are assembling."], None, FlagRules())
+    assert flag_corpus(hypotheses, references, sources=sources, rules=FlagRules()) == [[], ["too_short"], ["too_long"]]
+    stutter = flag_corpus(["People are assembembembembembled."], ["People are assembling."], sources=None, rules=FlagRules())
     assert stutter == [["loop"]]
 
 
 def test_without_references_lengths_are_judged_by_the_outputs_own_ratio_to_the_sources():
     sources = ["der Hund bellt"] * 10
     hypotheses = ["the dog barks"] * 9 + ["the dog barks and barks at the cat all day long"]
-    assert flag_corpus(hypotheses, None, sources, FlagRules()) == [[]] * 9 + [["too_long"]]
+    assert flag_corpus(hypotheses, None, sources=sources, rules=FlagRules()) == [[]] * 9 + [["too_long"]]
 
 
 @pytest.mark.parametrize(

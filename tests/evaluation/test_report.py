@@ -122,6 +122,12 @@ def test_comet_without_the_sources_is_one_line(files):
 
 
 def test_scores_json_keeps_four_decimals_of_comet(tmp_path):
-    result = EvalResult([Score("BLEU", 31.4159, "nrefs:1"), Score("COMET", 0.843219, "model:m", digits=4)], 3)
-    saved = json.loads(save_scores(tmp_path, "test", result).read_text(encoding="utf-8"))
+    result = EvalResult(
+        [
+            Score(name="BLEU", score=31.4159, signature="nrefs:1"),
+            Score(name="COMET", score=0.843219, signature="model:m", digits=4),
+        ],
+        3,
+    )
+    saved = json.loads(save_scores(tmp_path, "test", result=result).read_text(encoding="utf-8"))
     assert saved["test"]["BLEU"] == 31.42 and saved["test"]["COMET"] == 0.8432

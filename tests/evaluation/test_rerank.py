@@ -21,7 +21,7 @@ COMET = Path(__file__).resolve().parents[1] / "fixtures" / "comet"
 
 def candidates(*texts: str) -> list[Translation]:
     """A search's candidates, best model score first."""
-    return [Translation(text, -float(rank), []) for rank, text in enumerate(texts)]
+    return [Translation(text=text, score=-float(rank), tokens=[]) for rank, text in enumerate(texts)]
 
 
 def chosen(reranker: Reranker, source: str, *texts: str) -> str:

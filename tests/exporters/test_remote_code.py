@@ -138,12 +138,12 @@ def copy_decoder_steps(layer: nn.Module) -> Tensor:
 
 
 def embedding_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
-    yield Case("scaled", original(VOCAB, D_MODEL, PAD), copy(VOCAB, D_MODEL, PAD), lambda layer: layer(TOKENS))
+    yield Case("scaled", original(VOCAB, D_MODEL, pad_id=PAD), copy(VOCAB, D_MODEL, pad_id=PAD), lambda layer: layer(TOKENS))
 
 
 def sinusoidal_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     for halves in (False, True):
-        pair = original(D_MODEL, MAX_POSITIONS, halves=halves), copy(D_MODEL, MAX_POSITIONS, halves)
+        pair = original(D_MODEL, MAX_POSITIONS, halves=halves), copy(D_MODEL, MAX_POSITIONS, halves=halves)
         yield Case(f"halves={halves}", *pair, *positions(GROWING))
 
 
@@ -153,60 +153,80 @@ def learned_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Ca
 
 def make_positions_cases(original: Callable, copy: Callable, remote: ModuleType) -> Iterator[Case]:
     for kind in choices("positions"):
-        pair = original(kind, D_MODEL, MAX_POSITIONS), copy(config(remote, positions=kind))
+        pair = original(kind, D_MODEL, max_positions=MAX_POSITIONS), copy(config(remote, positions=kind))
         yield Case(f"positions={kind}", *pair, *positions(SPANS))
 
 
 def attention_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     """The base class's fused attention; the output projection is what a subclass adds."""
     for mask, causal in ((None, False), (None, True), (KEY_MASK, False)):
-        pair = original(D_MODEL, HEADS, DROPOUT), copy(D_MODEL, HEADS, DROPOUT, None)
+        pair = original(D_MODEL, HEADS, dropout=DROPOUT), copy(D_MODEL, HEADS, dropout=DROPOUT, layer_idx=None)
         for layer in pair:
             layer.out = nn.Linear(D_MODEL, D_MODEL)
-        inputs = (*HEADS_QKV, mask, causal)
-        yield Case(f"mask={mask is not None}, causal={causal}", *pair, lambda layer, inputs=inputs: layer.attend(*inputs))
+        options = {"value": HEADS_QKV[2], "mask": mask, "causal": causal}
+        yield Case(
+            f"mask={mask is not None}, causal={causal}", *pair, lambda layer, o=options: layer.attend(*HEADS_QKV[:2], **o)
+        )
 
 
 def self_attention_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
-    encoder = original(D_MODEL, HEADS, DROPOUT, causal=False), copy(D_MODEL, HEADS, DROPOUT, False)
+    encoder = original(D_MODEL, HEADS, dropout=DROPOUT, causal=False), copy(D_MODEL, HEADS, dropout=DROPOUT, causal=False)
     yield Case("encoder, padded", *encoder, lambda layer: layer(X, KEY_MASK))
-    decoder = original(D_MODEL, HEADS, DROPOUT, causal=True), copy(D_MODEL, HEADS, DROPOUT, True, layer_idx=0)
+    decoder = (
+        original(D_MODEL, HEADS, dropout=DROPOUT, causal=True),
+        copy(D_MODEL, HEADS, dropout=DROPOUT, causal=True, layer_idx=0),
+    )
     yield Case("decoder", *decoder, lambda layer: layer(X))
     yield Case("decoder, incremental", *decoder, self_attention_steps, copy_self_attention_steps)
 
 
 def cross_attention_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
-    pair = original(D_MODEL, HEADS, DROPOUT), copy(D_MODEL, HEADS, DROPOUT, layer_idx=0)
+    pair = original(D_MODEL, HEADS, dropout=DROPOUT), copy(D_MODEL, HEADS, dropout=DROPOUT, layer_idx=0)
     yield Case("whole", *pair, lambda layer: layer(X, MEMORY, MEMORY_MASK)[0], lambda layer: layer(X, MEMORY, MEMORY_MASK, None))
     yield Case("incremental", *pair, decoder_steps, copy_decoder_steps)
 
 
 def feed_forward_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     for activation in choices("activation"):
-        pair = original(D_MODEL, FFN_DIM, DROPOUT, activation), copy(D_MODEL, FFN_DIM, DROPOUT, activation)
+        pair = (
+            original(D_MODEL, FFN_DIM, dropout=DROPOUT, activation=activation),
+            copy(D_MODEL, FFN_DIM, dropout=DROPOUT, activation=activation),
+        )
         yield Case(f"activation={activation}", *pair, lambda layer: layer(X))
 
 
 def residual_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     for norm in choices("norm"):
-        pair = original(D_MODEL, DROPOUT, pre_norm=norm == "pre"), copy(D_MODEL, DROPOUT, norm == "pre")
+        pair = original(D_MODEL, DROPOUT, pre_norm=norm == "pre"), copy(D_MODEL, DROPOUT, pre_norm=norm == "pre")
         yield Case(f"norm={norm}", *pair, lambda layer: layer(X, torch.tanh))
 
 
-def layer_arguments(norm: str, activation: str) -> tuple:
-    """mtkit's EncoderLayer's and DecoderLayer's arguments at the tiny sizes."""
-    return D_MODEL, HEADS, FFN_DIM, DROPOUT, DROPOUT, norm == "pre", activation
+def layer_arguments(norm: str, activation: str) -> dict[str, object]:
+    """mtkit's EncoderLayer's and DecoderLayer's options at the tiny sizes (after D_MODEL and HEADS)."""
+    return {
+        "ffn_dim": FFN_DIM,
+        "dropout": DROPOUT,
+        "attention_dropout": DROPOUT,
+        "pre_norm": norm == "pre",
+        "activation": activation,
+    }
 
 
 def encoder_layer_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     for norm, activation in itertools.product(choices("norm"), choices("activation")):
-        pair = original(*layer_arguments(norm, activation)), copy(config(remote, norm=norm, activation=activation))
+        pair = (
+            original(D_MODEL, HEADS, **layer_arguments(norm, activation)),
+            copy(config(remote, norm=norm, activation=activation)),
+        )
         yield Case(f"norm={norm}, activation={activation}", *pair, lambda layer: layer(X, KEY_MASK))
 
 
 def decoder_layer_cases(original: type, copy: type, remote: ModuleType) -> Iterator[Case]:
     for norm, activation in itertools.product(choices("norm"), choices("activation")):
-        pair = original(*layer_arguments(norm, activation)), copy(config(remote, norm=norm, activation=activation), 0)
+        pair = (
+            original(D_MODEL, HEADS, **layer_arguments(norm, activation)),
+            copy(config(remote, norm=norm, activation=activation), 0),
+        )
         variant = f"norm={norm}, activation={activation}"
         yield Case(
             variant,

@@ -26,18 +26,18 @@ def _m2m100_folder(folder: Path, codes: str = "wmt21") -> Path:
 def test_m2m100s_codes_follow_vocab_json_and_made_up_words_fill_the_rest(tmp_path: Path) -> None:
     folder = _m2m100_folder(tmp_path / "model")
     size = 6 + len(M2M100_CODES["wmt21"]) + 8
-    pieces = fairseq_pieces(folder, FAMILIES["m2m100"], size)
+    pieces = fairseq_pieces(folder, FAMILIES["m2m100"], vocab_size=size)
     assert pieces[:8] == ["<s>", "<pad>", "</s>", "<unk>", "▁a", "▁dog", "__en__", "__ha__"]
     assert pieces[-9:] == ["__de__", *(f"<madeupword{k}>" for k in range(8))]
     with pytest.raises(MtkitError, match="vocab_size 10; the tokenizer files and config.json must belong to one model"):
-        fairseq_pieces(folder, FAMILIES["m2m100"], 10)
+        fairseq_pieces(folder, FAMILIES["m2m100"], vocab_size=10)
     with pytest.raises(MtkitError, match="vocab_size 50000000; the tokenizer files"):  # not 50M made-up words
-        fairseq_pieces(folder, FAMILIES["m2m100"], 50_000_000)
+        fairseq_pieces(folder, FAMILIES["m2m100"], vocab_size=50_000_000)
 
 
 def test_unknown_codes_a_missing_model_and_an_unreachable_hub_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(MtkitError, match="language_codes='klingon' is not one mtkit knows; it knows m2m100, wmt21"):
-        fairseq_pieces(_m2m100_folder(tmp_path / "model", "klingon"), FAMILIES["m2m100"], 200)
+        fairseq_pieces(_m2m100_folder(tmp_path / "model", "klingon"), FAMILIES["m2m100"], vocab_size=200)
     folder = _m2m100_folder(tmp_path / "other")
     settings = {"model_type": "m2m_100", "vocab_size": 22, "d_model": 16, "encoder_layers": 1, "decoder_layers": 1}
     settings |= {"encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 8, "decoder_ffn_dim": 8}

@@ -74,7 +74,7 @@ def test_revision_reaches_the_download_and_best_pt_records_the_commit(hub: Hub, 
 
 
 def test_without_a_revision_the_newest_is_downloaded_and_its_commit_recorded(hub: Hub, tmp_path: Path) -> None:
-    import_model(REPO, tmp_path / "run", "marian")
+    import_model(REPO, tmp_path / "run", family="marian")
     assert hub.listed == [None] and [revision for revision, _ in hub.downloads] == [COMMIT]
     assert read_checkpoint(tmp_path / "run" / "best.pt")["imported_commit"] == COMMIT
 

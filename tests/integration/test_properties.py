@@ -26,9 +26,9 @@ from mtkit.evaluation.metrics import score_corpus
 from mtkit.textio import decode_lines
 
 
-def read_split(*args, **options) -> list:
+def read_split(split: SplitConfig, src_lang: str, tgt_lang: str, **options) -> list:
     """A whole split, as a list."""
-    return list(iter_split(*args, **options))
+    return list(iter_split(split, src_lang, tgt_lang=tgt_lang, **options))
 
 
 # Everything Unicode has, lone surrogates included; newlines are what separate lines.
@@ -55,7 +55,7 @@ def test_reading_parallel_files_keeps_pairs_aligned_or_names_the_bad_line(tmp_pa
     src.write_bytes(to_bytes([s for s, _ in pairs]))
     tgt.write_bytes(to_bytes([t for _, t in pairs]))
     try:
-        read = read_split(SplitConfig(src=str(src), tgt=str(tgt)), "de", "en", "NFC")
+        read = read_split(SplitConfig(src=str(src), tgt=str(tgt)), "de", "en", normalize="NFC")
     except MtkitError as err:
         message = str(err)
         assert "\n" not in message

@@ -13,8 +13,8 @@ from mtkit.models.layers import FairseqPositions, make_positions
 
 @pytest.mark.parametrize("d_model", [16, 17])
 def test_position_t_is_fairseqs_row_t_plus_2(d_model: int) -> None:
-    table = make_positions("sinusoidal_fairseq", d_model, 8)(12, offset=3)  # grows past its 8 rows
-    assert isinstance(make_positions("sinusoidal_fairseq", d_model, 8), FairseqPositions)
+    table = make_positions("sinusoidal_fairseq", d_model, max_positions=8)(12, offset=3)  # grows past its 8 rows
+    assert isinstance(make_positions("sinusoidal_fairseq", d_model, max_positions=8), FairseqPositions)
     half = d_model // 2
     for t in range(12):
         position = 3 + t + 2

@@ -49,11 +49,11 @@ def test_shapes(combination):
     model = small_rnn(**combination)
     src, src_mask, tgt = padded_batch()
     memory = model.encode(src, src_mask)
-    logits, state = model.decode(tgt, memory, src_mask, None)
+    logits, state = model.decode(tgt, memory, src_mask=src_mask, state=None)
     assert memory.shape == (3, 7, 16)
     assert logits.shape == (3, 6, VOCAB)
     assert state is None
-    _, state = model.decode(tgt[:, :1], memory, src_mask, {})
+    _, state = model.decode(tgt[:, :1], memory, src_mask=src_mask, state={})
     assert state["hidden"].shape == (3, 2, 16)
     assert ("cell" in state) == (combination["cell"] == "lstm")
     assert ("feed" in state) == combination["input_feed"]
@@ -64,7 +64,7 @@ def test_shapes(combination):
 def test_attention_is_zero_on_source_padding_and_each_row_sums_to_one(combination):
     model = small_rnn(**combination)
     src, src_mask, tgt = padded_batch()
-    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask)  # (B, 1, T, S)
+    weights = model.cross_attention(tgt, model.encode(src, src_mask), src_mask=src_mask)  # (B, 1, T, S)
     assert weights.shape == (3, 1, 6, 7)
     assert torch.all(weights[1, :, :, 5:] == 0) and torch.all(weights[2, :, :, 3:] == 0)
     assert torch.all(weights[:, :, :, :3] > 0)
@@ -75,7 +75,7 @@ def test_a_model_without_attention_has_no_heatmap():
     model = small_rnn(attention="none")
     src, src_mask, tgt = padded_batch()
     with pytest.raises(MtkitError, match="no attention"):
-        model.cross_attention(tgt, model.encode(src, src_mask), src_mask)
+        model.cross_attention(tgt, model.encode(src, src_mask), src_mask=src_mask)
 
 
 @pytest.mark.parametrize("combination", COMBINATIONS, ids=_name)
@@ -94,18 +94,18 @@ def test_incremental_decoding_equals_teacher_forcing(combination):
     model = small_rnn(**combination)
     src, src_mask, tgt = padded_batch()
     memory = model.encode(src, src_mask)
-    full, _ = model.decode(tgt, memory, src_mask, None)
+    full, _ = model.decode(tgt, memory, src_mask=src_mask, state=None)
     state: dict = {}
     steps = []
     for position in range(tgt.size(1)):
-        logits, state = model.decode(tgt[:, position : position + 1], memory, src_mask, state)
+        logits, state = model.decode(tgt[:, position : position + 1], memory, src_mask=src_mask, state=state)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)
     # Reordering the state reorders the next step's output.
     order = torch.tensor([2, 0, 1])
     reordered = model.reorder_state(dict(state), order)
-    after, _ = model.decode(tgt[order, -1:], memory[order], src_mask[order], reordered)
-    expected, _ = model.decode(tgt[:, -1:], memory, src_mask, state)
+    after, _ = model.decode(tgt[order, -1:], memory[order], src_mask=src_mask[order], state=reordered)
+    expected, _ = model.decode(tgt[:, -1:], memory, src_mask=src_mask, state=state)
     torch.testing.assert_close(after, expected[order])
 
 
@@ -119,5 +119,5 @@ def test_tied_embeddings_share_one_matrix_and_settings_are_checked():
     with pytest.raises(MtkitError, match="even"):
         small_rnn(hidden_size=15, bidirectional=True)
     config = ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=16, embed_dim=8, attention="luong_general")
-    built = build_model(config, VOCAB, VOCAB, share_vocab=True)
+    built = build_model(config, VOCAB, tgt_vocab_size=VOCAB, share_vocab=True)
     assert isinstance(built, RNNSeq2Seq) and isinstance(built.decoder.rnn, torch.nn.GRU)

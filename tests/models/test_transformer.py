@@ -38,7 +38,7 @@ def test_shapes(variant):
     model = small_transformer(**variant)
     src, src_mask, tgt = random_batch()
     memory = model.encode(src, src_mask)
-    logits, state = model.decode(tgt, memory, src_mask, None)
+    logits, state = model.decode(tgt, memory, src_mask=src_mask, state=None)
     assert memory.shape == (3, 7, 32)
     assert logits.shape == (3, 6, SMALL_VOCAB)
     assert state is None
@@ -86,12 +86,12 @@ def test_incremental_decoding_equals_full_decoding(variant):
     state: dict = {}
     steps = []
     for position in range(tgt.size(1)):
-        logits, state = model.decode(tgt[:, position : position + 1], memory, src_mask, state)
+        logits, state = model.decode(tgt[:, position : position + 1], memory, src_mask=src_mask, state=state)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     # Several new tokens at once on top of a cache (a prefix, then the rest) also agree.
-    _, cached = model.decode(tgt[:, :2], memory, src_mask, {})
-    rest, _ = model.decode(tgt[:, 2:], memory, src_mask, cached)
+    _, cached = model.decode(tgt[:, :2], memory, src_mask=src_mask, state={})
+    rest, _ = model.decode(tgt[:, 2:], memory, src_mask=src_mask, state=cached)
     torch.testing.assert_close(rest, full[:, 2:], atol=1e-5, rtol=1e-5)
 
 
@@ -99,10 +99,10 @@ def test_reorder_state_follows_the_batch_order():
     model = small_transformer()
     src, src_mask, tgt = random_batch()
     memory = model.encode(src, src_mask)
-    _, state = model.decode(tgt[:, :3], memory, src_mask, {})
+    _, state = model.decode(tgt[:, :3], memory, src_mask=src_mask, state={})
     order = torch.tensor([2, 0])
     reordered = model.reorder_state(state, order)
-    next_logits, _ = model.decode(tgt[order, 3:4], memory[order], src_mask[order], reordered)
+    next_logits, _ = model.decode(tgt[order, 3:4], memory[order], src_mask=src_mask[order], state=reordered)
     full = model(src[order], src_mask[order], tgt[order, :4])
     torch.testing.assert_close(next_logits[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
 
@@ -132,9 +132,9 @@ def test_attention_forward_shapes():
     torch.manual_seed(0)
     x, memory, memory_mask = attention_inputs()
     key_mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
-    assert SelfAttention(32, 4, 0.0, causal=False).eval()(x, key_mask).shape == (2, 5, 32)
-    assert SelfAttention(32, 4, 0.0, causal=True).eval()(x).shape == (2, 5, 32)
-    cross = CrossAttention(32, 4, 0.0).eval()
+    assert SelfAttention(32, 4, dropout=0.0, causal=False).eval()(x, key_mask).shape == (2, 5, 32)
+    assert SelfAttention(32, 4, dropout=0.0, causal=True).eval()(x).shape == (2, 5, 32)
+    cross = CrossAttention(32, 4, dropout=0.0).eval()
     output, weights = cross(x, memory, memory_mask)
     assert output.shape == (2, 5, 32) and weights is None
     output_with_weights, weights = cross(x, memory, memory_mask, need_weights=True)
@@ -145,7 +145,7 @@ def test_attention_forward_shapes():
 
 def test_self_attention_cache_equals_full_causal_attention():
     torch.manual_seed(0)
-    attention = SelfAttention(32, 4, 0.0, causal=True).eval()
+    attention = SelfAttention(32, 4, dropout=0.0, causal=True).eval()
     x, _, _ = attention_inputs()
     full = attention(x)
     cache: dict = {}
@@ -160,7 +160,7 @@ def test_self_attention_cache_equals_full_causal_attention():
 
 def test_cross_attention_projects_the_memory_once_into_the_cache():
     torch.manual_seed(0)
-    attention = CrossAttention(32, 4, 0.0).eval()
+    attention = CrossAttention(32, 4, dropout=0.0).eval()
     x, memory, memory_mask = attention_inputs()
     cache: dict = {}
     first, _ = attention(x[:, :1], memory, memory_mask, cache, "0.")
@@ -173,7 +173,7 @@ def test_cross_attention_projects_the_memory_once_into_the_cache():
 
 def test_cross_attention_weights_equal_the_reference_computation():
     torch.manual_seed(0)
-    attention = CrossAttention(32, 4, 0.0).eval()
+    attention = CrossAttention(32, 4, dropout=0.0).eval()
     x, memory, memory_mask = attention_inputs()
     _, weights = attention(x, memory, memory_mask, need_weights=True)
     torch.testing.assert_close(weights, reference_cross_weights(attention, x, memory, memory_mask), atol=1e-6, rtol=1e-5)
@@ -187,9 +187,9 @@ def test_model_cross_attention_is_the_last_layers_weights_in_its_own_forward(var
     seen = {}
     last = model.decoder_layers[-1].cross_attention
     hook = last.register_forward_hook(lambda module, args, output: seen.update(x=args[0], memory=args[1]))
-    model.decode(tgt, memory, src_mask)
+    model.decode(tgt, memory, src_mask=src_mask)
     hook.remove()
-    weights = model.cross_attention(tgt, memory, src_mask)
+    weights = model.cross_attention(tgt, memory, src_mask=src_mask)
     assert weights.shape == (3, 4, 6, 7)
     reference = reference_cross_weights(last, seen["x"], seen["memory"], src_mask[:, None, None, :])
     torch.testing.assert_close(weights, reference, atol=1e-6, rtol=1e-5)
@@ -209,7 +209,7 @@ def test_embeddings_are_scaled_and_tied():
 
 
 def test_separate_vocabularies_do_not_share_embeddings():
-    model = build_model(ModelConfig(layers=1, d_model=16, heads=2, ffn_dim=32), 30, 50, share_vocab=False)
+    model = build_model(ModelConfig(layers=1, d_model=16, heads=2, ffn_dim=32), 30, tgt_vocab_size=50, share_vocab=False)
     assert model.src_embed is not model.tgt_embed
     assert model.output.weight is model.tgt_embed.weight
     src = torch.randint(4, 30, (2, 5))
@@ -341,6 +341,9 @@ def test_the_new_model_keys_are_checked_at_load():
     with pytest.raises(MtkitError, match="model.output_bias"):
         config_from_dict({"name": "x", "model": {"arch": "rnn", "output_bias": True}})
     built = build_model(
-        ModelConfig(d_model=32, heads=4, ffn_dim=64, layers=2, decoder_layers=1, positions="sinusoidal_halves"), 20, 20, True
+        ModelConfig(d_model=32, heads=4, ffn_dim=64, layers=2, decoder_layers=1, positions="sinusoidal_halves"),
+        20,
+        tgt_vocab_size=20,
+        share_vocab=True,
     )
     assert len(built.encoder_layers) == 2 and len(built.decoder_layers) == 1 and built.src_positions.halves

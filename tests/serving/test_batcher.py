@@ -23,7 +23,7 @@ class UpperCaser:
     def translate_nbest(self, lines, decoding, prefixes=None, stop=None, constraints=None):  # noqa: ANN001, ANN201 - the Translator's signature
         assert stop is not None and not stop()  # its clients are waiting
         self.calls.append((list(lines), decoding))
-        return [[Translation(line.upper(), 0.0, [])] for line in lines]
+        return [[Translation(text=line.upper(), score=0.0, tokens=[])] for line in lines]
 
 
 async def translate_together(batcher: Batcher, requests: list[tuple[list[str], Decoding]]) -> list[list[str]]:

@@ -34,9 +34,9 @@ def test_length_sorting_keeps_padding_low():
 
 def test_order_depends_on_seed_and_epoch_only():
     src, tgt = lengths()
-    first = token_batches(src, tgt, 200, seed=1, epoch=0, max_length=1000)[0]
-    again = token_batches(src, tgt, 200, seed=1, epoch=0, max_length=1000)[0]
-    next_epoch = token_batches(src, tgt, 200, seed=1, epoch=1, max_length=1000)[0]
+    first = token_batches(src, tgt, batch_tokens=200, seed=1, epoch=0, max_length=1000)[0]
+    again = token_batches(src, tgt, batch_tokens=200, seed=1, epoch=0, max_length=1000)[0]
+    next_epoch = token_batches(src, tgt, batch_tokens=200, seed=1, epoch=1, max_length=1000)[0]
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert [b.tolist() for b in first] != [b.tolist() for b in next_epoch]
 
@@ -44,7 +44,7 @@ def test_order_depends_on_seed_and_epoch_only():
 def test_pairs_longer_than_the_model_allows_are_skipped_and_counted():
     src = np.array([3, 50, 4, 5])
     tgt = np.array([3, 4, 60, 5])
-    batches, skipped = token_batches(src, tgt, 100, seed=1, epoch=0, max_length=20)
+    batches, skipped = token_batches(src, tgt, batch_tokens=100, seed=1, epoch=0, max_length=20)
     assert skipped == 2
     assert sorted(np.concatenate(batches).tolist()) == [0, 3]
 
@@ -68,7 +68,7 @@ def test_collate_rounds_lengths_up_to_the_multiple_with_padding_only():
 
 def test_corpus_mix_draws_each_corpus_by_its_weight_and_resamples_each_epoch():
     corpus = np.array([0] * 30 + [1] * 40 + [2] * 10, dtype=np.int16)
-    mix = CorpusMix(corpus, [2.5, 0.25, 1.0], ["news", "crawl", "dict"])
+    mix = CorpusMix(corpus, [2.5, 0.25, 1.0], names=["news", "crawl", "dict"])
     drawn = mix.draw(seed=1, epoch=0)
     assert mix.counts(drawn) == {"news": 75, "crawl": 10, "dict": 10}
     news = np.bincount(drawn[corpus[drawn] == 0], minlength=30)
@@ -80,4 +80,4 @@ def test_corpus_mix_draws_each_corpus_by_its_weight_and_resamples_each_epoch():
 
 def test_one_corpus_of_weight_one_draws_every_pair_once_in_order():
     corpus = np.zeros(50, dtype=np.int16)
-    assert CorpusMix(corpus, [1.0], ["train"]).draw(seed=3, epoch=7).tolist() == list(range(50))
+    assert CorpusMix(corpus, [1.0], names=["train"]).draw(seed=3, epoch=7).tolist() == list(range(50))

@@ -22,7 +22,7 @@ CPU = torch.device("cpu")
 
 def cache(tmp_path, *overrides: str) -> CompileCache | None:
     config = load_config(RECIPE, ["train.compile=true", f"train.compile_cache={tmp_path}", *overrides])
-    return CompileCache.of(config, CPU, Levers.of(config.train, CPU))
+    return CompileCache.of(config, CPU, levers=Levers.of(config.train, CPU))
 
 
 def test_the_file_is_named_by_the_model_the_levers_and_the_precision(tmp_path):
@@ -37,13 +37,13 @@ def test_no_cache_for_an_eager_step_or_when_off(tmp_path):
     assert cache(tmp_path, "train.compile=false") is None
     for off in ("off", "false"):  # YAML reads both as false
         config = load_config(RECIPE, ["train.compile=true", f"train.compile_cache={off}"])
-        assert CompileCache.of(config, CPU, Levers.of(config.train, CPU)) is None
+        assert CompileCache.of(config, CPU, levers=Levers.of(config.train, CPU)) is None
 
 
 def test_auto_keeps_it_under_mtkit_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MTKIT_CACHE_DIR", str(tmp_path))
     config = load_config(RECIPE, ["train.compile=true"])
-    assert CompileCache.of(config, CPU, Levers.of(config.train, CPU)).path.parent == tmp_path / "compile"
+    assert CompileCache.of(config, CPU, levers=Levers.of(config.train, CPU)).path.parent == tmp_path / "compile"
 
 
 def test_saved_artifacts_are_written_whole_and_loaded_back(tmp_path, monkeypatch, capsys):

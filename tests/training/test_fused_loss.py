@@ -67,7 +67,9 @@ def test_gradcheck_in_float64():
     target = target.remainder(5)
     target[2] = PAD_ID
     leaves = [t.requires_grad_(True) for t in (hidden, weight, bias)]
-    assert torch.autograd.gradcheck(lambda h, w, b: output_layer_loss(h, w, b, target, 0.1, chunks=3), leaves)
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: output_layer_loss(h, w, bias=b, target=target, label_smoothing=0.1, chunks=3), leaves
+    )
 
 
 class LargestTensor(TorchDispatchMode):
@@ -93,7 +95,7 @@ def test_nothing_of_tokens_by_vocabulary_is_allocated_or_saved():
         torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t),
         LargestTensor() as largest,
     ):
-        output_layer_loss(hidden, weight, None, target, 0.1, chunks=chunks).backward()
+        output_layer_loss(hidden, weight, bias=None, target=target, label_smoothing=0.1, chunks=chunks).backward()
     assert max(saved) <= max(rows * dim, vocab * dim)  # grad_h (N, D), grad_W (V, D)
     assert largest.elements <= rows // chunks * vocab
     assert chunks_for(8000, 512) == 16 and chunks_for(64000, 512) == 32 and chunks_for(10, 512) == 1
@@ -106,7 +108,7 @@ def test_final_states_through_the_output_layer_are_the_logits(arch):
     src, tgt = torch.randint(3, 30, (3, 6)), torch.randint(3, 30, (3, 5))
     src_mask = src.ne(PAD_ID)
     memory = model.encode(src, src_mask)
-    torch.testing.assert_close(model.output(model.final_states(tgt, memory, src_mask)), model(src, src_mask, tgt))
+    torch.testing.assert_close(model.output(model.final_states(tgt, memory, src_mask=src_mask)), model(src, src_mask, tgt))
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ def test_training_with_the_fused_loss_takes_the_same_steps(arch):
         torch.manual_seed(0)
         model = tiny_model(arch).train()
         config = TrainConfig(fused_loss=fused, label_smoothing=0.1)
-        step = training_forward(model, config, Distributed(), CPU, Levers.of(config, CPU))
+        step = training_forward(model, config, distributed=Distributed(), device=CPU, levers=Levers.of(config, CPU))
         assert type(step) is (FusedTeacherForcing if fused == "true" else TeacherForcing)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         losses[fused] = []

@@ -11,14 +11,14 @@ from mtkit.data.tokenizer import PAD_ID
 from mtkit.training.loss import sequence_loss
 
 
-def reference(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+def reference(logits: torch.Tensor, target: torch.Tensor, *, label_smoothing: float) -> torch.Tensor:
     flat = logits.reshape(-1, logits.size(-1))
-    return F.cross_entropy(flat, target.reshape(-1), ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum")
+    return F.cross_entropy(flat, target.reshape(-1), ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
 
 
 def value_and_grad(loss_fn, logits: torch.Tensor, target: torch.Tensor, smoothing: float):
     logits = logits.detach().clone().requires_grad_(True)
-    loss = loss_fn(logits, target, smoothing)
+    loss = loss_fn(logits, target, label_smoothing=smoothing)
     (2.5 * loss).backward()  # a grad_output other than 1 must scale the gradient
     return loss.detach(), logits.grad
 

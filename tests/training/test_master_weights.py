@@ -21,14 +21,14 @@ BATCH = collate([[5, 6, 7, 8], [9, 10, 11], [12, 13]], [[5, 6, 7], [8, 9], [10, 
 def model_and_optimizer(bf16: bool):
     config = TrainConfig(lr=1e-3, warmup_steps=1, bf16_weights="true" if bf16 else "false")
     model = small_transformer(dropout=0.0).train().to(dtype=weights_dtype(config))
-    optimizer, _ = build_optimizer(model, config, torch.device("cpu"))
+    optimizer, _ = build_optimizer(model, config, device=torch.device("cpu"))
     return model, optimizer
 
 
 def train(model, optimizer, updates: int) -> list[float]:
-    forward, losses = TeacherForcing(model, 0.1, None, fused=False), []
+    forward, losses = TeacherForcing(model, 0.1, amp_dtype=None, fused=False), []
     for _ in range(updates):
-        loss = forward(BATCH.src, BATCH.src_mask, BATCH.tgt_in, BATCH.tgt_out, BATCH.src_padded)
+        loss = forward(BATCH.src, BATCH.src_mask, BATCH.tgt_in, BATCH.tgt_out, src_padded=BATCH.src_padded)
         (loss / BATCH.num_tokens).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

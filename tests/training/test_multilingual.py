@@ -95,7 +95,9 @@ def test_search_never_emits_a_tag():
     import torch
 
     src = torch.tensor([[5, 6, 3]])
-    found = greedy_search(Stub(), src, src.ne(0), torch.tensor([6]), SearchOptions(never=(*NEVER_EMITTED, 4)))
+    found = greedy_search(
+        Stub(), src, src_mask=src.ne(0), max_len=torch.tensor([6]), options=SearchOptions(never=(*NEVER_EMITTED, 4))
+    )
     assert 4 not in found[0].tokens and found[0].tokens
 
 
@@ -104,7 +106,7 @@ def test_off_target_rate_counts_outputs_in_another_language():
     from mtkit.evaluation.language import off_target_rate
 
     outputs = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow.", "Un chien court dans le pré.", ""]
-    assert off_target_rate(outputs, "en", ["de", "en", "fr"]) == pytest.approx(200 / 3)
+    assert off_target_rate(outputs, "en", candidates=["de", "en", "fr"]) == pytest.approx(200 / 3)
     assert off_target_rate(outputs[1:2], "en") == 0.0
     with pytest.raises(MtkitError, match="not one py3langid identifies"):
         off_target_rate(outputs, "xx")

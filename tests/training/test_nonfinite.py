@@ -25,10 +25,12 @@ class Guarded:
         torch.manual_seed(0)
         self.model = nn.Linear(4, 3).to(dtype)
         config = TrainConfig(lr=0.01, warmup_steps=4, clip_norm=1.0)
-        self.optimizer, self.scheduler = build_optimizer(self.model, config, torch.device("cpu"))
+        self.optimizer, self.scheduler = build_optimizer(self.model, config, device=torch.device("cpu"))
         self.scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)
         self.ema = WeightEMA(self.model, 0.9)
-        self.guard = UpdateGuard(self.model, self.optimizer, self.scheduler, self.scaler, self.ema, config.clip_norm)
+        self.guard = UpdateGuard(
+            self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler, ema=self.ema, clip_norm=config.clip_norm
+        )
         self.progress, self.overflows = Progress(), []
 
     def update(self, poison: float = 1.0, scale_inputs: float = 1.0) -> None:
@@ -198,7 +200,9 @@ def test_an_update_reads_nothing_from_the_device_but_the_previous_flags(reverse_
 
 def test_a_run_of_non_finite_updates_stops_after_max_nonfinite_as_before(reverse_task, monkeypatch):
     trainer = training(reverse_task, max_nonfinite=3, max_steps=20, validate_every=20, log_every=20)
-    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", lambda logits, target, smoothing: logits.sum() * float("inf"))
+    monkeypatch.setattr(
+        mtkit.training.loss, "sequence_loss", lambda logits, target, *, label_smoothing: logits.sum() * float("inf")
+    )
     progress = trainer.run()
     assert trainer.diverged and progress.skipped_updates == 3 and progress.step == 0
     assert progress.batches_done == 3 and trainer.scheduler.last_epoch == 0 and trainer.ema.updates == 0
@@ -208,9 +212,9 @@ def test_a_skipped_update_is_counted_once_and_training_reaches_max_steps(reverse
     trainer = training(reverse_task, max_steps=6, validate_every=6, log_every=3)
     real_loss, calls = mtkit.training.loss.sequence_loss, {"n": 0}
 
-    def sometimes_nan(logits, target, smoothing):
+    def sometimes_nan(logits, target, *, label_smoothing):
         calls["n"] += 1
-        return real_loss(logits, target, smoothing) * (float("nan") if calls["n"] in (2, 6) else 1.0)
+        return real_loss(logits, target, label_smoothing=label_smoothing) * (float("nan") if calls["n"] in (2, 6) else 1.0)
 
     monkeypatch.setattr(mtkit.training.loss, "sequence_loss", sometimes_nan)
     progress = trainer.run()

@@ -62,7 +62,7 @@ def test_an_old_last_pt_resumes_under_bleu_and_is_refused_under_another_metric()
 
 def test_the_log_line_names_the_metric_and_its_cost():
     progress = Progress(metric="comet")
-    result = Validation(loss=3.1, bleu=20.1, quality=Quality("comet", 0.73124, 12.34))
+    result = Validation(loss=3.1, bleu=20.1, quality=Quality(metric="comet", score=0.73124, seconds=12.34))
     progress.step = 500
     progress.record_validation(result.bleu, result.quality_score)
     assert validation_line(progress, result) == (
@@ -81,13 +81,13 @@ def test_the_log_line_names_the_metric_and_its_cost():
 
 
 def test_qe_per_direction_and_the_final_weights_fields():
-    quality = Quality("qe", 0.5, 2.0, {"de-en": 0.4, "fr-en": 0.6})
+    quality = Quality(metric="qe", score=0.5, seconds=2.0, directions={"de-en": 0.4, "fr-en": 0.6})
     assert quality.record() == {"valid_qe": 0.5, "valid_qe_s": 2.0, "valid_qe_de-en": 0.4, "valid_qe_fr-en": 0.6}
     progress = Progress(metric="qe", best_score=0.45, best_bleu=19.0)
-    fields, said = final_weights_report("ema", Validation(loss=1.0, bleu=20.0, quality=quality), progress)
+    fields, said = final_weights_report("ema", Validation(loss=1.0, bleu=20.0, quality=quality), progress=progress)
     assert fields == {"ema_valid_bleu": 20.0, "ema_valid_qe": 0.5, "best_valid_qe": 0.45}
     assert said == "valid BLEU 20.00, COMET-QE 0.5000, best.pt COMET-QE 0.4500"
-    fields, said = final_weights_report("average", Validation(loss=1.0, bleu=20.0), Progress(best_bleu=21.0))
+    fields, said = final_weights_report("average", Validation(loss=1.0, bleu=20.0), progress=Progress(best_bleu=21.0))
     assert (fields, said) == ({"average_valid_bleu": 20.0, "best_valid_bleu": 21.0}, "valid BLEU 20.00, best.pt 21.00")
 
 

@@ -49,8 +49,8 @@ def models() -> tuple[Transformer, Transformer]:
 
 def test_the_loss_and_gradients_are_the_plain_steps_with_dropout(models):
     plain, recomputed = models
-    loss, grads, _ = loss_grads_and_saved_bytes(TeacherForcing(plain.train(), 0.1, None, fused=False))
-    loss_r, grads_r, _ = loss_grads_and_saved_bytes(TeacherForcing(recomputed.train(), 0.1, None, fused=False))
+    loss, grads, _ = loss_grads_and_saved_bytes(TeacherForcing(plain.train(), 0.1, amp_dtype=None, fused=False))
+    loss_r, grads_r, _ = loss_grads_and_saved_bytes(TeacherForcing(recomputed.train(), 0.1, amp_dtype=None, fused=False))
     assert loss_r == pytest.approx(loss, rel=1e-6)
     for name, grad in grads.items():
         assert (grads_r[name] - grad).abs().max() <= 1e-6 * grad.abs().max(), name
@@ -58,8 +58,8 @@ def test_the_loss_and_gradients_are_the_plain_steps_with_dropout(models):
 
 def test_the_forward_pass_keeps_less(models):
     plain, recomputed = models
-    *_, kept = loss_grads_and_saved_bytes(TeacherForcing(plain.train(), 0.1, None, fused=False))
-    *_, kept_recomputed = loss_grads_and_saved_bytes(TeacherForcing(recomputed.train(), 0.1, None, fused=False))
+    *_, kept = loss_grads_and_saved_bytes(TeacherForcing(plain.train(), 0.1, amp_dtype=None, fused=False))
+    *_, kept_recomputed = loss_grads_and_saved_bytes(TeacherForcing(recomputed.train(), 0.1, amp_dtype=None, fused=False))
     assert kept_recomputed < 0.5 * kept, (kept_recomputed, kept)
 
 

@@ -44,11 +44,11 @@ def test_label_smoothed_loss_matches_the_definition_and_ignores_padding():
         nll = -log_probs[row, column, target[row, column]]
         uniform = -log_probs[row, column].mean()
         expected += (1 - smoothing) * nll + smoothing * uniform
-    assert sequence_loss(logits, target, smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert sequence_loss(logits, target, label_smoothing=smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
     # Changing logits at padded positions changes nothing.
     changed = logits.clone()
     changed[1, 1:] += 100.0
-    assert sequence_loss(changed, target, smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert sequence_loss(changed, target, label_smoothing=smoothing).item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradient():
@@ -59,7 +59,7 @@ def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradi
     found = []
     for loss in (sequence_loss, fused_sequence_loss):
         leaf = logits.clone().requires_grad_()
-        value = loss(leaf, target, 0.1)
+        value = loss(leaf, target, label_smoothing=0.1)
         value.backward()
         found.append((value.item(), leaf.grad))
     assert found[1][0] == pytest.approx(found[0][0], rel=1e-5)
@@ -169,7 +169,7 @@ def test_adam_is_fused_on_cpu_and_takes_the_same_step_as_the_loop():
     loop_model.load_state_dict(fused_model.state_dict())
     start = fused_model.weight.detach().clone()
     config = TrainConfig(lr=1e-2, warmup_steps=1)
-    optimizer, _ = build_optimizer(fused_model, config, torch.device("cpu"))
+    optimizer, _ = build_optimizer(fused_model, config, device=torch.device("cpu"))
     assert optimizer.defaults["fused"] is True
     loop = torch.optim.Adam(loop_model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9, foreach=False)
     inputs = torch.randn(16, 8)
@@ -185,13 +185,13 @@ def test_adam_is_fused_on_cpu_and_takes_the_same_step_as_the_loop():
 def test_plain_progress_is_due_once_a_minute_and_says_step_loss_speed_and_time_left(monkeypatch, capsys):
     clock = {"now": 1000.0}
     monkeypatch.setattr("mtkit.training.trainer.time.monotonic", lambda: clock["now"])
-    plain = PlainProgress(enabled=True)
+    plain = PlainProgress(enabled=True, max_time=900.0)
     clock["now"] += 59.0
     assert not plain.due()
     clock["now"] += 1.0
     assert plain.due()
     record = {"step": 800, "epoch": 2, "train_loss": 3.21, "tokens_per_s": 1510.4}
-    plain.say(record, elapsed=180.0, max_time=900.0)
+    plain.say(record, elapsed=180.0)
     assert capsys.readouterr().err == "step 800 (epoch 2): loss 3.210, 1510 tokens/s, 3.0 min elapsed, 12.0 min left\n"
     assert not plain.due()  # the minute starts again
     assert not PlainProgress(enabled=False).due()

@@ -22,9 +22,11 @@ CPU = torch.device("cpu")
 def untrained(reverse_task):
     """The prepared reverse task, its tokenizers, valid split and an untrained model with dropout."""
     config = dataclasses.replace(reverse_task, model=dataclasses.replace(reverse_task.model, dropout=0.3))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     return config, tokenizers, load_prepared(config.data_path, "valid"), model
 
 

@@ -75,16 +75,18 @@ def test_a_missing_model_or_encoder_names_the_recipe_key(tmp_path):
 
 def test_validation_scores_the_first_lines_with_the_metric_beside_bleu(reverse_task):
     config = dataclasses.replace(reverse_task, train=dataclasses.replace(reverse_task.train, valid_beam=1))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     valid = load_prepared(config.data_path, "valid")
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     metric = metric_load("qe", str(COMET / "referenceless"), lines=3)
     seen, score = [], metric.scorer.score
 
     def scored(sources, translations, references=None, **options):
         seen.append((sources, translations, references))
-        return score(sources, translations, references, **options)
+        return score(sources, translations, references=references, **options)
 
     metric.scorer.score = scored
     run = dict(valid=valid, tokenizers=tokenizers, config=config, device=CPU, amp_dtype=None)

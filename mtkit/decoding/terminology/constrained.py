@@ -47,7 +47,7 @@ class TermRequest:
         return any(self.constraints)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Terms:
     """The constraints of the active sentences: A sentences, P phrases, J constraints, L pieces."""
 
@@ -77,10 +77,10 @@ class Terms:
                     table[row, p, : len(phrase)] = torch.tensor(phrase, dtype=torch.long)
                     owner[row, p, j] = True
                     p += 1
-        continues = torch.tensor(request.continues_word, dtype=torch.bool)
-        parts = (table, table.ge(0).sum(2), owner, weight, weight.gt(0), continues)
+        parts = {"phrases": table, "lengths": table.ge(0).sum(2), "owner": owner, "weight": weight, "real": weight.gt(0)}
         scale = 1 + max(sum(max(len(p) for p in alternatives) for alternatives in c) for c in per_source)
-        return cls(*(part.to(device) for part in parts), in_order=request.in_order, scale=scale)
+        parts |= {"continues_word": torch.tensor(request.continues_word, dtype=torch.bool)}
+        return cls(**{name: part.to(device) for name, part in parts.items()}, in_order=request.in_order, scale=scale)
 
     def fit(self, vocab: int) -> Terms:
         """These terms for a model of `vocab` output ids (ids beyond the tokenizer's start no word)."""
@@ -119,13 +119,13 @@ class TermState:
         """The states of the sentences `keep` (A',)."""
         return TermState(self.ends.index_select(0, keep), self.met.index_select(0, keep))
 
-    def unmet(self, terms: Terms, sentence: int, beam: int) -> tuple[int, ...]:
+    def unmet(self, terms: Terms, sentence: int, *, beam: int) -> tuple[int, ...]:
         """The indices of the constraints that beam `beam` of active sentence `sentence` has not met."""
         missing = terms.real[sentence] & ~self.met[sentence, beam]
         return tuple(missing.nonzero().flatten().tolist())
 
 
-def advance(terms: Terms, state: TermState, token: Tensor) -> TermState:
+def advance(terms: Terms, state: TermState, *, token: Tensor) -> TermState:
     """The state after each beam of `state` (A, C) appends `token` (A, C)."""
     sentences, count = token.shape
     length = terms.lengths[:, None, :, None].expand(sentences, count, -1, 1)  # (A, C, P, 1)
@@ -139,16 +139,16 @@ def advance(terms: Terms, state: TermState, token: Tensor) -> TermState:
     return TermState(ends, state.met | met_now)
 
 
-def hold_end(terms: Terms, state: TermState, log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
+def hold_end(terms: Terms, state: TermState, *, log_probs: Tensor, at_limit: Tensor, eos_id: int) -> Tensor:
     """log_probs (A, K, V), changed in place: end-of-sentence impossible for every beam that would
     end with a constraint unmet, except in sentences at their output cap (at_limit (A,))."""
     eos = torch.full(state.met.shape[:2], eos_id, dtype=torch.long, device=log_probs.device)
-    blocked = ~advance(terms, state, eos).met.all(2) & ~at_limit.unsqueeze(1)  # (A, K)
+    blocked = ~advance(terms, state, token=eos).met.all(2) & ~at_limit.unsqueeze(1)  # (A, K)
     log_probs[:, :, eos_id] = log_probs[:, :, eos_id].masked_fill(blocked, float("-inf"))
     return log_probs
 
 
-def allocate(terms: Terms, state: TermState, totals: Tensor) -> tuple[Tensor, Tensor, Tensor, TermState]:
+def allocate(terms: Terms, state: TermState, *, totals: Tensor) -> tuple[Tensor, Tensor, Tensor, TermState]:
     """The candidate extensions of the beams, in the order the beam is filled.
 
     totals (A, K, V): each beam's total log-probability after each token. Returns scores, beam
@@ -165,7 +165,7 @@ def allocate(terms: Terms, state: TermState, totals: Tensor) -> tuple[Tensor, Te
     beam = torch.cat([best_index // vocab, beams, beams, beams.repeat_interleave(pieces.size(2), dim=1)], dim=1)
     token = torch.cat([best_index % vocab, row_tokens, boundary_tokens, pieces.flatten(1)], dim=1)
     scores = _without_repeats(scores, beam * vocab + token)
-    moved = advance(terms, state.take(beam), token)
+    moved = advance(terms, state.take(beam), token=token)
     order = _allocation_order(scores, _bank(terms, moved), (beam_size + 1) // 2, terms.scale**2)
     return scores.gather(1, order), beam.gather(1, order), token.gather(1, order), moved.take(order)
 

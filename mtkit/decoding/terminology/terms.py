@@ -27,7 +27,7 @@ from mtkit.textio import file_lines, model_text
 EXAMPLE = '["Fahrrad", ["Hund", "Hunde"]]'
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Term:
     """One constraint: alternative target phrases; `source` is the glossary term that asked for it."""
 
@@ -55,7 +55,7 @@ def as_terms(items: Sequence[str | Sequence[str] | Term], where: str) -> list[Te
             raise MtkitError(f"{where}: {item!r} is not a phrase or a list of phrases; write constraints as {EXAMPLE}")
         if any(not a.strip() for a in alternatives):
             raise MtkitError(f"{where}: an empty phrase in {item!r}; every constraint needs some text, such as {EXAMPLE}")
-        terms.append(Term(tuple(a.strip() for a in alternatives), where=where))
+        terms.append(Term(alternatives=tuple(a.strip() for a in alternatives), where=where))
     return terms
 
 
@@ -96,7 +96,11 @@ class Glossary:
     def terms_for(self, text: str) -> list[Term]:
         """The target terms of every source term found in `text` (as the model reads it); each target
         term may also start with a capital letter (a sentence may begin with it)."""
-        found = [Term(targets, source, where) for source, targets, where in self.entries if contains_term(text, source)]
+        found = [
+            Term(alternatives=targets, source=source, where=where)
+            for source, targets, where in self.entries
+            if contains_term(text, source)
+        ]
         return [with_capitals(term) for term in found]
 
 
@@ -104,7 +108,7 @@ def with_capitals(term: Term) -> Term:
     """The term, also met with the first letter of an alternative capitalised (those added are optional)."""
     capitalised = [a[:1].upper() + a[1:] for a in term.alternatives]
     added = [a for a in dict.fromkeys(capitalised) if a not in term.alternatives]
-    return Term((*term.alternatives, *added), term.source, term.where, frozenset(added))
+    return Term(alternatives=(*term.alternatives, *added), source=term.source, where=term.where, optional=frozenset(added))
 
 
 def contains_term(text: str, term: str) -> bool:
@@ -112,7 +116,7 @@ def contains_term(text: str, term: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text, flags=re.IGNORECASE) is not None
 
 
-def encode_term(term: Term, tokenizer: Tokenizer, normalize: str, most_pieces: int) -> list[list[int]]:
+def encode_term(term: Term, tokenizer: Tokenizer, *, normalize: str, most_pieces: int) -> list[list[int]]:
     """The target ids of each alternative of `term`; a phrase the model cannot write is an error."""
     phrases = []
     for text in term.alternatives:

@@ -48,7 +48,7 @@ class _PlainDict:
         return {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CometCheckpoint:
     """A COMET folder's hyper-parameters and the path of its weights; `name` is how the user named it."""
 
@@ -93,7 +93,7 @@ def find_checkpoint(model: str) -> CometCheckpoint:
         raise MtkitError(
             f"--comet-model {model}: not a COMET folder; it needs {HPARAMS} and {CHECKPOINT} (as Unbabel publishes them)"
         )
-    return CometCheckpoint(model, folder, _read_hparams(folder / HPARAMS))
+    return CometCheckpoint(name=model, folder=folder, hparams=_read_hparams(folder / HPARAMS))
 
 
 def _download(hub_id: str) -> Path:

@@ -79,7 +79,7 @@ def _masked_layer_norm(layer: Tensor, mask: Tensor) -> Tensor:
     return (layer - mean) / torch.sqrt(variance + 1e-12).view(batch, 1, 1)
 
 
-def pool(embeddings: Tensor, input_ids: Tensor, mask: Tensor, *, how: str, pad_id: int) -> Tensor:
+def pool(embeddings: Tensor, input_ids: Tensor, *, mask: Tensor, how: str, pad_id: int) -> Tensor:
     """(B, T, H) token states to (B, H) sentence embeddings: "avg" over real tokens, "max", or "cls" (the first)."""
     padding = input_ids.eq(pad_id).unsqueeze(-1)  # (B, T, 1)
     if how == "avg":

@@ -79,7 +79,7 @@ class RegressionMetric(CometModel):
         states, last = self.token_states(input_ids, mask)
         if self.pooling == "default":
             return last[:, 0, :]
-        return pool(states, input_ids, mask, how=self.pooling, pad_id=self.pad_id)
+        return pool(states, input_ids, mask=mask, how=self.pooling, pad_id=self.pad_id)
 
     def forward(self, src: Ids, mt: Ids, ref: Ids | None) -> Tensor:
         """One score per sentence, (B,)."""

@@ -31,7 +31,7 @@ MAX_ENCODER_LAYERS = 128  # XLM-R XXL has 48
 class CometScorer:
     """Scores translations with one COMET checkpoint; `needs_references` says whether it is COMET or COMET-QE."""
 
-    def __init__(self, checkpoint: CometCheckpoint, model: CometModel, tokenizer: Any, options: CometOptions) -> None:
+    def __init__(self, checkpoint: CometCheckpoint, model: CometModel, *, tokenizer: Any, options: CometOptions) -> None:
         self.checkpoint, self.model, self.tokenizer, self.options = checkpoint, model, tokenizer, options
         self.max_length = model.encoder.config.max_position_embeddings - 4  # unbabel-comet's truncation
 
@@ -50,7 +50,7 @@ class CometScorer:
         model.load_state_dict({name: saved[name] for name in model.state_dict()})
         device = resolve_device(options.device)
         model.to(device=device, dtype=PRECISIONS[options.precision]).eval()
-        return cls(checkpoint, model, tokenizer, options)
+        return cls(checkpoint, model, tokenizer=tokenizer, options=options)
 
     @property
     def needs_references(self) -> bool:
@@ -61,8 +61,9 @@ class CometScorer:
         """What reproduces the score, in sacrebleu's style: the model, mtkit's version, the precision."""
         return f"model:{self.checkpoint.name}|scorer:mtkit-{_mtkit_version()}|precision:{self.options.precision}"
 
-    def score(self, sources: list[str], translations: list[str], references: list[str] | None = None, *,
-              progress: bool = False) -> list[float]:  # fmt: skip
+    def score(
+        self, sources: list[str], translations: list[str], *, references: list[str] | None = None, progress: bool = False
+    ) -> list[float]:
         """One score per translation, in input order; a bar on stderr when `progress` and a terminal."""
         if self.needs_references and references is None:
             raise MtkitError(f"--comet-model {self.checkpoint.name} scores against references: give --ref FILE")

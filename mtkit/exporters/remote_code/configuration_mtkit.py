@@ -28,6 +28,7 @@ class MtkitConfig(PretrainedConfig):
         self,
         src_vocab_size: int = 32000,
         tgt_vocab_size: int = 32000,
+        *,
         d_model: int = 512,
         heads: int = 8,
         ffn_dim: int = 2048,

@@ -34,7 +34,7 @@ CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "p
 class MtkitEmbedding(nn.Module):
     """Token embeddings multiplied by sqrt(d_model)."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, *, pad_id: int) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.scale = math.sqrt(d_model)
@@ -52,7 +52,7 @@ class MtkitSinusoidalPositions(nn.Module):
     device and leaves buffers that are not saved uninitialised. It holds `max_positions` rows and grows as mtkit's.
     """
 
-    def __init__(self, d_model: int, max_positions: int, halves: bool) -> None:
+    def __init__(self, d_model: int, max_positions: int, *, halves: bool) -> None:
         super().__init__()
         self.d_model, self.max_positions, self.halves = d_model, max_positions, halves
         self.table: Tensor | None = None
@@ -101,7 +101,7 @@ class MtkitLearnedPositions(nn.Module):
 class MtkitAttention(nn.Module):
     """What self- and cross-attention share: heads, fused scaled dot-product attention, the output projection."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float, layer_idx: int | None) -> None:
+    def __init__(self, d_model: int, heads: int, *, dropout: float, layer_idx: int | None) -> None:
         super().__init__()
         self.heads, self.head_dim, self.dropout = heads, d_model // heads, dropout
         self.layer_idx = layer_idx  # the decoder layer's slot in generate's caches
@@ -110,7 +110,7 @@ class MtkitAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
-    def attend(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    def attend(self, query: Tensor, key: Tensor, *, value: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention of the heads, merged and projected (B, T, D); mask: bool, True = may attend."""
         dropout = self.dropout if self.training else 0.0
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=causal)
@@ -123,8 +123,8 @@ class MtkitSelfAttention(MtkitAttention):
     """Self-attention with one fused query/key/value projection; causal in the decoder, where a `cache` (a
     `DynamicCache`) makes it incremental: `x` holds only the new positions, whose keys/values it appends."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float, causal: bool, layer_idx: int | None = None) -> None:
-        super().__init__(d_model, heads, dropout, layer_idx)
+    def __init__(self, d_model: int, heads: int, *, dropout: float, causal: bool, layer_idx: int | None = None) -> None:
+        super().__init__(d_model, heads, dropout=dropout, layer_idx=layer_idx)
         self.causal = causal
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -135,19 +135,19 @@ class MtkitSelfAttention(MtkitAttention):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, H, t + T, Dh)
         if not self.causal:
-            return self.attend(query, key, value, key_mask, causal=False)
+            return self.attend(query, key, value=value, mask=key_mask, causal=False)
         new, past = query.size(2), key.size(2) - query.size(2)
         # New query i (absolute position past + i) sees keys up to its own position; one new query sees them all.
         mask = torch.ones(new, past + new, dtype=torch.bool, device=x.device).tril(past) if past and new > 1 else None
-        return self.attend(query, key, value, mask, causal=not past)
+        return self.attend(query, key, value=value, mask=mask, causal=not past)
 
 
 # Copied from mtkit.models.layers.CrossAttention
 class MtkitCrossAttention(MtkitAttention):
     """Decoder-to-encoder attention; with a cache the memory's keys/values are projected once per sentence."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float, layer_idx: int | None = None) -> None:
-        super().__init__(d_model, heads, dropout, layer_idx)
+    def __init__(self, d_model: int, heads: int, *, dropout: float, layer_idx: int | None = None) -> None:
+        super().__init__(d_model, heads, dropout=dropout, layer_idx=layer_idx)
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -163,14 +163,14 @@ class MtkitCrossAttention(MtkitAttention):
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-        return self.attend(query, key, value, memory_mask, causal=False)
+        return self.attend(query, key, value=value, mask=memory_mask, causal=False)
 
 
 # Copied from mtkit.models.layers.FeedForward
 class MtkitFeedForward(nn.Module):
     """Position-wise feed-forward network: Linear -> activation -> dropout -> Linear."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float, activation: str) -> None:
+    def __init__(self, d_model: int, ffn_dim: int, *, dropout: float, activation: str) -> None:
         super().__init__()
         self.inner = nn.Linear(d_model, ffn_dim)
         self.outer = nn.Linear(ffn_dim, d_model)
@@ -185,7 +185,7 @@ class MtkitFeedForward(nn.Module):
 class MtkitResidual(nn.Module):
     """Residual connection with LayerNorm before (pre-norm) or after (post-norm) the sublayer."""
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, *, pre_norm: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
@@ -202,9 +202,9 @@ class MtkitEncoderLayer(nn.Module):
     def __init__(self, config: MtkitConfig) -> None:
         super().__init__()
         d_model, pre_norm = config.d_model, config.norm == "pre"
-        self.self_attention = MtkitSelfAttention(d_model, config.heads, config.attention_dropout, causal=False)
-        self.feed_forward = MtkitFeedForward(d_model, config.ffn_dim, config.dropout, config.activation)
-        self.attention_block, self.ffn_block = (MtkitResidual(d_model, config.dropout, pre_norm) for _ in range(2))
+        self.self_attention = MtkitSelfAttention(d_model, config.heads, dropout=config.attention_dropout, causal=False)
+        self.feed_forward = MtkitFeedForward(d_model, config.ffn_dim, dropout=config.dropout, activation=config.activation)
+        self.attention_block, self.ffn_block = (MtkitResidual(d_model, config.dropout, pre_norm=pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, key_mask: Tensor | None) -> Tensor:
         """x (B, S, D); key_mask (B, 1, 1, S) bool, True on real tokens."""
@@ -217,10 +217,12 @@ class MtkitDecoderLayer(nn.Module):
     def __init__(self, config: MtkitConfig, layer_idx: int) -> None:
         super().__init__()
         d_model, heads, pre_norm = config.d_model, config.heads, config.norm == "pre"
-        self.self_attention = MtkitSelfAttention(d_model, heads, config.attention_dropout, causal=True, layer_idx=layer_idx)
-        self.cross_attention = MtkitCrossAttention(d_model, heads, config.attention_dropout, layer_idx=layer_idx)
-        self.feed_forward = MtkitFeedForward(d_model, config.ffn_dim, config.dropout, config.activation)
-        blocks = (MtkitResidual(d_model, config.dropout, pre_norm) for _ in range(3))
+        self.self_attention = MtkitSelfAttention(
+            d_model, heads, dropout=config.attention_dropout, causal=True, layer_idx=layer_idx
+        )
+        self.cross_attention = MtkitCrossAttention(d_model, heads, dropout=config.attention_dropout, layer_idx=layer_idx)
+        self.feed_forward = MtkitFeedForward(d_model, config.ffn_dim, dropout=config.dropout, activation=config.activation)
+        blocks = (MtkitResidual(d_model, config.dropout, pre_norm=pre_norm) for _ in range(3))
         self.self_block, self.cross_block, self.ffn_block = blocks
 
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: EncoderDecoderCache | None) -> Tensor:
@@ -251,6 +253,7 @@ class MtkitEncoder:
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
+        *,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,  # generate asks for it; the answer is always a BaseModelOutput
@@ -293,8 +296,10 @@ class MtkitForConditionalGeneration(MtkitPreTrainedModel, GenerationMixin):
     def __init__(self, config: MtkitConfig) -> None:
         super().__init__(config)
         d_model, pad_id = config.d_model, config.pad_token_id
-        self.src_embed = MtkitEmbedding(config.src_vocab_size, d_model, pad_id)
-        self.tgt_embed = self.src_embed if config.share_embeddings else MtkitEmbedding(config.tgt_vocab_size, d_model, pad_id)
+        self.src_embed = MtkitEmbedding(config.src_vocab_size, d_model, pad_id=pad_id)
+        self.tgt_embed = (
+            self.src_embed if config.share_embeddings else MtkitEmbedding(config.tgt_vocab_size, d_model, pad_id=pad_id)
+        )
         self.src_positions, self.tgt_positions = make_positions(config), make_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(MtkitEncoderLayer(config) for _ in range(config.encoder_layers))
@@ -336,7 +341,7 @@ class MtkitForConditionalGeneration(MtkitPreTrainedModel, GenerationMixin):
         return attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
 
     def decode(
-        self, decoder_input_ids: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: EncoderDecoderCache | None
+        self, decoder_input_ids: Tensor, memory: Tensor, *, memory_mask: Tensor | None, cache: EncoderDecoderCache | None
     ) -> Tensor:
         """decoder_input_ids (B, T), the new tokens when `cache` holds earlier ones -> logits (B, T, V)."""
         offset = cache.get_seq_length() if cache is not None else 0  # positions go on after the cached tokens
@@ -366,6 +371,7 @@ class MtkitForConditionalGeneration(MtkitPreTrainedModel, GenerationMixin):
         encoder_outputs: BaseModelOutput | tuple[Tensor, ...] | None = None,
         cache: EncoderDecoderCache | None = None,
         labels: Tensor | None = None,
+        *,
         use_cache: bool | None = None,
         return_dict: bool | None = None,
         past_key_values: EncoderDecoderCache | None = None,
@@ -382,7 +388,7 @@ class MtkitForConditionalGeneration(MtkitPreTrainedModel, GenerationMixin):
         use_cache = labels is None and (self.config.use_cache if use_cache is None else use_cache)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        logits = self.decode(decoder_input_ids, memory, self.source_mask(input_ids, attention_mask), cache)
+        logits = self.decode(decoder_input_ids, memory, memory_mask=self.source_mask(input_ids, attention_mask), cache=cache)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORED_LABEL)

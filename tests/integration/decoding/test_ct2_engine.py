@@ -83,7 +83,9 @@ def test_a_batch_of_many_output_caps_gives_what_each_line_gives_alone(
     assert [[t.tokens for t in best] for best in together] == [[t.tokens for t in best] for best in alone]
     for mine, theirs in zip(together, alone, strict=True):
         assert [t.score for t in mine] == pytest.approx([t.score for t in theirs], abs=1e-4)
-    caps = [output_cap(len(reverse_ct2.tokenizers.src.encode(line)) + 1, reverse_ct2.decode, 1024) for line in lines]
+    caps = [
+        output_cap(len(reverse_ct2.tokenizers.src.encode(line)) + 1, reverse_ct2.decode, max_positions=1024) for line in lines
+    ]
     assert sum(len(best[0].tokens) == cap for best, cap in zip(together, caps, strict=True)) >= len(lines) // 2
     if beam == 1:
         expected = reverse_pytorch.translate_nbest(lines, decoding)
@@ -93,11 +95,11 @@ def test_a_batch_of_many_output_caps_gives_what_each_line_gives_alone(
 def test_an_empty_line_with_a_prefix_gives_the_prefix_alone(reverse_pytorch, reverse_ct2):
     """CTranslate2 does not translate an empty source; the PyTorch engine may go on after the prefix."""
     decoding = Decoding(beam=4, nbest=2, alignments=True)
-    found = reverse_ct2.translate_nbest(["", "a"], decoding, ["c b", "c b"])
+    found = reverse_ct2.translate_nbest(["", "a"], decoding, prefixes=["c b", "c b"])
     assert [t.text for t in found[0]] == ["c b"]
-    assert [t.text for t in found[1]] == [t.text for t in reverse_pytorch.translate_nbest(["a"], decoding, ["c b"])[0]]
+    assert [t.text for t in found[1]] == [t.text for t in reverse_pytorch.translate_nbest(["a"], decoding, prefixes=["c b"])[0]]
     assert len(found[1]) == 2
-    expected = reverse_pytorch.translate_nbest([""], decoding, ["c b"])[0][0]
+    expected = reverse_pytorch.translate_nbest([""], decoding, prefixes=["c b"])[0][0]
     assert expected.text == "c b"
     assert (found[0][0].score, found[0][0].links) == (pytest.approx(expected.score, abs=1e-4), expected.links)
 
@@ -156,7 +158,7 @@ def test_sampling_is_seeded_draws_nbest_samples_and_top_k_1_is_greedy(reverse_py
 
 def test_sampling_with_a_prefix_and_top_p_keeps_the_prefix(reverse_ct2):
     found = reverse_ct2.translate_nbest(
-        ["a b c d"] * 3, Decoding(sampling=Sampling(top_p=0.9, temperature=1.5, seed=5), nbest=3), ["l", "", "d c"]
+        ["a b c d"] * 3, Decoding(sampling=Sampling(top_p=0.9, temperature=1.5, seed=5), nbest=3), prefixes=["l", "", "d c"]
     )
     assert all(t.text.startswith("l") for t in found[0]) and all(t.text.startswith("d c") for t in found[2])
 
@@ -182,7 +184,9 @@ def test_alignments_equal_pytorchs_and_come_from_the_last_layer_averaged_over_he
     )[0]
     with torch.no_grad():
         src = torch.tensor([[*source, EOS_ID]])
-        weights = model.cross_attention(torch.tensor([[BOS_ID, *target]]), model.encode(src, src.ne(0)), src.ne(0), -1)
+        weights = model.cross_attention(
+            torch.tensor([[BOS_ID, *target]]), model.encode(src, src.ne(0)), src_mask=src.ne(0), layer=-1
+        )
     expected_weights = weights[0].mean(dim=0)[: len(target), : len(source)]  # (T, S)
     torch.testing.assert_close(torch.tensor(result.attention[0][: len(target)]), expected_weights, atol=1e-4, rtol=0)
 
@@ -209,7 +213,7 @@ def test_the_cli_translates_with_prefixes_sampling_and_alignments_and_scores(rev
     prefixed = runner.invoke(app, ["translate", *model, "-i", str(source), "--prefix", str(prefix)])
     assert prefixed.exit_code == 0, prefixed.stderr
     lines, prefixes = source.read_text().splitlines(), prefix.read_text().splitlines()
-    expected_lines = [best[0].text for best in reverse_pytorch.translate_nbest(lines, Decoding(), prefixes)]
+    expected_lines = [best[0].text for best in reverse_pytorch.translate_nbest(lines, Decoding(), prefixes=prefixes)]
     assert prefixed.stdout.splitlines() == expected_lines
     assert expected_lines[0] == "c b a" and expected_lines[2].startswith("l")
 

@@ -19,7 +19,7 @@ def test_outputs_start_with_their_prefix_and_an_empty_prefix_changes_nothing(mod
     sources = model_valid[0][:10]
     prefixes = ["k l" if n % 2 == 0 else "" for n in range(10)]
     plain = model_translator.translate_nbest(sources, Decoding(beam=beam))
-    prefixed = model_translator.translate_nbest(sources, Decoding(beam=beam), prefixes)
+    prefixed = model_translator.translate_nbest(sources, Decoding(beam=beam), prefixes=prefixes)
     prefix_ids = model_translator.tokenizers.tgt.encode("k l")
     for n, (before, after) in enumerate(zip(plain, prefixed, strict=True)):
         if prefixes[n]:

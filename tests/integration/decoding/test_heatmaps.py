@@ -19,7 +19,7 @@ LINES = "a b c\n\nd e f g h\nh i j\n"
 def test_transformer_map_rows_are_distributions_over_labelled_pieces(reverse_run):
     translator = Translator.load(reverse_run.run_path)
     best = translator.translate_nbest(["a b c d"], Decoding(beam=1))[0][0]
-    attention = attention_map(translator, "a b c d", best.tokens)
+    attention = attention_map(translator, "a b c d", target=best.tokens)
     heads = reverse_run.model.heads
     assert attention.weights.shape == (heads, len(best.tokens) + 1, len(attention.source_pieces))
     torch.testing.assert_close(attention.weights.sum(-1), torch.ones(heads, len(best.tokens) + 1))
@@ -45,7 +45,7 @@ def test_translate_writes_a_heatmap_per_sentence_for_the_transformer(reverse_run
 def test_translate_writes_heatmaps_for_the_rnn(reverse_rnn_run, tmp_path):
     translator = Translator.load(reverse_rnn_run.run_path)
     best = translator.translate_nbest(["d e f g h"], Decoding(beam=1))[0][0]
-    attention = attention_map(translator, "d e f g h", best.tokens)
+    attention = attention_map(translator, "d e f g h", target=best.tokens)
     assert attention.weights.shape == (1, len(best.tokens) + 1, 6)
     torch.testing.assert_close(attention.weights.sum(-1), torch.ones(1, len(best.tokens) + 1))
     result = CliRunner().invoke(

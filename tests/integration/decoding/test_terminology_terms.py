@@ -82,11 +82,11 @@ def test_bad_constraints_name_the_line(reverse_pytorch):
 
 def test_a_long_line_with_constraints_needs_their_source_terms(reverse_pytorch):
     short = dataclasses.replace(reverse_pytorch.decode, max_input_tokens=8)
-    cut = Translator(reverse_pytorch.engine, reverse_pytorch.tokenizers, short, reverse_pytorch.normalize)
+    cut = Translator(reverse_pytorch.engine, reverse_pytorch.tokenizers, decode=short, normalize=reverse_pytorch.normalize)
     line = "a b c d e. f g h i j."
     with pytest.raises(MtkitError, match="line 1: the line is longer than decode.max_input_tokens"):
         cut.translate_nbest([line], Decoding(beam=3), constraints=[["l"]])
-    found = cut.translate_nbest([line], Decoding(beam=3), constraints=[[Term(("l",), source="g", where="g.tsv:1")]])
+    found = cut.translate_nbest([line], Decoding(beam=3), constraints=[[Term(alternatives=("l",), source="g", where="g.tsv:1")]])
     assert "l" in words(found[0][0].text)
 
 

@@ -16,8 +16,8 @@ def test_outputs_keep_input_order_across_many_small_batches(reverse_pytorch):
     tiny_batches = Translator(
         reverse_pytorch.engine,
         reverse_pytorch.tokenizers,
-        dataclasses.replace(reverse_pytorch.decode, batch_beam_tokens=10),
-        reverse_pytorch.normalize,
+        decode=dataclasses.replace(reverse_pytorch.decode, batch_beam_tokens=10),
+        normalize=reverse_pytorch.normalize,
     )
     assert tiny_batches.translate(lines) == one_by_one
     assert reverse_pytorch.translate(lines) == one_by_one
@@ -50,8 +50,8 @@ def test_output_length_is_capped_by_max_len(reverse_pytorch):
     capped = Translator(
         reverse_pytorch.engine,
         reverse_pytorch.tokenizers,
-        dataclasses.replace(reverse_pytorch.decode, max_len_a=0.0, max_len_b=2),
-        reverse_pytorch.normalize,
+        decode=dataclasses.replace(reverse_pytorch.decode, max_len_a=0.0, max_len_b=2),
+        normalize=reverse_pytorch.normalize,
     )
     for hypothesis in capped.translate_nbest(["a b c d e f g"], Decoding(beam=2))[0]:
         assert len(hypothesis.tokens) <= 2
@@ -66,8 +66,8 @@ def test_over_long_lines_are_translated_in_segments(reverse_pytorch):
     short = Translator(
         reverse_pytorch.engine,
         reverse_pytorch.tokenizers,
-        dataclasses.replace(reverse_pytorch.decode, max_input_tokens=6),
-        reverse_pytorch.normalize,
+        decode=dataclasses.replace(reverse_pytorch.decode, max_input_tokens=6),
+        normalize=reverse_pytorch.normalize,
     )
     letters = "a b c d e f g h i j k l a b c d".split()
     output = short.translate([" ".join(letters), "a b c"])

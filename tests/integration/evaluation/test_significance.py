@@ -19,8 +19,8 @@ def test_a_system_against_itself_is_not_significant_and_a_weaker_one_is(test200)
     result = compare_systems(
         ["transformer", "itself", "rnn"],
         [transformer, transformer, rnn],
-        [references],
-        PairedTests(seed=1, bootstrap_samples=200, randomisation_trials=500),
+        references=[references],
+        tests=PairedTests(seed=1, bootstrap_samples=200, randomisation_trials=500),
     )
     for metric in ("BLEU", "chrF", "TER"):
         baseline, itself, weaker = result.scores[metric]
@@ -38,7 +38,10 @@ def test_the_same_seed_repeats_a_comparison_exactly(test200):
     systems = [read_lines(SYSTEMS / "demo_transformer.en"), read_lines(SYSTEMS / "rnn_12min.en")]
     runs = [
         compare_systems(
-            ["a", "b"], systems, [references], PairedTests(seed=seed, bootstrap_samples=100, randomisation_trials=100)
+            ["a", "b"],
+            systems,
+            references=[references],
+            tests=PairedTests(seed=seed, bootstrap_samples=100, randomisation_trials=100),
         ).to_dict()
         for seed in (3, 3, 4)
     ]

@@ -111,12 +111,12 @@ def test_a_fixed_cap_decodes_every_length_in_one_call_like_pytorch(reverse_pytor
     assert [best[0].tokens for best in found] == [best[0].tokens for best in expected]
     # One call per batch of the pipeline: every length shares the cap.
     lengths = [len(segments[0]) for segments in map(fixed_exported.segments, sources) if segments]
-    assert calls == [len(batch) for batch in length_batches(lengths, 4, fixed_exported.decode.batch_beam_tokens)]
+    assert calls == [len(batch) for batch in length_batches(lengths, 4, batch_tokens=fixed_exported.decode.batch_beam_tokens)]
     assert len({len(line.split()) for line in sources}) > 3
 
 
 def test_int8_export_is_smaller_and_agrees_with_float32(reverse_run, reverse_export, reverse_ct2, sources, tmp_path):
-    int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", "int8")
+    int8_dir = export_ctranslate2(reverse_run.run_path, tmp_path / "int8", quantization="int8")
     assert (int8_dir / "model.bin").stat().st_size < 0.7 * (reverse_export / "model.bin").stat().st_size
     assert json.loads((int8_dir / MANIFEST).read_text())["quantization"] == "int8"
     int8 = Translator.over(load_export(int8_dir, threads=1))
@@ -132,21 +132,23 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
     """Teacher-forced log-probabilities of a randomly perturbed model agree token by token."""
     model_config = dataclasses.replace(reverse_run.model, norm=norm, positions=positions, tie_embeddings=tie, max_positions=40)
     config = dataclasses.replace(reverse_run, model=model_config)
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     torch.manual_seed(0)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint).eval()
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    ).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))  # no weight keeps its (often zero or one) initial value
     checkpoint = tmp_path / "model.pt"
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
-    translator = Translator.over(load_export(export_ctranslate2(checkpoint, tmp_path / "exported", None), threads=1))
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), checkpoint)
+    translator = Translator.over(load_export(export_ctranslate2(checkpoint, tmp_path / "exported", quantization=None), threads=1))
     for source, target in [("a b c d", "d c b a"), ("l k j i h g f", "f g h i j k l l"), ("e", "")]:
         source_ids, target_ids = tokenizers.src.encode(source) + [EOS_ID], tokenizers.tgt.encode(target)
         with torch.no_grad():
             src = torch.tensor([source_ids])
             memory = model.encode(src, src.ne(0))
-            logits, _ = model.decode(torch.tensor([[BOS_ID, *target_ids]]), memory, src.ne(0))
+            logits, _ = model.decode(torch.tensor([[BOS_ID, *target_ids]]), memory, src_mask=src.ne(0))
         expected = torch.log_softmax(logits[0], dim=-1)[torch.arange(len(target_ids) + 1), target_ids + [EOS_ID]]
         scored = translator.engine.model.score_batch(
             [tokenizers.src.id_to_piece(source_ids[:-1])], [tokenizers.tgt.id_to_piece(target_ids)]
@@ -156,31 +158,33 @@ def test_every_weight_is_mapped_for_each_architecture_option(reverse_run, tmp_pa
 
 def test_an_rnn_checkpoint_is_refused_with_the_reason(reverse_run, tmp_path):
     config = dataclasses.replace(reverse_run, model=ModelConfig(arch="rnn", cell="gru", layers=1, hidden_size=32, embed_dim=16))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
     checkpoint = tmp_path / "rnn.pt"
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), checkpoint)
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), checkpoint)
     with pytest.raises(MtkitError, match=r"RNN models are not supported by CTranslate2; translate with the PyTorch engine"):
-        export_ctranslate2(checkpoint, tmp_path / "out", None)
+        export_ctranslate2(checkpoint, tmp_path / "out", quantization=None)
     assert not (tmp_path / "out").exists()
     result = CliRunner().invoke(app, ["export", "-m", str(checkpoint), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2 and "mtkit translate -m" in result.stderr
 
 
 def test_a_non_empty_output_directory_needs_force_and_is_never_cleared_of_other_files(reverse_run, tmp_path):
-    target = export_ctranslate2(reverse_run.run_path, tmp_path / "out", None)
+    target = export_ctranslate2(reverse_run.run_path, tmp_path / "out", quantization=None)
     with pytest.raises(MtkitError, match="--force"):
-        export_ctranslate2(reverse_run.run_path, target, "int8")
-    export_ctranslate2(reverse_run.run_path, target, "int8", force=True)
+        export_ctranslate2(reverse_run.run_path, target, quantization="int8")
+    export_ctranslate2(reverse_run.run_path, target, quantization="int8", force=True)
     assert json.loads((target / MANIFEST).read_text())["quantization"] == "int8"
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
     with pytest.raises(MtkitError, match="not an mtkit export"):
-        export_ctranslate2(reverse_run.run_path, other, None, force=True)
+        export_ctranslate2(reverse_run.run_path, other, quantization=None, force=True)
     assert (other / "keep.txt").read_text() == "mine"
     with pytest.raises(MtkitError, match="--quantization"):
-        export_ctranslate2(reverse_run.run_path, tmp_path / "bad", "int3")
+        export_ctranslate2(reverse_run.run_path, tmp_path / "bad", quantization="int3")
 
 
 def test_engines_are_chosen_by_what_the_path_holds(reverse_run, reverse_export):
@@ -229,7 +233,9 @@ def test_a_marian_shaped_model_exports_and_translates_like_pytorch(tmp_path, sou
     reversals (the fixture checked its margin over these lines)."""
     config = marian_shaped_run(tmp_path)
     pytorch = Translator.load(config.run_path, device="cpu")
-    exported = Translator.over(load_export(export_ctranslate2(config.run_path, tmp_path / "exported", None), threads=1))
+    exported = Translator.over(
+        load_export(export_ctranslate2(config.run_path, tmp_path / "exported", quantization=None), threads=1)
+    )
     assert json.loads((tmp_path / "exported" / MANIFEST).read_text())["alignment_layer"] == 1
     lines = (config.data_path.parent / "raw/valid.src").read_text(encoding="utf-8").splitlines()[:40]
     expected = pytorch.translate_nbest(lines, Decoding(beam=1))
@@ -249,7 +255,9 @@ def test_an_imported_marian_model_exports_and_decodes_like_pytorch(tmp_path):
     build_marian(tmp_path / "marian", Variant(separate=True))
     import_marian(str(tmp_path / "marian"), tmp_path / "run")
     pytorch = Translator.load(tmp_path / "run", device="cpu")
-    exported = Translator.over(load_export(export_ctranslate2(tmp_path / "run", tmp_path / "exported", None), threads=1))
+    exported = Translator.over(
+        load_export(export_ctranslate2(tmp_path / "run", tmp_path / "exported", quantization=None), threads=1)
+    )
     lines = ["A man rides a bike.", "Two dogs play in the snow while a child watches them.", "Children!", ""]
     expected = pytorch.translate_nbest(lines, Decoding(beam=1))
     found = exported.translate_nbest(lines, Decoding(beam=1))

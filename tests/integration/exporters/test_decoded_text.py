@@ -46,10 +46,10 @@ def own_run(root: Path) -> Path:
     model_config = ModelConfig(arch="transformer", layers=2, d_model=16, heads=2, ffn_dim=32, dropout=0.0)
     config = Config(name="own", src_lang="en", tgt_lang="de", model=model_config)
     torch.manual_seed(0)
-    model = build_model(model_config, tokenizer.vocab_size, tokenizer.vocab_size, True)
+    model = build_model(model_config, tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, share_vocab=True)
     for parameter in model.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
-    write_run(Imported(config=config, tokenizers=TokenizerPair(tokenizer, tokenizer), model=model), root / "run", "random")
+    write_run(Imported(config=config, tokenizers=TokenizerPair(tokenizer, tokenizer), model=model), root / "run", source="random")
     return root / "run"
 
 
@@ -85,7 +85,7 @@ def test_batch_decode_of_greedy_generate_is_mtkits_translation(exported) -> None
     outputs = []
     for line in SOURCES:
         batch = tokenizer([line], return_tensors="pt")
-        cap = output_cap(batch["input_ids"].size(1), translator.decode, translator.engine.max_positions)
+        cap = output_cap(batch["input_ids"].size(1), translator.decode, max_positions=translator.engine.max_positions)
         outputs.append(model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=cap)[0].tolist())
     assert [[i for i in ids[1:] if i != EOS_ID] for ids in outputs] == [t.tokens for t in mine]
     assert all(ids[0] == BOS_ID for ids in outputs)  # every output starts with the decoder's start piece

@@ -105,7 +105,7 @@ def test_greedy_generate_gives_mtkits_tokens_and_text(exported: Exported) -> Non
         found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=exported.built.src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             inputs = tokenizer(source, return_tensors="pt")
-            cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+            cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
             output = exported.model.generate(
                 **inputs, num_beams=1, do_sample=False, max_new_tokens=cap, forced_bos_token_id=_code(tokenizer, lang)
             )
@@ -125,7 +125,7 @@ def test_the_cli_translation_is_the_decoded_text(exported: Exported, tmp_path: P
     decode, decoded = Translator.load(exported.run).decode, []  # the recipe's output cap, as the CLI's
     for source in SOURCES:
         inputs = tokenizer(source, return_tensors="pt")
-        cap = output_cap(inputs["input_ids"].size(1), decode, 10**6)
+        cap = output_cap(inputs["input_ids"].size(1), decode, max_positions=10**6)
         output = exported.model.generate(**inputs, num_beams=1, max_new_tokens=cap, forced_bos_token_id=_code(tokenizer, lang))
         decoded += tokenizer.batch_decode(output, skip_special_tokens=True)
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == decoded
@@ -197,13 +197,34 @@ def test_ctranslate2s_own_converter_reads_the_folder(exported: Exported, tmp_pat
         found = exported.translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             ids = tokenizer(source)["input_ids"]
-            cap = output_cap(len(ids), exported.translator.decode, 10**6)
+            cap = output_cap(len(ids), exported.translator.decode, max_positions=10**6)
             prefix = [tokenizer.convert_ids_to_tokens(_code(tokenizer, lang))]
             result = converted.translate_batch(
                 [tokenizer.convert_ids_to_tokens(ids)], target_prefix=[prefix], beam_size=1, max_decoding_length=cap
             )
             hypothesis = tokenizer.convert_tokens_to_ids(result[0].hypotheses[0])
             assert tokenizer.decode(hypothesis, skip_special_tokens=True) == best.text
+
+
+def test_the_export_writes_the_family_the_run_records(exported: Exported, tmp_path: Path, request) -> None:
+    """The family comes from the run's record (tokenizer.family, written by the import), not from its language codes:
+    a run imported before the record exports as before, and a record of another family is refused in one line."""
+    family = request.node.callspec.params["exported"]
+    payload = read_checkpoint(exported.run / "best.pt")
+    assert payload["config"]["tokenizer"]["family"] == family
+    payload["config"]["tokenizer"]["family"] = None
+    save_checkpoint(payload, tmp_path / "unrecorded.pt")
+    cli_output("export", "-m", str(tmp_path / "unrecorded.pt"), "-o", str(tmp_path / "old"), "--format", "transformers")
+    for name in ("config.json", "tokenizer_config.json", "generation_config.json"):
+        assert json.loads((tmp_path / "old" / name).read_text()) == json.loads((exported.folder / name).read_text())
+    other, refusal = {"nllb": ("m2m100", "M2M100Tokenizer builds"), "m2m100": ("nllb", "NllbTokenizer builds")}.get(
+        family, ("nllb", "the model lacks that family's keys")
+    )
+    payload["config"]["tokenizer"]["family"] = other
+    save_checkpoint(payload, tmp_path / "other.pt")
+    refused = invoke("export", "-m", str(tmp_path / "other.pt"), "-o", str(tmp_path / "out"), "--format", "transformers")
+    assert_one_line_error(refused, refusal)
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_nllb_model_holding_fairseqs_four_specials_as_pieces_exports_and_generates_as_the_original(tmp_path) -> None:
@@ -224,7 +245,7 @@ def test_an_nllb_model_holding_fairseqs_four_specials_as_pieces_exports_and_gene
         found = translator.translate_nbest(SOURCES, Decoding(beam=1, tgt_lang=lang, src_lang=built.src_lang))
         for source, (best,) in zip(SOURCES, found, strict=True):
             inputs = tokenizer(source, return_tensors="pt")
-            cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+            cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
             greedy = {"num_beams": 1, "do_sample": False, "max_new_tokens": cap, "forced_bos_token_id": _code(tokenizer, lang)}
             ours, theirs = model.generate(**inputs, **greedy), built.model.generate(**inputs, **greedy)
             assert ours.tolist() == theirs.tolist()

@@ -148,7 +148,7 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def mtkit_log_probs(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
     src_mask = src.ne(PAD_ID)
-    logits, _ = model.decode(tgt, model.encode(src, src_mask), src_mask)
+    logits, _ = model.decode(tgt, model.encode(src, src_mask), src_mask=src_mask)
     return torch.log_softmax(logits, dim=-1)
 
 

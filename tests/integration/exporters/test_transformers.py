@@ -56,7 +56,7 @@ def hf_greedy(folder, translator, sources, remote=False):
     found = []
     for line in sources:
         batch = tokenizer([line], return_tensors="pt")
-        cap = output_cap(batch["input_ids"].size(1), translator.decode, translator.engine.max_positions)
+        cap = output_cap(batch["input_ids"].size(1), translator.decode, max_positions=translator.engine.max_positions)
         ids = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=cap)[0].tolist()
         found.append([i for i in ids[1:] if i != model.config.eos_token_id])
     return found

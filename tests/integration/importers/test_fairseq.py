@@ -96,7 +96,7 @@ def _generated(built: Built, translator: Translator, lang: str, beam: int) -> li
     built.tokenizer.src_lang = built.src_lang
     for source in SOURCES:
         inputs = built.tokenizer(source, return_tensors="pt")
-        cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+        cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
         output = built.model.generate(
             **inputs, num_beams=beam, do_sample=False, max_new_tokens=cap, forced_bos_token_id=_code(built, lang),
             bad_words_ids=[[1]], forced_eos_token_id=None, early_stopping=True,

@@ -103,7 +103,7 @@ def test_greedy_output_is_marian_generate_with_one_beam(imported) -> None:
     pad = reference.config.pad_token_id
     for text, (best,) in zip(SOURCES, found, strict=True):
         inputs = tokenizer(text, return_tensors="pt")
-        cap = output_cap(inputs["input_ids"].size(1), translator.decode, 10**6)
+        cap = output_cap(inputs["input_ids"].size(1), translator.decode, max_positions=10**6)
         generated = reference.generate(
             **inputs, num_beams=1, do_sample=False, max_new_tokens=cap + 1, bad_words_ids=[[pad]], forced_eos_token_id=None
         )[0, 1:].tolist()

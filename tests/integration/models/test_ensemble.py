@@ -49,7 +49,7 @@ def test_an_ensemble_of_models_with_other_vocabularies_is_one_clear_error(revers
     from mtkit.data.tokenizer import TokenizerPair, load_tokenizers, train_sentencepiece
     from mtkit.models.ensemble import check_same_vocabularies
 
-    pair = load_tokenizers(reverse_run.data_path, reverse_run.tokenizer.joint)
+    pair = load_tokenizers(reverse_run.data_path, joint=reverse_run.tokenizer.joint)
     other_words = ["m n o p q r s t u v w x y z", "mn op qr st uv wx yz"] * 50  # not the task's letters
     other = TokenizerPair.of(pair.src, train_sentencepiece(other_words, 30))
     check_same_vocabularies([Path("a"), Path("b")], [pair, pair])  # the same vocabularies pass
@@ -60,7 +60,7 @@ def test_an_ensemble_of_models_with_other_vocabularies_is_one_clear_error(revers
 def test_an_ensemble_with_an_export_names_the_pytorch_engine(reverse_run, tmp_path):
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
-    exported = export_ctranslate2(reverse_run.run_path, tmp_path / "export", None)
+    exported = export_ctranslate2(reverse_run.run_path, tmp_path / "export", quantization=None)
     source = write_text_lines(tmp_path / "src", ["a b c"])
     result = CliRunner().invoke(app, ["translate", "-m", str(reverse_run.run_path), "-m", str(exported), "-i", str(source)])
     assert result.exit_code == 2 and "ensembles need the PyTorch engine" in result.output

@@ -57,7 +57,7 @@ def test_each_attention_variant_learns_to_reverse_exactly(variant):
     model.train()
     for _ in range(steps):
         src, src_mask, tgt_in, tgt_out = _reverse_batch(generator, 64)
-        loss = sequence_loss(model(src, src_mask, tgt_in), tgt_out, 0.0) / tgt_out.ne(0).sum()
+        loss = sequence_loss(model(src, src_mask, tgt_in), tgt_out, label_smoothing=0.0) / tgt_out.ne(0).sum()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -74,9 +74,9 @@ def test_each_attention_variant_learns_to_reverse_exactly(variant):
         pytest.fail(f"the {_name(variant)} model ended {margin:.2f} nats past the edge of learning, under {MARGIN}")
     expected = [row[row.ne(0)][:-1].tolist() for row in tgt_out]
     max_len = src_mask.sum(1) + 2
-    assert [h.tokens for h in greedy_search(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS)] == expected
+    assert [h.tokens for h in greedy_search(model, src, src_mask=src_mask, max_len=max_len, bos_id=BOS, eos_id=EOS)] == expected
     options = SearchOptions(beam=4, length_penalty=1.0, nbest=2)
-    beams = beam_search(model, src, src_mask, max_len, options, bos_id=BOS, eos_id=EOS)
+    beams = beam_search(model, src, src_mask=src_mask, max_len=max_len, options=options, bos_id=BOS, eos_id=EOS)
     assert [hypotheses[0].tokens for hypotheses in beams] == expected
     assert all(len(hypotheses) == 2 and hypotheses[0].score >= hypotheses[1].score for hypotheses in beams)
 

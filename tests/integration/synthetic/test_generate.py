@@ -30,7 +30,7 @@ def test_the_models_sides_are_their_translations_in_input_order_and_the_tag_goes
     assert jobs[0].output.read_text(encoding="utf-8").splitlines() == expected
     split = load_prepared(root / "data", "train")
     corpus, src_ids = split["corpus"], split["src_ids"]
-    bt = load_tokenizers(root / "data", True).src.control_id("<bt>")
+    bt = load_tokenizers(root / "data", joint=True).src.control_id("<bt>")
     assert bt is not None and {ids[0] == bt for ids, c in zip(src_ids, corpus, strict=True) if c == 2} == {True}
     assert bt not in {ids[0] for ids, c in zip(src_ids, corpus, strict=True) if c != 2}
     cli_said("train", recipe)  # the tagged corpus trains like any other

@@ -111,7 +111,7 @@ def test_extend_vocab_adds_the_new_datas_pieces_and_starts_their_rows_from_the_p
     said = cli_output("prepare", recipe, "--extend-vocab", 40)
     assert "new pieces" in said
     config = load_config(recipe)
-    child = load_tokenizers(config.data_path, config.tokenizer.joint)
+    child = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
     old_size = parent_tokenizers.src.vocab_size
     assert child.src.vocab_size > old_size and child.src.all_pieces()[:old_size] == parent_tokenizers.src.all_pieces()
     assert child.src.encode("a b c") == parent_tokenizers.src.encode("a b c")  # the parent's pieces keep their ids

@@ -70,14 +70,16 @@ def child(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Pat
 def test_prepared_pairs_and_the_loss_are_the_family_tokenizers_and_transformers(child) -> None:
     built, parent, path = child
     config = load_config(path)
-    tokenizers = load_tokenizers(config.data_path, True)
+    tokenizers = load_tokenizers(config.data_path, joint=True)
     train = load_prepared(config.data_path, "train")
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
-    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
+    ).eval()
+    load_parent(model, read_checkpoint(parent), parent=str(parent), tokenizers=tokenizers, config=config)
     batch = collate(list(train["src_ids"]), list(train["tgt_ids"]))
     with torch.no_grad():
         logits = model(batch.src, batch.src_mask, batch.tgt_in)
-        mine = sequence_loss(logits, batch.tgt_out, 0.0).item() / batch.num_tokens
+        mine = sequence_loss(logits, batch.tgt_out, label_smoothing=0.0).item() / batch.num_tokens
     built.tokenizer.src_lang, built.tokenizer.tgt_lang = built.src_lang, built.tgt_langs[0]
     theirs = built.tokenizer(list(train["src"]), text_target=list(train["tgt"]), return_tensors="pt", padding=True)
     labels = theirs["labels"].masked_fill(theirs["labels"] == 1, -100)  # the pads left out, as mtkit leaves them
@@ -167,15 +169,19 @@ def test_a_new_code_leaves_the_old_codes_outputs_at_step_0(with_new_code) -> Non
     built, parent, path = with_new_code
     new, related = NEW_CODES[built.src_lang]
     config = load_config(path)
-    tokenizers = load_tokenizers(config.data_path, True)
+    tokenizers = load_tokenizers(config.data_path, joint=True)
     codes = tokenizers.src.codes
     assert list(codes)[-1] == new
     assert tokenizers.src.vocab_size == read_checkpoint(parent)["model"]["output.bias"].numel() + 1
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, True).eval()
-    load_parent(model, read_checkpoint(parent), str(parent), tokenizers, config.data_path, config.data.new_languages)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=True
+    ).eval()
+    load_parent(model, read_checkpoint(parent), parent=str(parent), tokenizers=tokenizers, config=config)
     rows = model.state_dict()["src_embed.embedding.weight"]
     assert torch.equal(rows[codes[new]], rows[codes[related]])
-    child_translator = Translator(PyTorchEngine(model, torch.device("cpu")), tokenizers, config.decode, "none", config)
+    child_translator = Translator(
+        PyTorchEngine(model, torch.device("cpu")), tokenizers, decode=config.decode, normalize="none", config=config
+    )
     parent_translator = Translator.load(parent)
     for translator in (child_translator, parent_translator):
         translator.decode = dataclasses.replace(translator.decode, max_len_a=0.5, max_len_b=4)

@@ -96,7 +96,7 @@ def test_the_ctranslate2_export_keeps_the_tag_as_a_source_piece(tagged_run, tmp_
     pytest.importorskip("ctranslate2")
     from mtkit.exporters.ctranslate2 import export_ctranslate2
 
-    exported = export_ctranslate2(tagged_run.run_path, tmp_path / "ct2", None)
+    exported = export_ctranslate2(tagged_run.run_path, tmp_path / "ct2", quantization=None)
     ct2, torch_model = Translator.load(exported), Translator.load(tagged_run.run_path)
     assert ct2.engine.name == "ctranslate2" and ct2.target_languages == ["cp", "rv"]
     lines = ["a b c d", "e f g"]

@@ -50,7 +50,7 @@ def compiled_step(layers: int) -> tuple[TeacherForcing, CountingBackend]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = Transformer(40, 40, layers=layers, d_model=32, heads=4, ffn_dim=64, dropout=0.0, output_bias=True)
-    step, backend = TeacherForcing(model, 0.1, None, fused=True), CountingBackend()
+    step, backend = TeacherForcing(model, 0.1, amp_dtype=None, fused=True), CountingBackend()
     compile_by_layer(step, model, backend=backend)
     for index, shape in enumerate(SHAPES):
         step(*batch(*shape, seed=index)).backward()
@@ -62,7 +62,7 @@ def compiled_step(layers: int) -> tuple[TeacherForcing, CountingBackend]:
 def steps() -> tuple[TeacherForcing, TeacherForcing, CountingBackend]:
     layered, backend = compiled_step(layers=3)
     model = Transformer(40, 40, layers=3, d_model=32, heads=4, ffn_dim=64, dropout=0.0, output_bias=True)
-    plain = TeacherForcing(model, 0.1, None, fused=True)
+    plain = TeacherForcing(model, 0.1, amp_dtype=None, fused=True)
     plain.model.load_state_dict(layered.model.state_dict())
     return plain, layered, backend
 
@@ -105,7 +105,7 @@ def test_the_checkpoint_names_are_unchanged_and_validation_stays_eager(steps):
 def test_a_model_without_layers_is_refused_in_one_line():
     model = RNNSeq2Seq(30, 30, layers=1, hidden_size=16, embed_dim=8, attention="luong_general", input_feed=True)
     with pytest.raises(MtkitError, match="train.compile=layers: a RNNSeq2Seq model has no repeated layers") as err:
-        compile_by_layer(TeacherForcing(model, 0.1, None, fused=True), model, backend="aot_eager")
+        compile_by_layer(TeacherForcing(model, 0.1, amp_dtype=None, fused=True), model, backend="aot_eager")
     assert "\n" not in str(err.value)
 
 

@@ -59,7 +59,7 @@ def test_fp16_gradient_overflow_skips_the_update_says_so_and_lowers_the_loss_sca
     config = prepared_reverse_task(tmp_path, max_steps=5, validate_every=5)
     config.train.max_nonfinite = 40
     distributed, device = setup_process(config.train)
-    trainer = Trainer(config, device, distributed, RunWriter(config.run_path))
+    trainer = Trainer(config, device, distributed=distributed, run_dir=RunWriter(config.run_path))
     assert trainer.scaler.is_enabled()
     progress = trainer.run()
 

@@ -154,7 +154,7 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
         config.train.compile = "true" if compiled else "false"
         config.run_dir = str(tmp_path / f"run_compiled_{compiled}")
         distributed, device = setup_process(config.train)
-        trainer = Trainer(config, device, distributed, RunWriter(config.run_path))
+        trainer = Trainer(config, device, distributed=distributed, run_dir=RunWriter(config.run_path))
         epoch = trainer.epoch()
         batch = epoch.ids.collate(epoch.batches[0])
         loss = trainer.forward_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out)  # eager: sequence_loss
@@ -164,7 +164,7 @@ def test_compiled_training_computes_the_eager_loss_and_gradients_and_trains(tmp_
         progress = trainer.run()
         assert progress.step == 3 and (config.run_path / "best.pt").is_file()
     assert isinstance(trainer.forward_model, torch._dynamo.eval_frame.OptimizedModule)
-    cache = CompileCache.of(config, device, trainer.levers)  # train.compile_cache: the compile's artifacts, saved
+    cache = CompileCache.of(config, device, levers=trainer.levers)  # train.compile_cache: the compile's artifacts, saved
     cache.save()
     info = torch.compiler.load_cache_artifacts(cache.path.read_bytes())  # and readable by torch
     assert sum(len(keys) for keys in info.artifacts.values()) > 0

@@ -27,7 +27,7 @@ def test_validation_gives_the_logged_scores_and_the_bleu_of_evaluate(reverse_run
     assert result.record() == {key: logged[key] for key in ("valid_loss", "valid_ppl", "valid_bleu")}
     assert result.bleu > 90
 
-    translator = Translator(PyTorchEngine(model.eval(), CPU), tokenizers, config.decode, config.data.normalize)
+    translator = Translator(PyTorchEngine(model.eval(), CPU), tokenizers, decode=config.decode, normalize=config.data.normalize)
     hypotheses = translator.translate(list(valid["src"]), beam=config.train.valid_beam)
     assert result.bleu == score_corpus(hypotheses, [list(valid["tgt"])]).scores[0].score  # BLEU as `mtkit evaluate` reports it
-    assert result.loss == valid_loss(model, valid, CPU, None)
+    assert result.loss == valid_loss(model, valid, device=CPU, amp_dtype=None)

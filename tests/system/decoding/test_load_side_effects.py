@@ -78,9 +78,11 @@ def untrained_run(reverse_task: Config, tmp_path_factory: pytest.TempPathFactory
     """An untrained Transformer saved as a run's last.pt, with feed-forward layers large enough to pack."""
     model_config = ModelConfig(layers=1, d_model=512, heads=8, ffn_dim=2048, dropout=0.0)
     config = dataclasses.replace(reverse_task, model=model_config, run_dir=str(tmp_path_factory.mktemp("untrained")))
-    tokenizers = load_tokenizers(config.data_path, config.tokenizer.joint)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, tokenizers.joint)
-    save_checkpoint(checkpoint_payload(config, tokenizers, model.state_dict()), RunFiles(config.run_path).last)
+    tokenizers = load_tokenizers(config.data_path, joint=config.tokenizer.joint)
+    model = build_model(
+        config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
+    )
+    save_checkpoint(checkpoint_payload(config, tokenizers, weights=model.state_dict()), RunFiles(config.run_path).last)
     return config.run_path
 
 

@@ -43,7 +43,7 @@ class SlowSteps:
 def slow_steps(translator: Translator, delay: float) -> tuple[Translator, SlowSteps]:
     engine = PyTorchEngine(translator.engine.model)
     engine.model = SlowSteps(engine.model, delay)
-    return Translator(engine, translator.tokenizers, translator.decode, translator.normalize), engine.model
+    return Translator(engine, translator.tokenizers, decode=translator.decode, normalize=translator.normalize), engine.model
 
 
 class SlowEngine:
@@ -160,7 +160,10 @@ def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources
 
 def test_a_full_queue_answers_503_with_retry_after(reverse_pytorch, sources):
     slow = Translator(
-        SlowEngine(reverse_pytorch.engine, 0.3), reverse_pytorch.tokenizers, reverse_pytorch.decode, reverse_pytorch.normalize
+        SlowEngine(reverse_pytorch.engine, 0.3),
+        reverse_pytorch.tokenizers,
+        decode=reverse_pytorch.decode,
+        normalize=reverse_pytorch.normalize,
     )
     with serving(slow, ServeLimits(max_queue=1, max_wait_ms=0, batch_lines=1)) as (port, _):
         with ThreadPoolExecutor(12) as pool:
@@ -174,7 +177,10 @@ def test_a_full_queue_answers_503_with_retry_after(reverse_pytorch, sources):
 @pytest.mark.slow
 def test_a_client_that_disconnects_leaves_no_work_behind(reverse_pytorch, sources):
     slow = Translator(
-        SlowEngine(reverse_pytorch.engine, 0.5), reverse_pytorch.tokenizers, reverse_pytorch.decode, reverse_pytorch.normalize
+        SlowEngine(reverse_pytorch.engine, 0.5),
+        reverse_pytorch.tokenizers,
+        decode=reverse_pytorch.decode,
+        normalize=reverse_pytorch.normalize,
     )
     with serving(slow, ServeLimits(max_wait_ms=0, batch_lines=1, workers=1)) as (port, _):
         with ThreadPoolExecutor(1) as pool:
@@ -202,7 +208,9 @@ def test_a_seed_of_64_bits_is_served(server, sources):
 def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(reverse_pytorch, sources):
     lines = sources[:3]
     caps = [
-        output_cap(len(reverse_pytorch.segments(line)[0]) + 1, reverse_pytorch.decode, reverse_pytorch.engine.max_positions)
+        output_cap(
+            len(reverse_pytorch.segments(line)[0]) + 1, reverse_pytorch.decode, max_positions=reverse_pytorch.engine.max_positions
+        )
         for line in lines
     ]
     with serving(reverse_pytorch, ServeLimits(max_work=sum(caps) * 8)) as (port, app):
@@ -216,7 +224,9 @@ def test_a_request_that_would_decode_too_much_is_413_before_it_is_queued(reverse
 
 def test_a_sentence_or_prefix_that_would_take_too_many_steps_is_413(reverse_pytorch, sources):
     cap = output_cap(
-        len(reverse_pytorch.segments(sources[0])[0]) + 1, reverse_pytorch.decode, reverse_pytorch.engine.max_positions
+        len(reverse_pytorch.segments(sources[0])[0]) + 1,
+        reverse_pytorch.decode,
+        max_positions=reverse_pytorch.engine.max_positions,
     )
     with serving(reverse_pytorch, ServeLimits(max_output_steps=cap)) as (port, _):
         assert translate(port, [sources[0]]).status == 200
