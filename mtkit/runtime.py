@@ -128,6 +128,24 @@ def avoid_per_shape_attention_plans(device: torch.device, *, cudnn: bool = False
         torch.backends.cuda.enable_cudnn_sdp(cudnn)
 
 
+def key_compiled_cpu_code_by_vector_width() -> None:
+    """Pin Inductor's CPU vector width (`torch._inductor.config.cpp.simdlen`, process-wide) to the one it would
+    pick anyway, so that its compile cache tells an AVX2 process's code from an AVX-512 one's.
+
+    Inductor picks the width from the CPU and ATEN_CPU_CAPABILITY, but leaves it out of its FX-graph cache
+    key (torch 2.13): a process reusing another width's generated C++ compiles it for its own width, and
+    the kernels then write past their buffers (glibc "corrupted size vs. prev_size" with AVX-512 reading
+    AVX2's code) or leave half of each vector unwritten (non-finite losses the other way). Both share
+    /tmp/torchinductor_<user> and `train.compile_cache` files. `simdlen` is in the key; pinned to the
+    picked width (0 where none is: the scalar kernels) the code is the same. A width already set is kept.
+    """
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    if inductor_config.cpp.simdlen is None:
+        inductor_config.cpp.simdlen = pick_vec_isa().bit_width()
+
+
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """bf16 (or fp16) autocast on CUDA; CPU always computes in fp32 (no fast bf16 there). No side effects."""
     if device.type != "cuda" or precision == "fp32":

@@ -47,6 +47,7 @@ from mtkit.runtime import (
     avoid_per_shape_attention_plans,
     enable_tf32,
     fast_paths_enabled,
+    key_compiled_cpu_code_by_vector_width,
     resolve_device,
     retain_freed_memory,
     seed_everything,
@@ -132,6 +133,8 @@ def training_forward(
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
     mode = "reduce-overhead" if levers.graphs else None  # CUDA graphs, recorded per batch shape
+    if levers.compile:  # its CPU kernels cached by the vector width they were generated for
+        key_compiled_cpu_code_by_vector_width()
     if levers.compile and levers.by_layer:  # the layers compiled in place; DDP's hooks stay outside them
         compile_by_layer(forward, model, mode=mode)
     elif levers.compile:  # compiled on the first update

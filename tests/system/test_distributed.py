@@ -117,7 +117,7 @@ from mtkit.training.trainer import Trainer, setup_process
 config = load_config(sys.argv[1])
 distributed, device = setup_process(config.train)
 Trainer.elapsed = lambda self: float(self.progress.step) + 0.37 * self.distributed.rank
-trainer = Trainer(config, device, distributed)
+trainer = Trainer(config, device, distributed=distributed)
 trainer.run()
 state = {"model": trainer.model.state_dict(), "lr": trainer.scheduler.get_last_lr()[0], "step": trainer.progress.step}
 torch.save(state, f"{sys.argv[2]}/rank{distributed.rank}.pt")
@@ -160,7 +160,7 @@ from mtkit.training.trainer import Trainer, setup_process
 
 config = load_config(sys.argv[1])
 distributed, device = setup_process(config.train)
-trainer = Trainer(config, device, distributed)
+trainer = Trainer(config, device, distributed=distributed)
 update = trainer.update
 
 def update_then_signal(*args, **kwargs):

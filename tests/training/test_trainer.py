@@ -13,6 +13,7 @@ from helpers import prepared_reverse_task
 
 from mtkit.config import TrainConfig, config_from_dict
 from mtkit.data.tokenizer import PAD_ID
+from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.models.checkpoint import read_checkpoint, save_checkpoint
 from mtkit.models.rnn import RNNSeq2Seq
@@ -21,7 +22,7 @@ from mtkit.training.levers import Levers
 from mtkit.training.loss import fused_sequence_loss, sequence_loss
 from mtkit.training.regional import can_compile_by_layer
 from mtkit.training.schedule import schedule_factor
-from mtkit.training.trainer import PlainProgress, build_optimizer, train
+from mtkit.training.trainer import PlainProgress, build_optimizer, train, training_forward
 
 
 def test_schedule_warms_up_linearly_then_decays_with_inverse_sqrt():
@@ -65,6 +66,30 @@ def test_the_fused_loss_of_a_compiled_step_equals_the_chunked_loss_and_its_gradi
     assert found[1][0] == pytest.approx(found[0][0], rel=1e-5)
     assert torch.allclose(found[1][1], found[0][1], atol=1e-6)
     assert found[0][1][1, 5:].abs().max() == 0  # pads get no gradient
+
+
+def test_a_compiled_step_keys_inductors_cache_by_the_cpu_vector_width_it_generates_for(monkeypatch):
+    """Inductor's own cache key leaves out the vector width ATEN_CPU_CAPABILITY picks: an AVX-512 process ran an
+    AVX2 run's cached kernels and wrote past their buffers (mtkit.runtime.key_compiled_cpu_code_by_vector_width)."""
+    from itertools import combinations
+
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    model = Transformer(30, 30, layers=1, d_model=16, heads=2, ffn_dim=32)
+    levers = Levers(compile=True, length_multiple=1, prefetch=False)
+    widths, keys = {}, {}
+    for capability in ("default", "avx2", None):  # None: this CPU's own
+        monkeypatch.setattr(inductor_config.cpp, "simdlen", None)  # torch's default, restored after
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        if capability:
+            monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+        widths[capability] = pick_vec_isa().bit_width()
+        training_forward(model, TrainConfig(compile="true"), distributed=Distributed(), device=torch.device("cpu"), levers=levers)
+        assert pick_vec_isa().bit_width() == widths[capability]  # the same kernels as unpinned
+        keys[capability] = inductor_config.save_config_portable(ignore_private_configs=False)  # in the cache key
+    for one, other in combinations(widths, 2):
+        assert (keys[one] == keys[other]) == (widths[one] == widths[other]), (one, other, widths)
 
 
 OFF = {"compile": "false", "length_multiple": 1, "prefetch": "false"}

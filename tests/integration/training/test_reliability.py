@@ -23,9 +23,9 @@ def test_non_finite_losses_are_skipped_and_counted(tmp_path, monkeypatch):
     config = prepared_reverse_task(tmp_path, max_steps=20, validate_every=20)
     real_loss, calls = mtkit.training.loss.sequence_loss, {"n": 0}
 
-    def sometimes_nan(logits, target, smoothing):
+    def sometimes_nan(logits, target, *, label_smoothing):
         calls["n"] += 1
-        loss = real_loss(logits, target, smoothing)
+        loss = real_loss(logits, target, label_smoothing=label_smoothing)
         return loss * float("nan") if calls["n"] in (3, 4) else loss
 
     monkeypatch.setattr(mtkit.training.loss, "sequence_loss", sometimes_nan)
@@ -41,7 +41,7 @@ def test_repeated_non_finite_losses_stop_training_and_keep_best(tmp_path, monkey
     config = prepared_reverse_task(tmp_path, max_steps=10, validate_every=10)
     train(config)
     best_before = (config.run_path / "best.pt").read_bytes()
-    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", lambda logits, target, smoothing: logits.sum() * float("inf"))
+    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", lambda logits, target, *, label_smoothing: logits.sum() * float("inf"))
     config.train.max_steps = 100
     with pytest.raises(MtkitError, match="diverged"):
         train(config, resume=True)

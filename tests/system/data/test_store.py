@@ -20,11 +20,11 @@ from mtkit.data.prepare import prepare_corpus
 stage = sys.argv[2]
 if stage == "write":  # killed while the second chunk is written: nothing is swapped in
     original_write, calls = prepared.SplitWriter.write, []
-    def write(self, *args):
+    def write(self, *args, **options):
         calls.append(1)
         if len(calls) == 2:
             os.kill(os.getpid(), signal.SIGKILL)
-        original_write(self, *args)
+        original_write(self, *args, **options)
     prepared.SplitWriter.write = write
 else:  # killed in the middle of the swap: the new train split is in place, the old valid split not yet replaced
     original_rename = prepared.Path.rename
