@@ -41,7 +41,11 @@ def test_repeated_non_finite_losses_stop_training_and_keep_best(tmp_path, monkey
     config = prepared_reverse_task(tmp_path, max_steps=10, validate_every=10)
     train(config)
     best_before = (config.run_path / "best.pt").read_bytes()
-    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", lambda logits, target, *, label_smoothing: logits.sum() * float("inf"))
+
+    def infinite(logits, target, *, label_smoothing):
+        return logits.sum() * float("inf")
+
+    monkeypatch.setattr(mtkit.training.loss, "sequence_loss", infinite)
     config.train.max_steps = 100
     with pytest.raises(MtkitError, match="diverged"):
         train(config, resume=True)
