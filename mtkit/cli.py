@@ -150,8 +150,11 @@ DocumentFormatOption = Annotated[
     ),
 ]
 SplitByOption = Annotated[
-    SplitBy,
-    typer.Option(help="sentences: a paragraph cut into sentences, translated, rebuilt with its spacing; lines: each line whole."),
+    Optional[SplitBy],
+    typer.Option(
+        help="sentences: a paragraph cut into sentences, translated, rebuilt with its spacing; lines: each line whole "
+        "(default: the recipe's decode.split_by, sentences)."
+    ),
 ]
 Alignments = Annotated[
     bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
@@ -264,7 +267,7 @@ def translate_command(
     comet_encoder: RerankCometEncoder = None,
     src_lang: SrcLang = None,
     document_format: DocumentFormatOption = "text",
-    split_by: SplitByOption = SplitBy.SENTENCES,
+    split_by: SplitByOption = None,
 ) -> None:
     """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
     from mtkit.distributed import distributed_translation

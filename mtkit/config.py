@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from mtkit.errors import MtkitError, one_line
-from mtkit.options import BadBytes
+from mtkit.options import BadBytes, SplitBy
 from mtkit.run_files import RunFiles
 from mtkit.textio import parse_yaml
 
@@ -577,6 +577,9 @@ class DecodeConfig:
     batch_beam_tokens: int = field(default=6000, metadata=_at_least(1))
     # longer input lines are split into segments translated one by one (attention is quadratic in it)
     max_input_tokens: int = field(default=250, metadata=_range(1, 10_000))
+    # what translate, evaluate and serve give the model at a time when not told (--split-by, split_by): each sentence
+    # of a line (a paragraph cut by the source language's rules, rebuilt with its spacing), or each line whole
+    split_by: str = field(default=SplitBy.SENTENCES.value, metadata=_choice(*(choice.value for choice in SplitBy)))
 
 
 def _one_target_untagged(config: Config) -> str | None:

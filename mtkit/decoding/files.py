@@ -24,6 +24,7 @@ from tqdm import tqdm
 from mtkit.decoding.alignment import pharaoh
 from mtkit.decoding.engine import Capability
 from mtkit.decoding.heatmaps import check_can_plot, plot_attention
+from mtkit.decoding.line_parts import Splitter
 from mtkit.decoding.options import BUFFER_LINES, Decoding, FileOptions
 from mtkit.decoding.terminology.terms import Glossary, Term, parse_constraints
 from mtkit.decoding.translator import Translation, Translator
@@ -47,10 +48,16 @@ class Chooser(Protocol):
 
 
 def translate_file(
-    translator: Translator, options: FileOptions, *, distributed: Distributed | None = None, chooser: Chooser | None = None
+    translator: Translator,
+    options: FileOptions,
+    *,
+    distributed: Distributed | None = None,
+    chooser: Chooser | None = None,
+    splitter: Splitter | None = None,
 ) -> int:
     """Translate `options.input` into `options.output`, one output line per input line, in order (with `chooser`: the one
-    it picks among each line's `options.decoding.nbest` candidates); returns the number of lines translated. Under torchrun
+    it picks among each line's `options.decoding.nbest` candidates; with `splitter`: each line cut into the sentences
+    translated, the sentences of a window together); returns the number of lines translated. Under torchrun
     (`distributed`), every rank reads the input file and translates every N-th line of each window; rank 0 gathers the
     translations and writes them in input order."""
     distributed = distributed or Distributed()
@@ -72,7 +79,7 @@ def translate_file(
             given = _take(constraint_lines, len(window), options.constraints, "--constraints")
             terms = _window_terms(window, given, options.constraints, glossary, translator.normalize)
             terms_share = terms[mine] if terms is not None else None
-            plan = translator.plan(window[mine], options.decoding, prefixes=shares, constraints=terms_share)
+            plan = translator.plan(window[mine], options.decoding, prefixes=shares, constraints=terms_share, splitter=splitter)
             results = gather_in_order(_chosen(translator.search(plan), window[mine], chooser), distributed)
             split_lines += plan.split_lines
             lacking += sum(bool(best[0].unmet) for best in results if best)
@@ -105,10 +112,12 @@ def _say_warnings(*, lacking: int, split_lines: int) -> None:
 
 def render(translations: list[Translation], nbest: int, *, alignments: bool = False) -> str:
     """One output line: the best translation, or with nbest > 1 each translation and its score,
-    tab-separated; with `alignments`, each translation is followed by a tab and its Pharaoh pairs."""
-    fields = []
+    tab-separated; with `alignments`, each translation is followed by a tab and its Pharaoh pairs (a tab inside a
+    translation, a paragraph's spacing, stays only where it cannot be taken for a field's end)."""
+    fields, tabbed = [], nbest > 1 or alignments
     for translation in translations[: max(nbest, 1)]:
-        fields.append(translation.text.replace("\r", " ").replace("\n", " ").replace("\t", " "))
+        text = translation.text.replace("\r", " ").replace("\n", " ")
+        fields.append(text.replace("\t", " ") if tabbed else text)
         if nbest > 1:
             fields.append(f"{translation.score:.4f}")
         if alignments:

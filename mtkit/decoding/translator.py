@@ -14,8 +14,9 @@ picks the engine for a path. A feature an engine lacks is one clear error (`Tran
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -37,6 +38,7 @@ from mtkit.decoding.engine import (
     require,
 )
 from mtkit.decoding.languages import Languages
+from mtkit.decoding.line_parts import LineParts, Splitter, joined
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
@@ -147,6 +149,7 @@ class Translator:
         progress: bool = False,
         stop: Stop | None = None,
         constraints: TermLists = None,
+        splitter: Splitter | None = None,
     ) -> list[list[Translation]]:
         """The `decoding.nbest` best translations (or samples) of each line, best first, in input order.
 
@@ -155,8 +158,10 @@ class Translator:
         with `SearchStopped`.
         constraints: per line, phrases (or lists of alternative phrases, or `Term`s) each translation
         must contain (beam search; a translation cut by the output cap lists what it lacks in `unmet`).
+        splitter: cuts each line into the parts translated one by one (its sentences), the line rebuilt with its
+        own spacing; None: each line whole.
         """
-        plan = self.plan(lines, decoding, prefixes=prefixes, constraints=constraints)
+        plan = self.plan(lines, decoding, prefixes=prefixes, constraints=constraints, splitter=splitter)
         if stop is not None:
             plan.options = dataclasses.replace(plan.options, stop=stop)
         return self.search(plan, progress=progress)
@@ -206,8 +211,9 @@ class Translator:
         *,
         prefixes: Sequence[str] | None = None,
         constraints: TermLists = None,
+        splitter: Splitter | None = None,
     ) -> Plan:
-        """The way of `lines` through the engine; see `Plan`."""
+        """The way of `lines` (each cut by `splitter`, if any) through the engine; see `Plan`."""
         options = self.search_options(decoding or Decoding())
         terms = self.line_terms(lines, constraints, options=options) if constraints is not None else None
         if prefixes is not None and len(prefixes) != len(lines):
@@ -219,11 +225,12 @@ class Translator:
         tag, lead = self.leads(decoding or Decoding())
         if lead:
             self.require(Capability.PREFIX, "tgt_lang")
-        segments = [
-            self.segments(line, tag) or (tagged([[]], tag) if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else [])
-            for n, line in enumerate(lines)
-        ]
-        return Plan(segments, prefix_ids, options=options, translator=self, terms_of_line=terms, lead=lead)
+        cut = [splitter.cut(line) if splitter is not None else LineParts.whole(line) for line in lines]
+        found = [LineSegments.of(parts, functools.partial(self.segments, tag=tag)) for parts in cut]
+        for n, line in enumerate(found):  # an empty line still gets its prefix or its terms
+            if not line.segments and ((prefix_ids and prefix_ids[n]) or (terms and terms[n])):
+                found[n] = LineSegments(segments=tagged([[]], tag))
+        return Plan(found, prefix_ids, options=options, translator=self, terms_of_line=terms, lead=lead)
 
     def line_terms(
         self, lines: Sequence[str], constraints: Sequence[LineConstraints], *, options: SearchOptions
@@ -309,22 +316,51 @@ class Translator:
         return tagged([ids[start:end] for start, end in pairwise(cuts)], tag)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LineSegments:
+    """A line's source ids in the segments the engine searches (none if empty; several for a line cut into
+    sentences, or longer than decode.max_input_tokens), and the text its segments' translations are joined by."""
+
+    segments: list[list[int]]
+    between: list[str] = field(default_factory=list)  # len(segments) - 1: a sentence's spacing, " " in a cut part
+    overlong: bool = False  # a part was longer than decode.max_input_tokens and cut
+    parts: int = 1  # the parts (sentences) the line was cut into
+
+    @classmethod
+    def of(cls, parts: LineParts, segments: Callable[[str], list[list[int]]]) -> LineSegments:
+        """The segments of a line's parts (`segments` of each part: several for an over-long one), one after another,
+        and the spacing their translations are joined by."""
+        found: list[list[int]] = []
+        between: list[str] = []
+        space, overlong = "", False
+        for part, after in zip(parts.parts, parts.spaces[1:], strict=True):
+            pieces = segments(part)
+            if pieces:
+                between += [space] if found else []
+                between += [" "] * (len(pieces) - 1)  # a part longer than decode.max_input_tokens, cut
+                found += pieces
+                space, overlong = "", overlong or len(pieces) > 1
+            space += after
+        return cls(segments=found, between=between, overlong=overlong, parts=len(parts.parts))
+
+
 class Plan:
     """One list of lines on its way through an engine, the pipeline's bookkeeping written once.
 
-    1. `segments_of_line`: the source ids of each line (none if empty, several if over-long); a
-       line's target prefix goes with its first segment (after the target's language code, which
-       every segment starts with, for a model with codes), its constraints with the segment they belong
-       to (`mtkit.decoding.terminology.terms.place_terms`);
+    1. `segments_of_line`: the source ids of each line (none if empty, several if cut into sentences or
+       over-long); a line's target prefix goes with its first segment (after the target's language code,
+       which every segment starts with, for a model with codes), its constraints with the segment they
+       belong to (`mtkit.decoding.terminology.terms.place_terms`);
     2. `batches()`: the segments sorted by length into batches of `decode.batch_beam_tokens` x beam;
     3. `put()` records what the engine found for a batch; `results()` detokenises and puts
-       segments and lines back together, in input order (with word alignments when asked).
+       segments and lines back together, in input order, each line's segments joined by its own spacing
+       (with word alignments, over the whole line, when asked).
     The caller runs the loop: `for batch in plan.batches(): plan.put(batch, engine.search(batch, plan.options))`.
     """
 
     def __init__(
         self,
-        segments_of_line: list[list[list[int]]],
+        lines: list[LineSegments],
         prefixes_of_line: list[list[int]] | None,
         *,
         options: SearchOptions,
@@ -332,7 +368,8 @@ class Plan:
         terms_of_line: list[list[Term]] | None = None,
         lead: Sequence[int] = (),
     ) -> None:
-        self.segments_of_line = segments_of_line
+        self.lines = lines
+        self.segments_of_line = segments_of_line = [line.segments for line in lines]
         self.sources = [segment for segments in segments_of_line for segment in segments]
         self.prefixes = None
         if prefixes_of_line is not None or lead:
@@ -350,13 +387,14 @@ class Plan:
         if terms_of_line is not None and any(terms_of_line):
             decode = translator.tokenizers.src.decode
             texts = [[decode(segment) for segment in segments] for segments in segments_of_line]
-            self.terms = place_terms(texts, terms_of_line)
+            self.terms = place_terms(texts, terms_of_line, sentences=[line.parts > 1 for line in lines])
             self.term_ids = [[translator.encoded_term(term) for term in terms] for terms in self.terms]
 
     @property
     def split_lines(self) -> int:
-        """How many of the lines are longer than decode.max_input_tokens and translated in segments."""
-        return sum(len(segments) > 1 for segments in self.segments_of_line)
+        """How many of the lines (or of their sentences) are longer than decode.max_input_tokens and translated in
+        segments."""
+        return sum(line.overlong for line in self.lines)
 
     @property
     def work(self) -> int:
@@ -423,7 +461,7 @@ class Plan:
             ]
 
     def results(self) -> list[list[Translation]]:
-        lines = regroup(self.segments_of_line, self.found, nbest=self.options.nbest)
+        lines = regroup(self.lines, self.found, nbest=self.options.nbest)
         if self.options.alignment_layer is not None:
             tokenizers = self._translator.tokenizers
             for segments, translations in zip(self.segments_of_line, lines, strict=True):
@@ -464,38 +502,37 @@ def split_points(pieces: Sequence[str], limit: int) -> list[int]:
     return [*cuts, len(pieces)]
 
 
-def regroup(
-    segments_of_line: Sequence[Sequence[Sequence[int]]], found: list[list[Translation]], *, nbest: int
-) -> list[list[Translation]]:
+def regroup(lines: Sequence[LineSegments], found: list[list[Translation]], *, nbest: int) -> list[list[Translation]]:
     """The translations of each line, in input order, from those of its segments (`found`, flat)."""
     results, position = [], 0
-    for segments in segments_of_line:
-        results.append(_join(found[position : position + len(segments)], [len(s) for s in segments], nbest))
-        position += len(segments)
+    for line in lines:
+        count = len(line.segments)
+        results.append(_join(found[position : position + count], [len(s) for s in line.segments], line.between, nbest))
+        position += count
     return results
 
 
-def _join(parts: list[list[Translation]], source_lengths: list[int], nbest: int) -> list[Translation]:
-    """The k-th translation of a line is its segments' k-th translations (or their best) joined;
-    links point into the line's source tokens (the segments' tokens, one after another)."""
+def _join(parts: list[list[Translation]], source_lengths: list[int], between: list[str], nbest: int) -> list[Translation]:
+    """The k-th translation of a line is its segments' k-th translations (or their best) joined by the line's
+    spacing; links point into the line's source tokens (the segments' tokens, one after another)."""
     if not parts:
         return [Translation(text="", score=0.0, tokens=[])] * nbest
     if len(parts) == 1:
         return parts[0]
     offsets = [sum(source_lengths[:n]) for n in range(len(parts))]
-    joined = []
+    translations = []
     for rank in range(max(len(p) for p in parts)):
         chosen = [p[rank] if rank < len(p) else p[0] for p in parts]
         links = None
         if all(t.links is not None for t in chosen):
             links = [link + offset for t, offset in zip(chosen, offsets, strict=True) for link in t.links or []]
-        joined.append(
+        translations.append(
             Translation(
-                text=" ".join(t.text for t in chosen),
+                text=joined([t.text for t in chosen], between),
                 score=sum(t.score for t in chosen),
                 tokens=[token for t in chosen for token in t.tokens],
                 links=links,
                 unmet=[term for t in chosen for term in t.unmet],
             )
         )
-    return joined
+    return translations

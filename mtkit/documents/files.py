@@ -9,6 +9,7 @@ from mtkit.decoding.options import FileOptions
 from mtkit.decoding.translator import Translator
 from mtkit.distributed import Distributed
 from mtkit.documents.formats import format_named
+from mtkit.documents.sentences import sentence_splitter
 from mtkit.errors import MtkitError
 from mtkit.options import SplitBy
 
@@ -19,7 +20,7 @@ class DocumentOptions:
 
     file: FileOptions = field(default_factory=FileOptions)
     format: str = "text"
-    split_by: SplitBy = SplitBy.SENTENCES
+    split_by: SplitBy | None = None  # None: the recipe's decode.split_by
 
 
 def translate_document_file(
@@ -28,5 +29,6 @@ def translate_document_file(
     """Translate `options.file.input` in its format into `options.file.output`; returns the number of blocks translated."""
     row = format_named(options.format)
     if row.streams:
-        return translate_file(translator, options.file, distributed=distributed, chooser=chooser)
+        splitter = sentence_splitter(translator, split_by=options.split_by, language=options.file.decoding.src_lang)
+        return translate_file(translator, options.file, distributed=distributed, chooser=chooser, splitter=splitter)
     raise MtkitError(f"--format {row.name}: not readable yet")

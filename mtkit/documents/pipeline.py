@@ -16,20 +16,29 @@ from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translation, Translator
 from mtkit.documents.blocks import Block
 from mtkit.documents.placeholders import mask_placeholders
+from mtkit.documents.sentences import sentence_splitter
 from mtkit.documents.tags import place_spans
 from mtkit.options import SplitBy
 
 
 def translate_texts(
-    translator: Translator, texts: Sequence[str], *, decoding: Decoding, split_by: SplitBy = SplitBy.SENTENCES
+    translator: Translator,
+    texts: Sequence[str],
+    *,
+    decoding: Decoding,
+    split_by: SplitBy | None = None,
+    language: str | None = None,
 ) -> list[list[Translation]]:
-    """The `decoding.nbest` translations of each text, in order; with `split_by` sentences, each text's sentences are
-    translated (all texts' together) and joined with the text's own spacing."""
-    return translator.translate_nbest(texts, decoding)
+    """The `decoding.nbest` translations of each text, in order; with `split_by` sentences (None: the recipe's
+    decode.split_by), each text's sentences are translated (all texts' together) and joined with the text's own
+    spacing. `language`: the sources' language for the sentence splitter (None: decoding.src_lang, else the
+    recipe's src_lang)."""
+    splitter = sentence_splitter(translator, split_by=split_by, language=language or decoding.src_lang)
+    return translator.translate_nbest(texts, decoding, splitter=splitter)
 
 
 def translate_blocks(
-    translator: Translator, blocks: Sequence[Block], *, decoding: Decoding, split_by: SplitBy = SplitBy.SENTENCES
+    translator: Translator, blocks: Sequence[Block], *, decoding: Decoding, split_by: SplitBy | None = None
 ) -> list[Block]:
     """Each block translated, its spans placed over the translation (each exactly once)."""
     masked = [mask_placeholders(block) for block in blocks]

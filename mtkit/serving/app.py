@@ -35,11 +35,12 @@ from mtkit.config import TEMPERATURE
 from mtkit.decoding.options import SEED_LIMIT, Decoding, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Translation, Translator
+from mtkit.documents.sentences import SentenceSplitter, sentence_splitter
 from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
 from mtkit.evaluation.rerank import Reranker, RerankOptions
-from mtkit.options import ConstraintOrder
+from mtkit.options import ConstraintOrder, SplitBy
 from mtkit.run_files import RunFiles
 from mtkit.runtime import cpu_cores, resolve_device, set_threads_per_worker, stop_signals_call
 from mtkit.serving.batcher import Batcher, QueueFull
@@ -88,6 +89,11 @@ class TranslateRequest(BaseModel):
     mbr_utility: Literal["chrf", "comet"] | None = Field(None, description="With rerank mbr: chrf (default) or comet.")
     src_lang: str | None = Field(
         None, max_length=32, description="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model."
+    )
+    split_by: SplitBy | None = Field(
+        None,
+        description="sentences: each text cut into sentences, translated, rebuilt with its spacing; lines: each text "
+        "whole (default: the model's decode.split_by).",
     )
 
 
@@ -154,12 +160,12 @@ class TranslationService:
         """The answer to one request: checked, queued, decoded and reranked within its deadline while its client waits."""
         limits = self.limits
         reranker = _reranker(body, self.comet)
-        decoding, line_work = _decoding(self.translator, body, limits, reranker)
+        decoding, splitter, line_work = _decoding(self.translator, body, limits, reranker)
         deadline = Deadline.after(limits.request_timeout)
         try:
             with self.reranks.slot() if reranker is not None else contextlib.nullcontext():
                 pending = self.batcher.translate(
-                    body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work
+                    body.text, decoding, prefixes=body.prefix, constraints=_terms(body), line_work=line_work, splitter=splitter
                 )
                 found = await _unless_gone(request, pending, deadline)
                 if reranker is not None:  # under the same deadline and disconnect watch
@@ -213,23 +219,11 @@ def batching_for(translator: Translator, limits: ServeLimits) -> ServeLimits:
 
 def _decoding(
     translator: Translator, body: TranslateRequest, limits: ServeLimits, reranker: Reranker | None
-) -> tuple[Decoding, list[int]]:
-    """The request's decoding (its candidates with a `reranker`) and each line's work (`Plan.line_work`), checked
-    against the limits and the engine before queueing."""
-    if len(body.text) > limits.max_lines:
-        raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
-    characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
-    characters += sum(len(term) for term in _phrases(body))
-    if characters > limits.max_chars:
-        raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
-    if body.prefix is not None and len(body.prefix) != len(body.text):
-        raise HTTPException(400, f"{len(body.prefix)} prefixes for {len(body.text)} sentences; give one per sentence")
-    _check_constraints(body)
-    for line in [*body.text, *(body.prefix or []), *_phrases(body)]:
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:
-            raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+) -> tuple[Decoding, SentenceSplitter | None, list[int]]:
+    """The request's decoding (its candidates with a `reranker`), its sentence splitter (`split_by`) and each line's
+    work (`Plan.line_work`: its sentences' output caps x beam), checked against the limits and the engine before
+    queueing."""
+    _check_text(body, limits)
     try:
         sampling = Sampling.parse(body.sampling, body.temperature, seed=body.seed) if body.sampling is not None else None
         in_order, ngram = body.constraints_order == "given", body.no_repeat_ngram
@@ -240,8 +234,9 @@ def _decoding(
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)
+        splitter = sentence_splitter(translator, split_by=body.split_by, language=body.src_lang)
         # the plan refuses what the engine cannot do
-        plan = translator.plan(body.text, decoding, prefixes=body.prefix, constraints=_terms(body))
+        plan = translator.plan(body.text, decoding, prefixes=body.prefix, constraints=_terms(body), splitter=splitter)
     except MtkitError as err:
         raise HTTPException(400, worded(err)) from None
     work, steps = plan.work, plan.most_steps
@@ -259,7 +254,25 @@ def _decoding(
             f"this request may take {work} decoding steps (each sentence's output cap x beam){also}; the limit is "
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam, nbest or candidates",
         )
-    return decoding, plan.line_work
+    return decoding, splitter, plan.line_work
+
+
+def _check_text(body: TranslateRequest, limits: ServeLimits) -> None:
+    """The request's texts, prefixes and constraints within the limits, one of each per text, and valid Unicode."""
+    if len(body.text) > limits.max_lines:
+        raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
+    characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
+    characters += sum(len(term) for term in _phrases(body))
+    if characters > limits.max_chars:
+        raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
+    if body.prefix is not None and len(body.prefix) != len(body.text):
+        raise HTTPException(400, f"{len(body.prefix)} prefixes for {len(body.text)} sentences; give one per sentence")
+    _check_constraints(body)
+    for line in [*body.text, *(body.prefix or []), *_phrases(body)]:
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPException(400, f"text {line[:30]!r} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
 
 
 def worded(err: MtkitError) -> str:

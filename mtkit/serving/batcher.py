@@ -10,8 +10,9 @@ worker that no large request holds. At most `max_queue` requests wait at once.
 
 A worker takes the smallest queued request, waits at most `max_wait` for more (up to `batch_lines`
 lines; one that would overflow them waits for the next batch), groups those that ask for the same
-decoding, and translates each group with one `Translator.translate_nbest` call, which sorts the lines
-by length into token-budget batches. The model runs on one worker thread, off the event loop, and
+decoding (and the same cutting into sentences), and translates each group with one
+`Translator.translate_nbest` call, which sorts the lines (or their sentences) by length into token-budget
+batches. The model runs on one worker thread, off the event loop, and
 each queued request gets its own translations back in its own order. One whose client has gone or
 whose deadline has passed (its future cancelled) is dropped before it is translated, and a group
 whose every client is gone stops between two decoding steps, freeing the worker.
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from mtkit.decoding.line_parts import Splitter
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.search import SearchStopped
 from mtkit.decoding.terminology.terms import Term
@@ -47,6 +49,7 @@ class QueuedRequest:
     prefixes: list[str] | None
     future: asyncio.Future = field(repr=False)
     constraints: list[list[Term]] | None = None
+    splitter: Splitter | None = None  # cuts each line into the sentences translated (None: each line whole)
     work: int = 0  # the plan's decoding work: smaller requests are taken first
     queued: list[int] = field(default_factory=lambda: [1], repr=False)  # its request's chunks still queued (shared)
 
@@ -134,10 +137,12 @@ class Batcher:
         prefixes: Sequence[str] | None = None,
         constraints: list[list[Term]] | None = None,
         line_work: Sequence[int] = (),
+        splitter: Splitter | None = None,
     ) -> list[list[Translation]]:
         """The translations of `lines`, once the batches holding them are done; `QueueFull` at once if full.
 
         line_work: each line's decoding work (`Plan.line_work`), which orders and cuts the request.
+        splitter: cuts each line into the sentences translated (`Translator.translate_nbest`).
         """
         if self.waiting >= self.max_queue:
             raise QueueFull
@@ -152,6 +157,7 @@ class Batcher:
                 prefixes=[prefixes[i] for i in span] if prefixes is not None else None,
                 future=loop.create_future(),
                 constraints=[constraints[i] for i in span] if constraints is not None else None,
+                splitter=splitter,
                 work=sum(line_work[i] for i in span),
                 queued=queued,
             )
@@ -176,8 +182,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             requests = await self._collect(limit)
-            for decoding, group in _by_decoding(requests).items():
-                await self._translate_group(loop, decoding, group)
+            for (decoding, splitter), group in _by_decoding(requests).items():
+                await self._translate_group(loop, decoding, group, splitter=splitter)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
@@ -205,7 +211,9 @@ class Batcher:
         self.waiting -= request.queued[0] == 0
         return request
 
-    async def _translate_group(self, loop: asyncio.AbstractEventLoop, decoding: Decoding, requests: list[QueuedRequest]) -> None:
+    async def _translate_group(
+        self, loop: asyncio.AbstractEventLoop, decoding: Decoding, requests: list[QueuedRequest], *, splitter: Splitter | None
+    ) -> None:
         requests = [request for request in requests if not request.future.done()]
         if not requests:
             return
@@ -217,7 +225,9 @@ class Batcher:
         if any(request.constraints is not None for request in requests):
             constraints = [terms for request in requests for terms in (request.constraints or [[]] * len(request.lines))]
         stop = partial(_all_gone, requests)
-        translate = partial(self.translator.translate_nbest, prefixes=prefixes, stop=stop, constraints=constraints)
+        translate = partial(
+            self.translator.translate_nbest, prefixes=prefixes, stop=stop, constraints=constraints, splitter=splitter
+        )
         try:
             found = await loop.run_in_executor(self.executor, translate, lines, decoding)
         except SearchStopped:
@@ -241,8 +251,9 @@ def _all_gone(requests: list[QueuedRequest]) -> bool:
     return all(request.future.done() for request in requests)
 
 
-def _by_decoding(requests: list[QueuedRequest]) -> dict[Decoding, list[QueuedRequest]]:
-    groups: dict[Decoding, list[QueuedRequest]] = {}
+def _by_decoding(requests: list[QueuedRequest]) -> dict[tuple[Decoding, Splitter | None], list[QueuedRequest]]:
+    """The requests that ask for the same decoding and the same cutting into sentences, together."""
+    groups: dict[tuple[Decoding, Splitter | None], list[QueuedRequest]] = {}
     for request in requests:
-        groups.setdefault(request.decoding, []).append(request)
+        groups.setdefault((request.decoding, request.splitter), []).append(request)
     return groups

@@ -20,7 +20,7 @@ class UpperCaser:
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], Decoding]] = []
 
-    def translate_nbest(self, lines, decoding, prefixes=None, stop=None, constraints=None):  # noqa: ANN001, ANN201 - the Translator's signature
+    def translate_nbest(self, lines, decoding, prefixes=None, stop=None, constraints=None, splitter=None):  # noqa: ANN001, ANN201 - the Translator's signature
         assert stop is not None and not stop()  # its clients are waiting
         self.calls.append((list(lines), decoding))
         return [[Translation(text=line.upper(), score=0.0, tokens=[])] for line in lines]
@@ -72,7 +72,7 @@ class WaitsForStop:
     def __init__(self) -> None:
         self.started = threading.Event()
 
-    def translate_nbest(self, lines, decoding, prefixes=None, stop=None, constraints=None):  # noqa: ANN001, ANN201 - the Translator's signature
+    def translate_nbest(self, lines, decoding, prefixes=None, stop=None, constraints=None, splitter=None):  # noqa: ANN001, ANN201 - the Translator's signature
         self.started.set()
         deadline = time.monotonic() + 10
         while not stop() and time.monotonic() < deadline:

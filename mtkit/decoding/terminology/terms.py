@@ -143,23 +143,36 @@ def word_continuations(tokenizer: Tokenizer) -> tuple[bool, ...]:
     return tuple(not piece.startswith("\u2581") and piece[:1].isalnum() for piece in pieces)
 
 
-def place_terms(segments_of_line: list[list[str]], terms_of_line: list[list[Term]]) -> list[list[Term]]:
+def place_terms(
+    segments_of_line: list[list[str]], terms_of_line: list[list[Term]], *, sentences: Sequence[bool] | None = None
+) -> list[list[Term]]:
     """The terms of each segment (flat, in order): a line's terms go with its only segment; in a line cut
-    into segments, each glossary term goes with the first segment holding its source term."""
+    into segments (its sentences, where `sentences` says so, or parts of an over-long line), each glossary term
+    goes with the first segment holding its source term."""
     placed = []
-    for segments, terms in zip(segments_of_line, terms_of_line, strict=True):
+    for n, (segments, terms) in enumerate(zip(segments_of_line, terms_of_line, strict=True)):
         if len(segments) <= 1 or not terms:
             placed.extend([terms] * len(segments))
             continue
         of_segment: list[list[Term]] = [[] for _ in segments]
         for term in terms:
-            where = next((n for n, text in enumerate(segments) if term.source and contains_term(text, term.source)), None)
+            where = next((k for k, text in enumerate(segments) if term.source and contains_term(text, term.source)), None)
             if where is None:
-                raise MtkitError(
-                    f"{term.where}: the line is longer than decode.max_input_tokens and is translated in {len(segments)} "
-                    f"segments, so the constraint {term.label!r} has no place; shorten the line, or give the term "
-                    "through --glossary (each term then goes with the segment holding its source term)"
-                )
+                raise MtkitError(_no_place(term, len(segments), sentences=bool(sentences and sentences[n])))
             of_segment[where].append(term)
         placed.extend(of_segment)
     return placed
+
+
+def _no_place(term: Term, segments: int, *, sentences: bool) -> str:
+    """Why a constraint without a source term has no segment to go with, and the ways out."""
+    glossary = "give the term through --glossary (each term then goes with the segment holding its source term)"
+    if sentences:
+        return (
+            f"{term.where}: the line is translated sentence by sentence ({segments} segments, --split-by sentences), so "
+            f"the constraint {term.label!r} has no place; {glossary}, or translate the line whole with --split-by lines"
+        )
+    return (
+        f"{term.where}: the line is longer than decode.max_input_tokens and is translated in {segments} "
+        f"segments, so the constraint {term.label!r} has no place; shorten the line, or {glossary}"
+    )

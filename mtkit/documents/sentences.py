@@ -1,0 +1,70 @@
+"""Paragraphs cut into sentences in front of every model (`--split-by sentences`), by the source language's rules.
+
+Models trained on single sentences, imported NLLB-200 ones included, drop sentences of a paragraph given whole;
+each sentence translated alone, and the paragraph rebuilt with its own spacing, keeps them. The rules are
+sentencex's (Wikimedia's splitter, about 300 languages, each falling back to a related language's rules, and
+English's at the end), which needs no model; wtpsplit's SaT needs one from the Hugging Face Hub.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sentencex
+
+from mtkit.data.language_codes import ISO_639_3
+from mtkit.decoding.line_parts import LineParts
+from mtkit.decoding.translator import Translator
+from mtkit.options import SplitBy
+
+ISO_639_1 = {three: two for two, three in ISO_639_3.items()}  # deu -> de: sentencex names languages by ISO 639-1
+
+
+@dataclass(frozen=True)
+class SentenceSplitter:
+    """Cuts a line into its sentences by `language`'s rules (a `decoding.line_parts.Splitter`)."""
+
+    language: str  # sentencex's name of the source language (de, en, ...)
+
+    def cut(self, line: str) -> LineParts:
+        return split_sentences(line, self.language)
+
+
+def split_sentences(text: str, language: str) -> LineParts:
+    """`text`'s sentences, stripped, and the exact whitespace around each (`LineParts.text()` gives `text` back).
+
+    sentencex only says where sentences end; the text is cut here, so nothing but whitespace is ever moved out
+    of a sentence and nothing is lost.
+    """
+    readable = text.encode("utf-8", errors="replace").decode("utf-8")  # a lone surrogate: "?", the same length
+    found = sentencex.get_sentence_boundaries(language, readable)
+    ends = sorted({boundary["end_index"] for boundary in found if 0 < boundary["end_index"] < len(text)})
+    parts: list[str] = []
+    spaces = [""]
+    for start, end in zip([0, *ends], [*ends, len(text)], strict=True):
+        piece = text[start:end]
+        sentence = piece.strip()
+        if not sentence:  # whitespace alone: spacing, not a sentence
+            spaces[-1] += piece
+            continue
+        lead = piece[: len(piece) - len(piece.lstrip())]
+        spaces[-1] += lead
+        parts.append(sentence)
+        spaces.append(piece[len(lead) + len(sentence) :])
+    return LineParts(tuple(parts), tuple(spaces))
+
+
+def splitter_language(name: str) -> str:
+    """sentencex's name of a language given as mtkit names one: `de`, `de-DE`, or an NLLB-200 code (`deu_Latn`)."""
+    language = name.replace("-", "_").split("_")[0].lower()
+    return ISO_639_1.get(language, language)
+
+
+def sentence_splitter(translator: Translator, *, split_by: SplitBy | str | None, language: str | None) -> SentenceSplitter | None:
+    """The splitter a front end gives the translator: None with `lines`; `split_by` None is the recipe's
+    decode.split_by. `language`: the source's (--src-lang), else the recipe's src_lang (English's rules without one)."""
+    chosen = SplitBy(split_by if split_by is not None else translator.decode.split_by)
+    if chosen is SplitBy.LINES:
+        return None
+    config = translator.config
+    return SentenceSplitter(splitter_language(language or (config.src_lang if config is not None else "en")))
