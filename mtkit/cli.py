@@ -469,6 +469,7 @@ def evaluate_command(
     comet_model: CometModelOption = None,
     comet_encoder: CometEncoderOption = None,
     comet_precision: Annotated[CometPrecision, typer.Option(help="The COMET model's weights.")] = CometPrecision(COMET.precision),
+    split_by: SplitByOption = None,
 ) -> None:
     """Score with sacreBLEU (BLEU, chrF, TER, lowercased BLEU; with signatures) and COMET (--metric), flag problem sentences,
     compare systems with the first by paired significance tests; a multilingual split also direction by direction."""
@@ -480,6 +481,7 @@ def evaluate_command(
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
         tgt_lang=tgt_lang, src_lang=src_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
         comet=_comet_options(comet_model, encoder=comet_encoder, device=device, precision=comet_precision),
+        split_by=split_by,
     )  # fmt: skip
     report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

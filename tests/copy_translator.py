@@ -18,7 +18,7 @@ ALPHABET = string.ascii_letters + string.digits + ".,;:!?'\"()-äöüÄÖÜß"
 
 class CopyEngine(Engine):
     """Each source copied as its translation (the n-th best: the copy without its last n - 1 pieces), each piece
-    linked to its own source piece; `drop` lists sources (as text) whose translation is only their first piece;
+    linked to its own source piece; `drop` lists sources (as text) whose translation stops at their first full stop;
     every searched batch is recorded."""
 
     name = "copy"
@@ -36,7 +36,8 @@ class CopyEngine(Engine):
             prefix = batch.prefixes[n] if batch.prefixes is not None else []
             body = list(source)
             if self.tokenizers.src.decode(body) in self.drop:
-                body = body[:1]
+                stops = self.tokenizers.src.id_to_piece(body)
+                body = body[: stops.index(".") + 1 if "." in stops else len(body)]
             tokens = [*prefix, *body]
             found.append(
                 [

@@ -64,7 +64,10 @@ def sentence_splitter(translator: Translator, *, split_by: SplitBy | str | None,
     """The splitter a front end gives the translator: None with `lines`; `split_by` None is the recipe's
     decode.split_by. `language`: the source's (--src-lang), else the recipe's src_lang (English's rules without one)."""
     chosen = SplitBy(split_by if split_by is not None else translator.decode.split_by)
-    if chosen is SplitBy.LINES:
-        return None
+    return None if chosen is SplitBy.LINES else source_splitter(translator, language=language)
+
+
+def source_splitter(translator: Translator, *, language: str | None) -> SentenceSplitter:
+    """The splitter of the sources' language: `language` (--src-lang), else the recipe's src_lang, else English."""
     config = translator.config
     return SentenceSplitter(splitter_language(language or (config.src_lang if config is not None else "en")))

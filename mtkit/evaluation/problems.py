@@ -7,7 +7,9 @@
 - `too_long` / `too_short`: the output's length in characters, divided by its source's (or, without
   sources, its reference's), is more than `length_band` times the corpus's own ratio (references
   over sources; without references, the outputs' own over the sources), or less than that ratio
-  divided by `length_band`: runaway or truncated output.
+  divided by `length_band`: runaway or truncated output;
+- `dropped` (with `-m` only: it reads the model's word alignments, `mtkit.evaluation.dropped`): a sentence
+  of the source that no word of a non-empty output aligns to.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 from mtkit.errors import OptionError
 from mtkit.textio import atomic_output
 
-FLAGS = ("loop", "copy", "empty", "too_long", "too_short")
+TEXT_FLAGS = ("loop", "copy", "empty", "too_long", "too_short")  # read from the texts alone
+DROPPED = "dropped"
+FLAGS = (*TEXT_FLAGS, DROPPED)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STUTTER = re.compile(r"(\w{2,}?)\1{3,}", re.UNICODE)  # a unit of 2+ word characters, 4+ times in a row
 
@@ -112,9 +116,10 @@ def flag_corpus(
     ]
 
 
-def flag_counts(flags: Sequence[Sequence[str]]) -> dict[str, int]:
+def flag_counts(flags: Sequence[Sequence[str]], *, names: Sequence[str] = TEXT_FLAGS) -> dict[str, int]:
+    """How many outputs have each flag of `names` (those known: `dropped` needs the model)."""
     counted = Counter(flag for sentence in flags for flag in sentence)
-    return {flag: counted[flag] for flag in FLAGS}
+    return {flag: counted[flag] for flag in names}
 
 
 def write_flags(

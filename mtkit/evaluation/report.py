@@ -16,13 +16,16 @@ from mtkit.config import Config, bleu_band, direction, split_languages, tag_lang
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
+from mtkit.documents.sentences import sentence_splitter, source_splitter
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
+from mtkit.evaluation.dropped import dropped_lines
 from mtkit.evaluation.language import off_target_rate
 from mtkit.evaluation.metrics import METRICS, EvalResult, Score, bleu, chrf, score_corpus
-from mtkit.evaluation.problems import FlagRules, flag_corpus, flag_counts, write_flags
+from mtkit.evaluation.problems import DROPPED, FLAGS, TEXT_FLAGS, FlagRules, flag_corpus, flag_counts, write_flags
 from mtkit.evaluation.significance import Comparison, PairedTests, compare_sentence_scores, compare_systems
+from mtkit.options import SplitBy
 from mtkit.run_files import RunFiles
 from mtkit.textio import read_lines, write_lines
 
@@ -49,6 +52,7 @@ class EvaluateRequest:
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
+    split_by: SplitBy | None = None  # with models: what the model reads at a time (None: the recipe's decode.split_by)
 
 
 @dataclass(kw_only=True)
@@ -130,10 +134,13 @@ def evaluate(request: EvaluateRequest) -> Report:
     names, hypotheses, sources, references = systems.names, systems.hypotheses, systems.sources, systems.references
     first_reference = references[0] if references else None
     reports, all_flags = [], []
-    for name, hyps in zip(names, hypotheses, strict=True):
+    for index, (name, hyps) in enumerate(zip(names, hypotheses, strict=True)):
         flags = flag_corpus(hyps, first_reference, sources=sources, rules=request.rules)
+        if systems.dropped is not None:  # from the model's alignments
+            flags = [found + [DROPPED] * lost for found, lost in zip(flags, systems.dropped[index], strict=True)]
         result = score_corpus(hyps, references) if references else EvalResult([], len(hyps))
-        reports.append(SystemReport(name=name, result=result, flags=flag_counts(flags)))
+        known = FLAGS if systems.dropped is not None else TEXT_FLAGS
+        reports.append(SystemReport(name=name, result=result, flags=flag_counts(flags, names=known)))
         all_flags.append(flags)
     if quality is not None:
         _add_quality_scores(reports, systems, quality, request.metric or "comet")
@@ -249,18 +256,21 @@ def _directions(systems: _Systems, request: EvaluateRequest) -> list[DirectionRe
 
 @dataclass(frozen=True)
 class _Direction:
-    """Lines start..end of the sources are one direction, translated into `tgt_lang` (None: unknown)."""
+    """Lines start..end of the sources are one direction, translated into `tgt_lang` (None: unknown), from
+    `src_lang` (None: the recipe's)."""
 
     name: str
     tgt_lang: str | None
     start: int
     end: int
+    src_lang: str | None = None
 
 
 @dataclass
 class _Systems:
     """The systems to score: names, hypotheses, the sources (None: unknown), the reference streams,
-    the (first) model's recipe when they come from models, and the directions of the lines."""
+    the (first) model's recipe when they come from models, the directions of the lines, and per system and line
+    whether the output leaves out a sentence of its source (None: unknown without the models' alignments)."""
 
     names: list[str]
     hypotheses: list[list[str]]
@@ -268,6 +278,7 @@ class _Systems:
     references: list[list[str]]
     recipe: Config | None = None
     directions: list[_Direction] = field(default_factory=list)
+    dropped: list[list[bool]] | None = None
 
     def recipe_languages(self) -> list[str]:
         """The recipe's languages: the candidates an output's language is identified among."""
@@ -303,7 +314,7 @@ def _translated(request: EvaluateRequest) -> _Systems:
     groups = [[model] for model in request.models] if request.compare else [request.models]
     if request.output is not None and len(groups) > 1:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
-    names, hypotheses, sources, references, recipe, directions = [], [], None, None, None, []
+    names, hypotheses, dropped, sources, references, recipe, directions = [], [], [], None, None, None, []
     for group in groups:
         # a CTranslate2 export carries its recipe too
         translator = Translator.load(group, device=request.device, fast_paths=request.fast_paths)
@@ -311,17 +322,42 @@ def _translated(request: EvaluateRequest) -> _Systems:
             sources, references, directions = _sources_and_references(translator, group[0], request)
             recipe = translator.config
         names.append(" + ".join(str(model) for model in group))
-        translated = []
-        for way in directions:
-            lines = sources[way.start : way.end]
-            translated += translator.translate(
-                lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang, src_lang=request.src_lang
-            )
-        hypotheses.append(translated)
+        aligned = _aligns(translator)
+        found = [
+            _translated_direction(translator, sources[way.start : way.end], way, request, aligned=aligned) for way in directions
+        ]
+        hypotheses.append([text for texts, _ in found for text in texts])
+        dropped.append([lost for _, losts in found for lost in losts] if aligned else None)
     if request.output is not None:
         write_lines(hypotheses[0], request.output)
     assert sources is not None and references is not None
-    return _Systems(names, hypotheses, sources, references, recipe, directions)
+    known = dropped if all(losts is not None for losts in dropped) else None
+    return _Systems(names, hypotheses, sources, references, recipe, directions, dropped=known)
+
+
+def _translated_direction(
+    translator: Translator, lines: list[str], way: _Direction, request: EvaluateRequest, *, aligned: bool
+) -> tuple[list[str], list[bool]]:
+    """One direction's translations (each line cut into sentences as `request.split_by` says), and, when `aligned`,
+    per line whether its translation leaves out a sentence of the source, by the output's word alignments."""
+    decoding = Decoding(beam=request.beam, tgt_lang=way.tgt_lang, src_lang=request.src_lang, alignments=aligned)
+    language = way.src_lang or request.src_lang
+    splitter = sentence_splitter(translator, split_by=request.split_by, language=language)
+    best = [found[0] for found in translator.translate_nbest(lines, decoding, progress=True, splitter=splitter)]
+    if not aligned:
+        return [t.text for t in best], []
+    sentences = source_splitter(translator, language=language)
+    tagged = translator.leads(decoding)[0] is not None
+    return [t.text for t in best], dropped_lines(translator, [sentences.cut(line) for line in lines], best=best, tagged=tagged)
+
+
+def _aligns(translator: Translator) -> bool:
+    """Whether the translator's engine and model give word alignments (for the dropped-sentence flag)."""
+    try:
+        translator.search_options(Decoding(alignments=True))
+    except MtkitError:
+        return False
+    return True
 
 
 def _sources_and_references(
@@ -334,7 +370,7 @@ def _sources_and_references(
         translator.leads(Decoding(src_lang=request.src_lang, tgt_lang=request.tgt_lang))  # checked before translating
         sources = _sentences(request.src, "--src")
         target = request.tgt_lang or (translator.target_languages or [None])[0]
-        return sources, refs, [_Direction(f"into {target}", target, 0, len(sources))]
+        return sources, refs, [_Direction(f"into {target}", target, 0, len(sources), src_lang=request.src_lang)]
     if request.split not in ("valid", "test"):
         raise MtkitError("evaluate -m RUN_DIR needs --split test (or valid), or --src FILE --ref FILE")
     splits = getattr(config.data, request.split) if config is not None else None
@@ -346,7 +382,9 @@ def _sources_and_references(
             continue  # --tgt-lang with --split: the directions into that language only
         src_lang, tgt_lang = split_languages(config, split)
         pairs = list(iter_split(split, src_lang, tgt_lang=tgt_lang, normalize=config.data.normalize))
-        directions.append(_Direction(direction(config, split), tgt_lang, len(sources), len(sources) + len(pairs)))
+        directions.append(
+            _Direction(direction(config, split), tgt_lang, len(sources), len(sources) + len(pairs), src_lang=src_lang)
+        )
         sources += [s for s, _ in pairs]
         references += [t for _, t in pairs]
     if not directions:
