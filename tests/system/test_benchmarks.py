@@ -35,6 +35,8 @@ KEYS = {
                 "beam1_seconds", "ct2_beam5_split_seconds", "update_seconds"},
     "packed": {"date", "model", "packed_layers", "sentences", "threads", "matmul_gflops_before", "beam5", "beam1",
                "matmul_gflops_after"},
+    "paragraphs": {"date", "model", "machine", "device", "matmul_gflop_per_s", "captions", "paragraphs", "boundaries", "bleu",
+                   "length_over_sentence_by_sentence", "dropped", "speed", "matmul_gflop_per_s_after"},
     "peers": {"date", "recipe", "overrides", "machine", "counts", "not_matched", "matmul_gflop_per_s", "runs", "ratios",
               "onmt_commands"},
     "rerank": {"date", "machine", "model", "test", "sentences", "candidates", "systems", "paired_tests"},
