@@ -146,6 +146,7 @@ def test_a_hundred_concurrent_requests_are_answered_correctly_and_batched(server
         ({"text": ["a"], "beam": 1, "constraints": [["c"]]}, 400, "constraints need beam search, not greedy search"),
         ({"text": ["a"], "constraints": [[3]]}, 422, "constraints"),
         ({"text": ["a"], "constraints_order": "sorted"}, 422, "constraints_order"),
+        ({"text": ["a"], "split_by": "words"}, 422, "split_by: Input should be 'sentences' or 'lines'"),
     ],
 )
 def test_each_bad_request_gets_its_status_and_the_server_goes_on(server, sources, body, status, message):

@@ -23,7 +23,7 @@ ANY_JSON = st.recursive(
     max_leaves=8,
 )
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40) | st.sampled_from(
-    ["a b c", "", " ", "a " * 150, "\u202e\u0301", "\ufeffa", "d\r\ne"]
+    ["a b c", "", " ", "a " * 150, "\u202e\u0301", "\ufeffa", "d\r\ne", "a b. c!  d? e", "a. " * 60]
 )
 NUMBER = st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True) | ANY_JSON
 PHRASE = TEXT | st.lists(TEXT, max_size=3)
@@ -49,6 +49,7 @@ DRAWS = {
     "rerank": st.sampled_from(["mbr", "qe", "MBR", ""]) | ANY_JSON,
     "candidates": st.integers(-3, 80) | NUMBER,
     "mbr_utility": st.sampled_from(["chrf", "comet", "bleu"]) | ANY_JSON,
+    "split_by": st.sampled_from(["sentences", "lines", "words", "", "SENTENCES"]) | ANY_JSON,
 }
 FIELDS = {name: DRAWS.get(name, ANY_JSON) for name in TranslateRequest.model_fields}
 BODY = st.fixed_dictionaries({}, optional=FIELDS) | st.dictionaries(st.text(max_size=10), ANY_JSON, max_size=4)
