@@ -256,6 +256,7 @@ def test_wrong_types_name_the_key(recipe, override, key, detail):
         ("tokenizer.type=wordpiece", "tokenizer.type", "bpe, unigram"),
         ("data.normalize=NFD", "data.normalize", "NFC, NFKC, none"),
         ("train.precision=fp8", "train.precision", "auto, fp32, bf16, fp16"),
+        ("decode.split_by=words", "decode.split_by", "sentences, lines"),
     ],
 )
 def test_invalid_choices_list_the_valid_ones(recipe, override, key, choices):
@@ -563,6 +564,7 @@ def test_choices_are_listed_once_in_config():
     assert choices(DataConfig, "bad_bytes") == ("error", "replace")
     assert choices(ModelConfig, "arch") == ("transformer", "rnn")
     assert choices(TrainConfig, "precision") == ("auto", "fp32", "bf16", "fp16")
+    assert choices(DecodeConfig, "split_by") == ("sentences", "lines") and DecodeConfig().split_by == "sentences"
     with pytest.raises(KeyError):
         choices(ModelConfig, "layers")
 

@@ -36,8 +36,7 @@ def split_sentences(text: str, language: str) -> LineParts:
     sentencex only says where sentences end; the text is cut here, so nothing but whitespace is ever moved out
     of a sentence and nothing is lost.
     """
-    readable = text.encode("utf-8", errors="replace").decode("utf-8")  # a lone surrogate: "?", the same length
-    found = sentencex.get_sentence_boundaries(language, readable)
+    found = sentencex.get_sentence_boundaries(language, _readable(text))
     ends = sorted({boundary["end_index"] for boundary in found if 0 < boundary["end_index"] < len(text)})
     parts: list[str] = []
     spaces = [""]
@@ -52,6 +51,13 @@ def split_sentences(text: str, language: str) -> LineParts:
         parts.append(sentence)
         spaces.append(piece[len(lead) + len(sentence) :])
     return LineParts(tuple(parts), tuple(spaces))
+
+
+def _readable(text: str) -> str:
+    """`text` as sentencex reads it safely, each character in its place: a lone surrogate as "?", and a space outside
+    ASCII (a no-break space) as " " (sentencex 1.0.32 panics cutting inside one before a full stop: "Z\u00a0.")."""
+    plain = "".join(" " if character.isspace() and not character.isascii() else character for character in text)
+    return plain.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def splitter_language(name: str) -> str:

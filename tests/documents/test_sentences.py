@@ -41,6 +41,10 @@ TEXT = st.lists(st.sampled_from([*"ab Z.!?。\t\u00a0\u3000\n", "Dr.", "z. B.", 
 )
 
 
+def test_a_no_break_space_before_a_full_stop_is_read_safely():
+    assert split_sentences("Z\u00a0.", "en").parts == ("Z\u00a0.",)  # sentencex alone panics on it
+
+
 @given(text=TEXT, language=st.sampled_from(["de", "en", "ja", "zz"]))
 def test_splitting_and_rebuilding_keep_the_text_exactly(text, language):
     parts = split_sentences(text, language)
@@ -156,3 +160,12 @@ def test_translate_splits_a_file_one_output_line_per_input_line(tmp_path: Path, 
 def test_line_parts_rebuild_their_line():
     assert LineParts.whole(" a. b ").text() == " a. b "
     assert LineParts(("a.", "b"), (" ", "\t", "")).text() == " a.\tb"
+
+
+def test_the_recipe_key_sets_what_translate_does_without_the_flag(tmp_path: Path):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text(PARAGRAPH + "\n", encoding="utf-8")
+    for split_by, searched in (("sentences", 4), ("lines", 1)):
+        translator = copy_translator(split_by=split_by)
+        translate_document_file(translator, DocumentOptions(file=FileOptions(input=source, output=output)))
+        assert sum(len(batch.sources) for batch in translator.engine.batches) == searched
