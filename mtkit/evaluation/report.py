@@ -183,6 +183,9 @@ def _check_inputs(request: EvaluateRequest) -> None:
     the sources for COMET, and references for every metric but a reference-free one (`--metric qe`)."""
     if request.metric is not None and request.hyps and request.src is None:
         raise MtkitError(f"--metric {request.metric} reads the sources too: give --src FILE with --hyp")
+    if request.split_by is not None and request.hyps:
+        split_by = SplitBy(request.split_by).value
+        raise MtkitError(f"--split-by {split_by} says how -m translates; --hyp files are translated already: leave it out")
     from_files = bool(request.hyps) or (bool(request.models) and request.src is not None)  # else the recipe's split
     if request.refs or not from_files:
         return

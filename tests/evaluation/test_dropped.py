@@ -10,7 +10,8 @@ from copy_translator import copy_translator
 from helpers import write_text_lines
 
 from mtkit.decoding.line_parts import LineParts
-from mtkit.decoding.translator import Translation, Translator
+from mtkit.decoding.translator import Translation
+from mtkit.errors import MtkitError
 from mtkit.evaluation import report
 from mtkit.evaluation.dropped import dropped_lines, dropped_sentences, sentence_words
 from mtkit.evaluation.report import EvaluateRequest, evaluate
@@ -67,4 +68,8 @@ def test_evaluate_counts_and_writes_the_dropped_sentences(files, monkeypatch, sp
 def test_without_a_model_the_flag_is_not_reported(files):
     found = evaluate(EvaluateRequest(hyps=[files["ref"]], refs=[files["ref"]], src=files["src"]))
     assert "dropped" not in found.systems[0].flags and "empty" in found.systems[0].flags
-    assert Translator  # the class the stub replaced is the one evaluate loads
+
+
+def test_split_by_without_a_model_is_refused_in_one_line(files):
+    with pytest.raises(MtkitError, match=r"^--split-by lines says how -m translates; --hyp files are translated already"):
+        evaluate(EvaluateRequest(hyps=[files["ref"]], refs=[files["ref"]], split_by=SplitBy.LINES))
