@@ -327,14 +327,14 @@ class LineSegments:
     parts: int = 1  # the parts (sentences) the line was cut into
 
     @classmethod
-    def of(cls, parts: LineParts, segments: Callable[[str], list[list[int]]]) -> LineSegments:
-        """The segments of a line's parts (`segments` of each part: several for an over-long one), one after another,
+    def of(cls, parts: LineParts, encode: Callable[[str], list[list[int]]]) -> LineSegments:
+        """The segments of a line's parts (`encode` gives a part's: several for an over-long one), one after another,
         and the spacing their translations are joined by."""
         found: list[list[int]] = []
         between: list[str] = []
         space, overlong = "", False
         for part, after in zip(parts.parts, parts.spaces[1:], strict=True):
-            pieces = segments(part)
+            pieces = encode(part)
             if pieces:
                 between += [space] if found else []
                 between += [" "] * (len(pieces) - 1)  # a part longer than decode.max_input_tokens, cut
