@@ -189,7 +189,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_update(tmp_path):
 
 def test_two_processes_translate_a_file_exactly_as_one(reverse_run, tmp_path):
     lines = Path(reverse_run.data.valid[0].src).read_text().splitlines()[:45]
-    lines[10:10] = ["", "a b c d e f g h i j k l " * 3]  # an empty line and a long one among them
+    lines[10:10] = ["", "a b c d e f g h i j k l " * 3, "a b c. d e f!  g h"]  # an empty line, a long one, a paragraph
     source = tmp_path / "in.txt"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     arguments = ["translate", "-m", str(reverse_run.run_path), "-i", str(source), "--buffer-lines", "7", "--nbest", "2"]
