@@ -3,8 +3,9 @@
 A model changes what it reads: it translates `{name}`, spaces out `%(count)d` and rewrites a URL. So each
 placeholder is taken out of the text into an empty `PLACEHOLDER` span whose `open` is its exact text, and
 `tags.place_spans` puts it back after the target word aligned to the source word before it. The model reads
-natural text: the whitespace before a placeholder goes with it ("Delete %d files" is read as "Delete files",
-the span at the end of "Delete"). `%%` is an escaped percent sign, not a placeholder, and stays in the text.
+natural text: the whitespace before a placeholder goes with it, into the span ("Delete %d files" is read as
+"Delete files", the span " %d" at the end of "Delete", so the translation reads "Supprimer %d fichiers").
+`%%` is an escaped percent sign, not a placeholder, and stays in the text.
 An ICU message (`{count, plural, one {# item} other {# items}}`) is one placeholder, kept whole.
 """
 
@@ -85,8 +86,9 @@ def _url_end(text: str, start: int, end: int) -> int:
 
 
 def mask_placeholders(block: Block) -> Block:
-    """`block` with each placeholder taken out of its text into an empty placeholder span (its `open` the
-    placeholder's exact text), the whitespace before it taken out too; the block's spans keep their text."""
+    """`block` with each placeholder taken out of its text into an empty placeholder span whose `open` is the exact
+    text taken out: the placeholder and the whitespace that would leave a gap without it; the block's spans keep
+    their text."""
     cuts = list(_cuts(block))
     if not cuts:
         return block
@@ -109,9 +111,9 @@ def mask_placeholders(block: Block) -> Block:
 
 
 def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:
-    """(start, end, placeholder) for each range of text to take out: the placeholder and the whitespace that
-    reads as a gap without it (before it, or after it at the start of the text). A placeholder across a span's
-    edge stays text: taking it out would tear the markup."""
+    """(start, end, text) of each range to take out: a placeholder and the whitespace that reads as a gap without
+    it (before it, or after it at the start of the text), never across a span's edge. A placeholder across a
+    span's edge stays text: taking it out would tear the markup."""
     text = block.text
     edges = {offset for span in block.spans for offset in (span.start, span.end)}
     previous_end = 0  # where the last cut ended: text before it is taken out already
@@ -121,9 +123,9 @@ def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:
             continue
         cut_start, cut_end = start, end
         before, after = start, end
-        while before > previous_end and text[before - 1].isspace():
+        while before > previous_end and text[before - 1].isspace() and before not in edges:
             before -= 1
-        while after < len(text) and text[after].isspace():
+        while after < len(text) and text[after].isspace() and after not in edges:
             after += 1
         leading = leading and before == previous_end
         if leading:
@@ -131,7 +133,7 @@ def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:
         elif before < start and (after > end or after == len(text) or not text[end].isalnum()):
             cut_start = before  # the space before goes, unless a word follows at once ("size %dKB")
         previous_end = cut_end
-        yield cut_start, cut_end, text[start:end]
+        yield cut_start, cut_end, text[cut_start:cut_end]
 
 
 def _shifted(offset: int, cuts: list[tuple[int, int, str]]) -> int:
