@@ -64,7 +64,7 @@ def iter_split(
     elif kind == "jsonl":
         raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
     elif kind == "tmx":
-        raw_pairs = read_tmx(Path(split.tmx), src_lang, tgt_lang, recipe_key=f"{recipe_key}.tmx")
+        raw_pairs = read_tmx(Path(split.tmx), src_lang, tgt_lang=tgt_lang, recipe_key=f"{recipe_key}.tmx")
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
     return (_model_pair(pair, normalize, max_chars) for pair in itertools.islice(raw_pairs, split.limit))

@@ -22,7 +22,7 @@ XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 NATIVE_CODES = {"bpt", "ept", "ph", "it", "ut"}  # what a segment carries of its document's markup, not its text
 
 
-def read_tmx(path: Path, src_lang: str, tgt_lang: str, *, recipe_key: str) -> Iterator[tuple[str, str]]:
+def read_tmx(path: Path, src_lang: str, *, tgt_lang: str, recipe_key: str) -> Iterator[tuple[str, str]]:
     """(source, target) of each unit that has a segment in both languages, in file order; units without one
     are skipped, and a memory with none at all is an error naming the languages it has."""
     if not path.is_file():

@@ -3,8 +3,9 @@
 A model changes what it reads: it translates `{name}`, spaces out `%(count)d` and rewrites a URL. So each
 placeholder is taken out of the text into an empty `PLACEHOLDER` span whose `open` is its exact text, and
 `tags.place_spans` puts it back after the target word aligned to the source word before it. The model reads
-natural text: the whitespace before a placeholder goes with it, into the span ("Delete %d files" is read as
-"Delete files", the span " %d" at the end of "Delete", so the translation reads "Supprimer %d fichiers").
+natural text: the whitespace beside a placeholder goes with it, into the span ("Delete %d files" is read as
+"Delete files", the span "%d " before "files", so the translation reads "Supprimer %d fichiers"; "Hello %s"
+is read as "Hello", the span " %s" after it).
 `%%` is an escaped percent sign, not a placeholder, and stays in the text.
 An ICU message (`{count, plural, one {# item} other {# items}}`) is one placeholder, kept whole.
 """
@@ -112,12 +113,11 @@ def mask_placeholders(block: Block) -> Block:
 
 def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:
     """(start, end, text) of each range to take out: a placeholder and the whitespace that reads as a gap without
-    it (before it, or after it at the start of the text), never across a span's edge. A placeholder across a
-    span's edge stays text: taking it out would tear the markup."""
+    it (after it when a word follows, else before it), never across a span's edge. A placeholder across a span's
+    edge stays text: taking it out would tear the markup."""
     text = block.text
     edges = {offset for span in block.spans for offset in (span.start, span.end)}
     previous_end = 0  # where the last cut ended: text before it is taken out already
-    leading = True  # every character before previous_end is cut: the text starts here
     for start, end in find_placeholders(text):
         if any(start < edge < end for edge in edges):
             continue
@@ -127,11 +127,10 @@ def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:
             before -= 1
         while after < len(text) and text[after].isspace() and after not in edges:
             after += 1
-        leading = leading and before == previous_end
-        if leading:
-            cut_end = after  # the start of the text: the space after goes
-        elif before < start and (after > end or after == len(text) or not text[end].isalnum()):
-            cut_start = before  # the space before goes, unless a word follows at once ("size %dKB")
+        if end < after < len(text):
+            cut_end = after  # a word follows: the space after goes, the span sits at the word's start
+        elif before < start and (end == len(text) or not text[end].isalnum()):
+            cut_start = before  # the end of the text or punctuation follows: the space before goes
         previous_end = cut_end
         yield cut_start, cut_end, text[cut_start:cut_end]
 
