@@ -4,14 +4,15 @@ A model changes what it reads: it translates `{name}`, spaces out `%(count)d` an
 placeholder is taken out of the text into an empty `PLACEHOLDER` span whose `open` is its exact text, and
 `tags.place_spans` puts it back after the target word aligned to the source word before it. The model reads
 natural text: the whitespace beside a placeholder goes with it, into the span ("Delete %d files" is read as
-"Delete files", the span "%d " before "files", so the translation reads "Supprimer %d fichiers"; "Hello %s"
-is read as "Hello", the span " %s" after it).
+"Delete files", the span "%d " before "files"), and `space_placeholders` sets it apart from the target's words
+again ("Supprimer %d fichiers").
 `%%` is an escaped percent sign, not a placeholder, and stays in the text.
 An ICU message (`{count, plural, one {# item} other {# items}}`) is one placeholder, kept whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 
@@ -46,6 +47,8 @@ _PATTERN = re.compile(
     )
 )
 _URL_TRAILER = ".,;:!?'\")]}"  # sentence punctuation after a URL is not part of it
+_OPENING = "([{\"'«„“‘¿¡"  # a placeholder right after one of these needs no space
+_CLOSING = ".,;:!?)]}\"'»“”’…"  # nor right before one of these
 
 
 def find_placeholders(text: str) -> list[tuple[int, int]]:
@@ -109,6 +112,22 @@ def mask_placeholders(block: Block) -> Block:
     # a placeholder comes after the markup that starts at its offset, so it stays inside a tag around it
     spans = sorted([*moved, *masked], key=lambda span: (span.start, -span.end, span.kind == SpanKind.PLACEHOLDER))
     return Block(text="".join(pieces), spans=tuple(spans))
+
+
+def space_placeholders(block: Block) -> Block:
+    """A translated block with each placeholder that stood apart from its words in the source (its span's `open`
+    holds the space taken out beside it) apart from the target's words too, wherever the span was placed: a space
+    between it and a word on either side, none before closing or after opening punctuation, none doubled."""
+    spans = []
+    for span in block.spans:
+        core = span.open.strip()
+        if span.kind is SpanKind.PLACEHOLDER and core != span.open:
+            before = block.text[span.start - 1] if span.start > 0 else " "
+            after = block.text[span.start] if span.start < len(block.text) else " "
+            spaced = (" " if not before.isspace() and before not in _OPENING else "") + core
+            span = dataclasses.replace(span, open=spaced + (" " if not after.isspace() and after not in _CLOSING else ""))
+        spans.append(span)
+    return dataclasses.replace(block, spans=tuple(spans))
 
 
 def _cuts(block: Block) -> Iterator[tuple[int, int, str]]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mtkit.decoding.translator import Translation
 from mtkit.documents.blocks import Block, Span, SpanKind
-from mtkit.documents.placeholders import find_placeholders, mask_placeholders
+from mtkit.documents.placeholders import find_placeholders, mask_placeholders, space_placeholders
 from mtkit.documents.tags import place_spans
 from mtkit.errors import MtkitError
 
@@ -79,6 +79,20 @@ def test_a_placeholder_across_a_tags_edge_stays_text() -> None:
     assert mask_placeholders(block) is block
 
 
+@pytest.mark.parametrize(("text", "offset", "open", "written"), [
+    ("Supprimer fichiers", 10, "%d ", "Supprimer %d fichiers"),  # placed at the next word's start
+    ("Supprimer fichiers", 9, "%d ", "Supprimer %d fichiers"),  # placed at the word before's end
+    ("Bonjour", 7, "%s ", "Bonjour %s"),  # at the end
+    ("fichiers", 0, " %d", "%d fichiers"),  # at the start
+    ("Bonjour, toi", 7, " %s", "Bonjour %s, toi"),  # before punctuation
+    ("Taille (Ko)", 8, " %d", "Taille (%d Ko)"),  # after an opening bracket
+    ("Taille Ko", 7, "%d", "Taille %dKo"),  # glued to its word in the source: as it was
+])  # fmt: skip
+def test_a_placeholder_that_stood_apart_stands_apart_wherever_it_is_placed(text, offset, open, written) -> None:
+    block = Block(text=text, spans=(Span(start=offset, end=offset, open=open, kind=SpanKind.PLACEHOLDER),))
+    assert render(space_placeholders(block)) == written
+
+
 def render(block: Block) -> str:
     """The block's text with each span's markup written in (placeholders as their text)."""
     inserts = sorted(
@@ -132,6 +146,6 @@ def place_spans_ready() -> bool:
 def test_each_placeholder_is_in_the_translation_as_often_as_in_the_source(pieces: list[str]) -> None:
     source = " ".join(pieces)
     masked = mask_placeholders(Block(text=source))
-    output = render(place_spans(masked, stub_translation(masked.text)))
+    output = render(space_placeholders(place_spans(masked, stub_translation(masked.text))))
     for placeholder in set(PLACEHOLDERS):
         assert output.count(placeholder) == source.count(placeholder), placeholder
