@@ -114,3 +114,26 @@ def test_prepare_reads_a_translation_memory_as_a_training_corpus(tmp_path: Path,
     assert set(zip(prepared["src"], prepared["tgt"], strict=True)) <= {
         (" ".join(s.split()), " ".join(t.split())) for s, t in pairs
     }
+
+
+def test_a_memory_is_read_a_unit_at_a_time_and_each_unit_freed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mtkit.data.tmx as tmx
+
+    units = "".join(
+        f'<tu><tuv xml:lang="de"><seg>s{n}</seg></tuv><tuv xml:lang="en"><seg>t{n}</seg></tuv></tu>' for n in range(5000)
+    )
+    split = SplitConfig(tmx=str(write_memory(tmp_path / "m.tmx", f"<tmx><body>{units}</body></tmx>")))
+    read, iterparse = [], tmx.etree.iterparse
+
+    def recorded(*args, **kwargs):
+        for event, element in iterparse(*args, **kwargs):
+            read.append(element)
+            yield event, element
+
+    monkeypatch.setattr(tmx.etree, "iterparse", recorded)
+    held = []
+    for number, pair in enumerate(iter_split(split, "de", tgt_lang="en")):
+        assert pair == (f"s{number}", f"t{number}")
+        held.append(len(read[-1].getparent()))  # the units the tree holds while this pair is read
+    # what the parser has read ahead of the reader (a buffer's worth), not the file
+    assert len(held) == 5000 and max(held) < 1000
