@@ -23,6 +23,9 @@ msgid "{count} e f g"
 msgid_plural "e f g {count} h"
 msgstr[0] ""
 msgstr[1] ""
+
+msgid "i j k"
+msgstr "done by a person"
 """
 XLIFF = """<?xml version="1.0" encoding="UTF-8"?>
 <xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="xx" trgLang="yy">
@@ -41,9 +44,13 @@ def test_a_po_file_is_translated_with_its_placeholders_after_the_letters_they_fo
     source, output = tmp_path / "messages.po", tmp_path / "out.po"
     source.write_text(PO, encoding="utf-8")
     succeeded(invoke("translate", "-m", reverse_run.run_path, "-i", source, "-o", output, "--format", "po", "--beam", "2"))
-    simple, plural = [unit for unit in pypo.pofile.parsestring(output.read_bytes()).units if not unit.isheader()]
+    simple, plural, done = [unit for unit in pypo.pofile.parsestring(output.read_bytes()).units if not unit.isheader()]
     assert simple.target == "d c b %s a" and simple.isfuzzy()
     assert plural.target.strings == ["{count} g f e", "h g {count} f e"] and plural.isfuzzy()
+    assert done.target == "done by a person" and not done.isfuzzy()
+    redone = tmp_path / "redone.po"
+    succeeded(invoke("translate", "-m", reverse_run.run_path, "-i", output, "-o", redone, "--format", "po", "--retranslate"))
+    assert pypo.pofile.parsestring(redone.read_bytes()).units[-1].target == "k j i"
 
 
 def test_an_xliff_file_is_translated_with_its_inline_codes_around_the_reversed_letters(reverse_run, tmp_path: Path) -> None:
