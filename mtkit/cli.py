@@ -150,7 +150,11 @@ DocumentFormatOption = Annotated[
     ),
 ]
 Retranslate = Annotated[
-    bool, typer.Option(help="--format po or xliff: translate the entries translated already too (else they are kept).")
+    bool,
+    typer.Option(
+        help=f"With --format {' or '.join(r.name for r in FORMATS.values() if r.units)}: translate the entries translated "
+        "already too (else they are kept).",
+    ),
 ]
 SplitByOption = Annotated[
     SplitBy,
