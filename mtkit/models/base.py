@@ -147,14 +147,17 @@ class OutputRows:
             cut = self._cut[id(output)] = self._rows_of(output)
         return cut(x)
 
-    @torch.no_grad()
     def _rows_of(self, output: nn.Linear) -> nn.Linear:
-        """A copy of `output` holding the rows `ids`; packed for oneDNN as `output` is (`mtkit.models.packed`)."""
-        weight = output.weight.index_select(0, self.ids)  # (V', D)
-        cut = nn.Linear(weight.size(1), weight.size(0), bias=output.bias is not None, device=weight.device, dtype=weight.dtype)
-        cut.weight.copy_(weight)
-        if output.bias is not None:
-            cut.bias.copy_(output.bias.index_select(0, self.ids))
+        """A copy of `output` holding the rows `ids`; packed for oneDNN as `output` is (`mtkit.models.packed`).
+        Made outside inference mode, where search runs, so that packing can track its weight's version."""
+        with torch.inference_mode(False), torch.no_grad():
+            weight = output.weight.index_select(0, self.ids)  # (V', D)
+            cut = nn.Linear(
+                weight.size(1), weight.size(0), bias=output.bias is not None, device=weight.device, dtype=weight.dtype
+            )
+            cut.weight.copy_(weight)
+            if output.bias is not None:
+                cut.bias.copy_(output.bias.index_select(0, self.ids))
         if isinstance(output, PackedLinear):
             pack_linears(cut)
         return cut
