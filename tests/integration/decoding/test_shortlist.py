@@ -101,3 +101,13 @@ def test_a_given_parallel_corpus_is_aligned_instead_of_the_prepared_pairs(revers
     assert_one_line_error(invoke("shortlist", run, "--src", raw / "valid.src"), "--src and --tgt go together")
     said = succeeded(invoke("shortlist", run, "--src", raw / "valid.src", "--tgt", raw / "valid.tgt", "--k", 2)).stderr
     assert "50 pairs aligned, k=2" in said
+
+
+def test_evaluate_scores_the_same_with_the_shortlist_and_without(shortlisted, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(shortlisted[0], run)
+    reports = [
+        cli_output("evaluate", "-m", run, "--split", "valid", "--json", "--no-save-scores", flag)
+        for flag in ("--shortlist", "--no-shortlist")
+    ]
+    assert reports[0] == reports[1] and '"BLEU"' in reports[0]
