@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import REVERSE_PROBES, assert_one_line_error, cli_output, invoke, succeeded
 
 from mtkit.decoding.ct2_engine import load_export
@@ -96,7 +97,10 @@ def test_a_damaged_shortlist_and_a_missing_one_asked_for_are_one_line(shortliste
 def test_a_given_parallel_corpus_is_aligned_instead_of_the_prepared_pairs(reverse_run, tmp_path):
     run = tmp_path / "imported"
     run.mkdir()
-    shutil.copy(reverse_run.run_path / "best.pt", run / "best.pt")
+    payload = torch.load(reverse_run.run_path / "best.pt", weights_only=True)
+    payload["config"]["data_dir"] = str(tmp_path / "elsewhere")  # its prepared data is not here
+    torch.save(payload, run / "best.pt")
+    assert_one_line_error(invoke("shortlist", run), "prepared training data", "give a parallel corpus with --src FILE --tgt FILE")
     raw = reverse_run.data_path.parent / "raw"
     assert_one_line_error(invoke("shortlist", run, "--src", raw / "valid.src"), "--src and --tgt go together")
     said = succeeded(invoke("shortlist", run, "--src", raw / "valid.src", "--tgt", raw / "valid.tgt", "--k", 2)).stderr
