@@ -28,7 +28,17 @@ from mtkit.data.prepare import check_language_codes, learn_tokenizers, save_toke
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models.base import EncoderDecoder
-from mtkit.models.checkpoint import checkpoint_tokenizers, read_checkpoint, tokenizer_payload
+from mtkit.models.checkpoint import (
+    LORA_PARENT,
+    check_parent,
+    checkpoint_tokenizers,
+    parent_record,
+    read_checkpoint,
+    tokenizer_payload,
+)
+from mtkit.models.lora import adapter_weights, apply_lora, bf16_base_on, load_adapters, load_base_weights
+from mtkit.run_files import RunFiles
+from mtkit.training.master_weights import full_precision_weights
 
 
 def refuse_tokenizer_training(config: Config, source: str) -> None:
@@ -98,7 +108,16 @@ def load_parent(
     Returns what a grown vocabulary did, to say; None when the vocabulary is the parent's.
     """
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
+    if LORA_PARENT in payload:
+        raise MtkitError(
+            f"{parent}: a LoRA run holds adapters alone; merge it first (mtkit merge {parent} -o DIR) and start from DIR"
+        )
     said = None
+    if extends(tokenizers, theirs) and config.train.lora is not None:
+        raise MtkitError(
+            f"{config.data_path}: prepared with a vocabulary grown from the parent {parent}'s, but train.lora keeps the "
+            "parent's weights as they are: prepare without --extend-vocab and data.new_languages"
+        )
     if extends(tokenizers, theirs):
         starts = start_rows(new_languages(config.data.new_languages), theirs.tgt.codes, pieces=theirs.tgt.table or [])
         weights = extend_rows(weights, model.vocabulary_rows(), parent=theirs, child=tokenizers, starts=starts)
@@ -111,7 +130,7 @@ def load_parent(
             "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
         )
     try:
-        model.load_state_dict(weights)
+        load_base_weights(model, weights)  # an adapted model's adapters stay as they were built
     except RuntimeError as err:
         raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
     return said
@@ -146,6 +165,43 @@ def extend_rows(
 def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
     """The ids the parent gives a new piece's text (its unknown id if none)."""
     return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
+
+
+class Lineage:
+    """A model's training as its parent's child: its family's rules (`train_as_family`), the parent's weights
+    loaded whole or, with `train.lora`, frozen under adapters (the base in bf16 where `bf16_base_on`), and what a
+    LoRA run's checkpoints record of that parent (`record`: its checkpoint and the digest of its weights)."""
+
+    def __init__(self, model: EncoderDecoder, config: Config, *, tokenizers: TokenizerPair, device: torch.device) -> None:
+        self.model, self.config, self.tokenizers = model, config, tokenizers
+        self.record: dict[str, str] | None = None  # a LoRA run's, once the parent is loaded
+        if config.train.lora is not None:  # the parent's weights come with `load`, into the frozen base
+            apply_lora(model, config.train.lora, bf16_base=bf16_base_on(config.train, device=device))
+        train_as_family(model, config)
+
+    def load(self, payload: dict[str, Any], parent: str, *, expected: dict[str, str] | None = None) -> str | None:
+        """The parent's weights (`load_parent`; what a grown vocabulary did, to say); a LoRA run's record of them,
+        which must be `expected` where given (a resumed run's)."""
+        said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
+        if self.config.train.lora is not None:
+            if expected is not None:
+                check_parent(payload["model"], expected, child=RunFiles(self.config.run_path).last)
+            self.record = parent_record(Path(parent), payload["model"])
+        return said
+
+    def resume(self, payload: dict[str, Any]) -> None:
+        """last.pt's weights: the model's own, or a LoRA run's parent (checked against its record) and adapters."""
+        if LORA_PARENT not in payload:
+            self.model.load_state_dict(payload["model"])
+            return
+        parent = str(self.config.train.init_from)
+        self.load(read_checkpoint(Path(parent)), parent, expected=payload[LORA_PARENT])
+        load_adapters(self.model, payload["model"], mismatch=f"{RunFiles(self.config.run_path).last}: its adapters")
+
+    def weights(self, optimizer: object) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds as the model: a LoRA run's adapters (the parent's weights are in its own
+        checkpoint), else every weight, in fp32 also where the model holds bf16 weights."""
+        return adapter_weights(self.model) if self.record is not None else full_precision_weights(self.model, optimizer)
 
 
 def train_as_family(model: EncoderDecoder, config: Config) -> None:
