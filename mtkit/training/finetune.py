@@ -213,14 +213,17 @@ def train_as_family(model: EncoderDecoder, config: Config) -> None:
     equal gradients and Adam's elementwise update keep them equal, where copying one to the other after each update
     would drop the decoder start's gradient. The two rows are rewritten in place, each backward pass.
     The output bias (-10,000 on BOS, none or mBART's fixed final_logits_bias elsewhere) is not trained: transformers
-    holds it as a buffer, and M2M100ForConditionalGeneration has none to export to.
+    holds it as a buffer, and M2M100ForConditionalGeneration has none to export to. An embedding table adapted by
+    train.lora keeps its adapter's two rows one row the same way (its `lora_A`, rows by id).
     """
     if config.data.lang_tag != "code":
         return
     named = dict(model.named_parameters())
     if "output.bias" in named:
         named["output.bias"].requires_grad_(False)
-    for name in {name for name in model.vocabulary_rows() if name != "output.bias" and name in named}:
+    rows = {name for name in model.vocabulary_rows() if name != "output.bias"}
+    rows |= {name.removesuffix("weight") + "lora_A" for name in rows}
+    for name in rows & named.keys():
         if named[name].requires_grad:
             named[name].register_hook(_one_row_for_bos_and_eos)
 
