@@ -10,7 +10,15 @@ from helpers import random_batch, recipe, small_transformer
 
 from mtkit.config import LORA_TARGETS, LoraConfig, config_from_dict
 from mtkit.errors import MtkitError
-from mtkit.models.lora import LoraEmbedding, LoraLinear, adapter_weights, apply_lora, merge_lora, weights_digest
+from mtkit.models.lora import (
+    LoraEmbedding,
+    LoraLinear,
+    adapter_weights,
+    apply_lora,
+    load_base_weights,
+    merge_lora,
+    weights_digest,
+)
 
 EVERY_TARGET = list(LORA_TARGETS)
 
@@ -122,3 +130,20 @@ def test_lora_keys_default_and_are_saved_with_the_run(tmp_path):
     assert config.train.lora == LoraConfig(rank=16)
     assert config.train.lora.targets == ["qkv", "query", "key_value", "out"] and config.train.lora.alpha == 16.0
     assert config_from_dict(recipe("plain", tmp_path)).train.lora is None
+
+
+def test_a_bf16_base_holds_the_frozen_matrices_in_bf16_and_trains_fp32_adapters_under_autocast():
+    model = small_transformer().train()
+    parent = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    apply_lora(model, LoraConfig(rank=4, targets=EVERY_TARGET), bf16_base=True)
+    frozen = {name: p for name, p in model.named_parameters() if not p.requires_grad}
+    assert {name for name, p in frozen.items() if p.dtype == torch.bfloat16} == {n for n, p in frozen.items() if p.dim() == 2}
+    load_base_weights(model, parent)  # a parent's fp32 weights are cast into the bf16 base
+    assert model.output.weight.dtype == torch.bfloat16
+    torch.testing.assert_close(model.output.weight.float(), parent["output.weight"], rtol=1e-2, atol=1e-2)
+    src, mask, tgt = random_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what CUDA's bf16 precision does, on the CPU
+        model(src, mask, tgt).float().sum().backward()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and all(p.dtype == torch.float32 and p.grad is not None for p in trained)
+    assert model.encoder_layers[0].self_attention.qkv.lora_B.grad.abs().sum() > 0  # B's (A's is 0 while B is)
