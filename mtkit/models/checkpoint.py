@@ -1,11 +1,11 @@
 """Self-describing checkpoints: atomic writes and safe loading (which file `-m RUN` means: `mtkit.run_files`).
 
 A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
-position, so `mtkit translate -m RUN_DIR` needs nothing else, but for a LoRA run's (`train.lora`): its weights are
-the adapters alone, and `LORA_PARENT` names the parent's checkpoint and the digest of its weights, which
-`load_model` builds, checks and adapts (`merge_run` writes the merged model as a plain run). `last.pt` also holds the optimiser
-and scheduler for `--resume`; `best.pt` holds the weights with the best validation score (BLEU, or the COMET
-of `train.validate_metric`).
+position, so `mtkit translate -m RUN_DIR` needs nothing else, but for a LoRA run's (`train.lora`): its weights
+are the adapters alone, and `LORA_PARENT` names the parent's checkpoint and the digest of its weights, which
+`load_model` builds, checks and adapts (`merge_run` writes the merged model as a plain run). `last.pt` also holds
+the optimiser and scheduler for `--resume`; `best.pt` holds the weights with the best validation score (BLEU, or
+the COMET of `train.validate_metric`).
 Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never run code.
 """
 
@@ -130,6 +130,8 @@ def _adapted_parent(path: Path, payload: dict[str, Any], *, config: Config) -> t
     """A LoRA run's parent model, its weights checked against the digest the run recorded, with `config.train.lora`'s
     adapters added (as initialised: the run's are loaded next); and the parent's payload."""
     record = payload[LORA_PARENT]
+    if config.train.lora is None:
+        raise MtkitError(f"{resolve_checkpoint(path)}: it names a LoRA parent but its config has no train.lora")
     parent = Path(record["path"])
     if not parent.is_file():
         raise MtkitError(
@@ -138,8 +140,6 @@ def _adapted_parent(path: Path, payload: dict[str, Any], *, config: Config) -> t
         )
     model, _, _, parent_payload = load_model(parent)
     check_parent(parent_payload["model"], record, child=resolve_checkpoint(path))
-    if config.train.lora is None:
-        raise MtkitError(f"{resolve_checkpoint(path)}: it names a LoRA parent but its config has no train.lora")
     apply_lora(model, config.train.lora)
     return model, {key: value for key, value in parent_payload.items() if key not in TRAINING_STATE}
 

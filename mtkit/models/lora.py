@@ -2,9 +2,10 @@
 
 An adapted layer keeps its frozen weight as its own parameter, under the name it had (`qkv.weight`), so a parent's
 state dict loads into an adapted model unchanged; it adds `scaling * B A x` (scaling = alpha / rank), with A and B
-its only trained parameters (`lora_A`, `lora_B`). B starts at zero, as in peft, so training starts from the parent
-itself. A fused projection (self-attention's `qkv`, cross-attention's `key_value`) holds one adapter per projection it
-fuses, as peft does on transformers' separate q_proj, k_proj and v_proj: A stacks theirs by rows, and so does B.
+its only trained parameters (`lora_A`, `lora_B`). B starts at zero (an embedding's A), as in peft, so training
+starts from the parent itself. A fused projection (self-attention's `qkv`, cross-attention's `key_value`) holds one
+adapter per projection it fuses, as peft does on transformers' separate q_proj, k_proj and v_proj: A stacks theirs by
+rows, and so does B.
 An adapted embedding table adds a low-rank table (`lora_A` rows by id, V x r, times `lora_B`, r x D), and the output
 layer tied to it uses the same two matrices, so that the adapted model is the parent plus one delta per weight and
 `merge_lora` gives it exactly. Which layers: `train.lora.targets`, by mtkit's own module names (config.LORA_TARGETS).
@@ -49,12 +50,8 @@ class LoraLinear(nn.Module):
     @classmethod
     def tied(cls, base: nn.Linear, embedding: LoraEmbedding) -> LoraLinear:
         """The output layer whose weight is `embedding`'s table: its delta is the table's, so the two stay one weight."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.weight, layer.bias = base.weight, base.bias
-        layer.parts, layer.rank, layer.scaling = 1, embedding.rank, embedding.scaling
+        layer = cls(base, rank=embedding.rank, alpha=embedding.rank * embedding.scaling, dropout=0.0)
         layer.lora_A, layer.lora_B = embedding.lora_B, embedding.lora_A  # (r, D) and (V, r): delta A_emb B_emb, V x D
-        layer.dropout = Dropout(0.0)
         return layer
 
     def forward(self, x: Tensor) -> Tensor:
