@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from mtkit.decoding.options import SEED_LIMIT, Decoding, FileOptions, Sampling
+from mtkit.documents.formats import FORMATS
 from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.problems import parse_rules
@@ -32,11 +33,13 @@ from mtkit.options import (
     Quantization,
     RerankMethod,
     Split,
+    SplitBy,
 )
 from mtkit.run_files import RunFiles
 from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH_LINES, ServeLimits
 
 if TYPE_CHECKING:
+    from mtkit.decoding.translator import Translator
     from mtkit.evaluation.rerank import Reranker  # loads torch: imported by the command that uses it
 
 # Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
@@ -138,6 +141,17 @@ GlossaryFile = Annotated[
 ]
 SamplingOption = Annotated[
     Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
+]
+DocumentFormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="The input's format, written back in the same one: " + "; ".join(f"{r.name}: {r.help}" for r in FORMATS.values()),
+    ),
+]
+SplitByOption = Annotated[
+    SplitBy,
+    typer.Option(help="sentences: a paragraph cut into sentences, translated, rebuilt with its spacing; lines: each line whole."),
 ]
 Alignments = Annotated[
     bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
@@ -249,11 +263,12 @@ def translate_command(
     comet_model: RerankCometModel = None,
     comet_encoder: RerankCometEncoder = None,
     src_lang: SrcLang = None,
+    document_format: DocumentFormatOption = "text",
+    split_by: SplitByOption = SplitBy.SENTENCES,
 ) -> None:
     """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
-    from mtkit.decoding.files import translate_file
-    from mtkit.decoding.translator import Translator
     from mtkit.distributed import distributed_translation
+    from mtkit.documents.files import DocumentOptions, translate_document_file
 
     reranker, nbest = _reranker(rerank, candidates=candidates, utility=mbr_utility, model=comet_model, encoder=comet_encoder,
                                 device=device, nbest=nbest)  # fmt: skip
@@ -264,9 +279,16 @@ def translate_command(
     options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
         plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
         constraints=constraints, glossary=glossary)  # fmt: skip
+    document = DocumentOptions(file=options, format=document_format, split_by=split_by)
     with distributed_translation(device) as (distributed, rank_device):
-        translator = Translator.load(model, engine, device=str(rank_device), fast_paths=True)
-        translate_file(translator, options, distributed=distributed, chooser=reranker)
+        translate_document_file(_translator(model, engine, rank_device), document, distributed=distributed, chooser=reranker)
+
+
+def _translator(model: list[Path], engine: EngineName, device: object) -> Translator:
+    """The translator `translate` runs: the model on this rank's device, its large linears packed."""
+    from mtkit.decoding.translator import Translator
+
+    return Translator.load(model, engine, device=str(device), fast_paths=True)
 
 
 def _reranker(

@@ -489,10 +489,12 @@ class TrainConfig:
         metadata={
             **_choice("bleu", "comet", "qe"),
             **_relation(
-                lambda t: None
-                if t.validate_metric == "bleu" or t.comet_model
-                else "give train.comet_model, a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, "
-                "such as Unbabel/wmt22-comet-da for comet or Unbabel/wmt22-cometkiwi-da for qe"
+                lambda t: (
+                    None
+                    if t.validate_metric == "bleu" or t.comet_model
+                    else "give train.comet_model, a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, "
+                    "such as Unbabel/wmt22-comet-da for comet or Unbabel/wmt22-cometkiwi-da for qe"
+                )
             ),
         },
     )
@@ -544,9 +546,11 @@ class TrainConfig:
         metadata={
             **_pattern(r"auto|[0-9]|[1-5][0-9]|6[0-4]", "auto, 0 (off) or a number of shapes up to 64", "16"),
             **_relation(
-                lambda t: None
-                if t.shapes == "0" or t.length_multiple == 1
-                else "give train.length_multiple=1 with it (the buckets fix the lengths), or train.shapes=0"
+                lambda t: (
+                    None
+                    if t.shapes == "0" or t.length_multiple == 1
+                    else "give train.length_multiple=1 with it (the buckets fix the lengths), or train.shapes=0"
+                )
             ),
         },
     )
@@ -557,9 +561,11 @@ class TrainConfig:
         metadata={
             **_choice("auto", "true", "false"),
             **_relation(
-                lambda t: None
-                if t.cuda_graphs != "true" or (t.compile != "false" and t.shapes != "0")
-                else "give train.compile (true or layers) and train.shapes (e.g. 16) with it: a graph is recorded per shape"
+                lambda t: (
+                    None
+                    if t.cuda_graphs != "true" or (t.compile != "false" and t.shapes != "0")
+                    else "give train.compile (true or layers) and train.shapes (e.g. 16) with it: a graph is recorded per shape"
+                )
             ),
         },
     )
