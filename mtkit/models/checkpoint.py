@@ -132,11 +132,13 @@ def _adapted_parent(path: Path, payload: dict[str, Any], *, config: Config) -> t
     record = payload[LORA_PARENT]
     if config.train.lora is None:
         raise MtkitError(f"{resolve_checkpoint(path)}: it names a LoRA parent but its config has no train.lora")
-    parent = Path(record["path"])
+    parent, named = Path(record["path"]), Path(config.train.init_from or record["path"])
+    if not parent.is_file() and named.exists():  # moved with the project: its train.init_from, from here
+        parent = resolve_checkpoint(named)
     if not parent.is_file():
         raise MtkitError(
-            f"{resolve_checkpoint(path)}: a LoRA run, whose parent {parent} is gone; put it back, or give the run "
-            "that was merged from it (mtkit merge)"
+            f"{resolve_checkpoint(path)}: a LoRA run, whose parent {record['path']} is gone (nor is its train.init_from "
+            f"{named} here); put it back, or give the run that was merged from it (mtkit merge)"
         )
     model, _, _, parent_payload = load_model(parent)
     check_parent(parent_payload["model"], record, child=resolve_checkpoint(path))

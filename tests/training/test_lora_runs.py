@@ -140,13 +140,19 @@ def test_a_changed_parent_is_refused_in_one_line_by_every_command_and_by_resume(
         train(resumed, resume=True)
 
 
-def test_an_unchanged_copy_of_the_parent_serves_and_a_missing_one_is_one_line(runs, tmp_path):
-    _, child = runs
+def test_a_moved_parent_is_found_by_its_init_from_from_here_and_a_missing_one_is_one_line(runs, tmp_path, monkeypatch):
+    parent, child = runs
     run = _with_parent(child, tmp_path, change=False)
-    assert _translations(run) == _translations(child.run_path)
-    (tmp_path / "parent" / "best.pt").unlink()
-    result = invoke("translate", "-m", run, input="a b c\n")
-    assert_one_line_error(result, "a LoRA run, whose parent", "is gone", "mtkit merge")
+    expected = _translations(child.run_path)
+    assert _translations(run) == expected
+    (tmp_path / "parent" / "best.pt").unlink()  # the recorded path is gone: train.init_from names the parent
+    best = read_checkpoint(run / "best.pt")
+    best["config"]["train"]["init_from"] = "moved/parent"  # a path from the project's folder, as a recipe gives it
+    save_checkpoint(best, run / "best.pt")
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(invoke("translate", "-m", run, input="a b c\n"), "whose parent", "is gone", "moved/parent")
+    shutil.copytree(parent.run_path, tmp_path / "moved" / "parent")  # the project moved, its runs with it
+    assert _translations(run) == expected
 
 
 def test_a_bad_lora_key_and_a_plain_run_to_merge_are_one_line(runs, tmp_path):
