@@ -4,9 +4,10 @@ Here: the child keeps its parent's tokenizers (`mtkit tokenizer train` is refuse
 copies them), `--extend-vocab` grows them from the new data, `data.new_languages` adds language codes to an
 imported NLLB-200, M2M-100 or mBART-50 model, and the parent's weights are loaded into the child's model
 (new vocabulary rows start as the mean of their pieces' rows, a new code's as its named code's row or the
-mean of every code's). Such a model trains as its family does (`train_as_family`).
-`mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` calls
-`load_parent` (through the trainer).
+mean of every code's), or with `train.lora` kept frozen under adapters (`mtkit.models.lora`), its checkpoints
+holding the adapters and a record of the parent. Such a model trains as its family does (`train_as_family`).
+`mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` holds a `Lineage`
+(through the trainer), which calls `load_parent`.
 
 Not here: which recipe sections a child inherits and which of their keys it may change
 (`mtkit.config.inherit_from_parent`, `INHERITED_SECTIONS`, `FREE_WHEN_INHERITED`). `load_config`
