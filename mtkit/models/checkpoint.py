@@ -141,7 +141,7 @@ def _adapted_parent(path: Path, payload: dict[str, Any], *, config: Config) -> t
             f"{named} here); put it back, or give the run that was merged from it (mtkit merge)"
         )
     model, _, _, parent_payload = load_model(parent)
-    check_parent(parent_payload["model"], record, child=resolve_checkpoint(path))
+    check_parent(weights_digest(parent_payload["model"]), record, child=resolve_checkpoint(path))
     apply_lora(model, config.train.lora)
     return model, {key: value for key, value in parent_payload.items() if key not in TRAINING_STATE}
 
@@ -151,9 +151,10 @@ def parent_record(checkpoint: Path, weights: dict[str, Tensor]) -> dict[str, str
     return {"path": str(resolve_checkpoint(checkpoint).resolve()), "weights_sha256": weights_digest(weights)}
 
 
-def check_parent(weights: dict[str, Tensor], record: dict[str, str], *, child: Path) -> None:
-    """Refuse, in one line, a parent whose weights are not those `child`'s adapters were trained on."""
-    if weights_digest(weights) != record["weights_sha256"]:
+def check_parent(digest: str, record: dict[str, str], *, child: Path) -> None:
+    """Refuse, in one line, a parent whose weights (their `weights_digest`) are not those `child`'s adapters were
+    trained on."""
+    if digest != record["weights_sha256"]:
         raise MtkitError(
             f"{child}: the weights of its LoRA parent {record['path']} changed since the adapters were trained on them "
             f"(sha256 {record['weights_sha256'][:12]}...); put the parent's checkpoint back as it was"

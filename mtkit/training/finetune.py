@@ -185,9 +185,9 @@ class Lineage:
         which must be `expected` where given (a resumed run's)."""
         said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
         if self.config.train.lora is not None:
-            if expected is not None:
-                check_parent(payload["model"], expected, child=RunFiles(self.config.run_path).last)
             self.record = parent_record(Path(parent), payload["model"])
+            if expected is not None:
+                check_parent(self.record["weights_sha256"], expected, child=RunFiles(self.config.run_path).last)
         return said
 
     def resume(self, payload: dict[str, Any]) -> None:
