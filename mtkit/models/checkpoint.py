@@ -252,6 +252,8 @@ def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[
             f"train with --set train.keep={last} (or more) to keep them"
         )
     payloads = [read_checkpoint(path) for path in paths]
+    if LORA_PARENT in payloads[-1]:  # the mean of A and of B is not the mean of the models' B A
+        raise MtkitError(f"{run_dir}: a LoRA run's checkpoints hold adapters, whose average is no average of its models")
     averaged = dict(payloads[-1])
     averaged["model"] = {
         name: torch.stack([p["model"][name].float() for p in payloads]).mean(dim=0).to(value.dtype)

@@ -162,6 +162,10 @@ def test_a_bad_lora_key_and_a_plain_run_to_merge_are_one_line(runs, tmp_path):
     result = invoke("train", recipe, "--set", "train.lora.targets=[qkv, attention]")
     assert_one_line_error(result, "'train.lora.targets'", "'attention' is not a layer LoRA adapts", "qkv, query")
     assert_one_line_error(invoke("merge", parent.run_path, "-o", tmp_path / "out"), "not a LoRA run")
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    shutil.copyfile(child.run_path / "last.pt", steps / "step_4.pt")
+    assert_one_line_error(invoke("average", "-m", steps, "--last", "1"), "a LoRA run's checkpoints hold adapters")
     again = ["--set", f"train.init_from={child.run_path}", "--set", "train.lora=null", "--set", f"run_dir={tmp_path / 'run'}"]
     result = invoke("train", recipe, *again)
     assert result.exit_code == 2 and "a LoRA run holds adapters alone; merge it" in result.stderr
