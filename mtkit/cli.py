@@ -593,6 +593,18 @@ def average_command(
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
 
 
+@app.command("merge")
+def merge_command(
+    model: Annotated[Path, typer.Argument(help="A LoRA run (train.lora): its run directory or checkpoint file.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
+) -> None:
+    """Fold a LoRA run's adapters into its parent's weights: a plain run directory that needs no parent."""
+    from mtkit.models.checkpoint import merge_run
+
+    written = merge_run(model, output)
+    typer.echo(f"merged the adapters of {model} into {written}; translate with: mtkit translate -m {output}")
+
+
 ImportOutput = Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")]
 ImportRevision = Annotated[
     Optional[str],

@@ -52,7 +52,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
     if quantization is not None and quantization not in {q.value for q in Quantization}:
         raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     held = check_output_dir(output_dir, force=force)
-    model, config, tokenizers, _ = load_model(model_path)
+    model, config, tokenizers, _ = load_model(model_path, merged=True)  # a LoRA run: its adapters folded in
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
             f"{model_path}: model.arch is {config.model.arch!r}; RNN models are not supported by CTranslate2; "

@@ -45,6 +45,7 @@ KEYS = {
     "speed": {"recipe", "machine", "decode", "train", "profile"},
     "import_memory": {"date", "machine", "shape", "safetensors_mb", "write_seconds", "import", "peak_over_file",
                       "growth_over_file"},
+    "lora_memory": {"date", "machine", "versions", "batch_pairs", "length", "rank", "shapes"},
     "gpu_check": {"machine", "parts", "matmul_tflop_per_s", "speed", "profile", "parity", "compile", "big_compiled"},
     "transformers_export": {"date", "model", "form", "sentences", "max_log_prob_gap", "greedy_identical", "beam5_bleu",
                             "beam5_identical"},
