@@ -36,12 +36,14 @@ from mtkit.decoding.engine import (
     length_batches,
     output_cap,
     require,
+    shortlist_choice,
 )
 from mtkit.decoding.languages import Languages
 from mtkit.decoding.line_parts import LineParts, Splitter, joined
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
+from mtkit.decoding.shortlist import load_run_shortlist
 from mtkit.decoding.terminology.constrained import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError, OptionError
@@ -129,14 +131,16 @@ class Translator:
         constraints: TermLists = None,
         tgt_lang: str | None = None,
         src_lang: str | None = None,
+        shortlist: bool | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
 
         constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
         tgt_lang: the language to translate into, for a model of several (`target_languages`); src_lang: the source's
-        language, for a model with language codes.
+        language, for a model with language codes; shortlist: search over the model's vocabulary shortlist (None:
+        when it has one).
         """
-        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang)
+        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang, shortlist=shortlist)
         best = self.translate_nbest(lines, decoding, progress=progress, constraints=constraints)
         return [translations[0].text for translations in best]
 
@@ -158,8 +162,7 @@ class Translator:
         with `SearchStopped`.
         constraints: per line, phrases (or lists of alternative phrases, or `Term`s) each translation
         must contain (beam search; a translation cut by the output cap lists what it lacks in `unmet`).
-        splitter: cuts each line into the parts translated one by one (its sentences), the line rebuilt with its
-        own spacing; None: each line whole.
+        splitter: cuts each line into its sentences, translated one by one and joined by the line's spacing.
         """
         plan = self.plan(lines, decoding, prefixes=prefixes, constraints=constraints, splitter=splitter)
         if stop is not None:
@@ -225,11 +228,9 @@ class Translator:
         tag, lead = self.leads(decoding or Decoding())
         if lead:
             self.require(Capability.PREFIX, "tgt_lang")
-        cut = [splitter.cut(line) if splitter is not None else LineParts.whole(line) for line in lines]
-        found = [LineSegments.of(parts, functools.partial(self.segments, tag=tag)) for parts in cut]
-        for n, line in enumerate(found):  # an empty line still gets its prefix or its terms
-            if not line.segments and ((prefix_ids and prefix_ids[n]) or (terms and terms[n])):
-                found[n] = LineSegments(segments=tagged([[]], tag))
+        carry = tagged([[]], tag)[0]  # what an empty line with a prefix or terms is searched as
+        empty = [carry if (prefix_ids and prefix_ids[n]) or (terms and terms[n]) else None for n in range(len(lines))]
+        found = LineSegments.of_lines(lines, splitter, encode=functools.partial(self.segments, tag=tag), empty=empty)
         return Plan(found, prefix_ids, options=options, translator=self, terms_of_line=terms, lead=lead)
 
     def line_terms(
@@ -288,10 +289,12 @@ class Translator:
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
+        shortlist = shortlist_choice(self.engine, asked=decoding.shortlist)
         never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
             beam=beam, nbest=nbest, length_penalty=penalty, sampling=decoding.sampling, no_repeat_ngram=ngram,
             alignment_layer=layer, constraints_in_order=in_order, never=never, forced_lead=int(self.languages.coded),
+            shortlist=shortlist,
         )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
@@ -342,6 +345,22 @@ class LineSegments:
                 space, overlong = "", overlong or len(pieces) > 1
             space += after
         return cls(segments=found, between=between, overlong=overlong, parts=len(parts.parts))
+
+    @classmethod
+    def of_lines(
+        cls,
+        lines: Sequence[str],
+        splitter: Splitter | None,
+        *,
+        encode: Callable[[str], list[list[int]]],
+        empty: list[list[int] | None],
+    ) -> list[LineSegments]:
+        """Each line cut by `splitter` (else whole) and its parts encoded; an empty line with `empty` ids (its tag, if any:
+        a prefix or terms to carry) gets them as its one segment."""
+        found = [cls.of(splitter.cut(line) if splitter is not None else LineParts.whole(line), encode) for line in lines]
+        return [
+            cls(segments=[ids]) if ids is not None and not line.segments else line for line, ids in zip(found, empty, strict=True)
+        ]
 
 
 class Plan:
@@ -480,7 +499,8 @@ def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> Loade
     if len(loaded) > 1:
         check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
         model = Ensemble([m for m, _, _, _ in loaded])
-    engine = PyTorchEngine(model.eval(), resolve_device(device))
+    shortlist = load_run_shortlist(paths[0], tokenizers)  # an ensemble's models share the first one's vocabulary
+    engine = PyTorchEngine(model.eval(), resolve_device(device), shortlist=shortlist)
     if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
         pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN

@@ -52,6 +52,7 @@ class EvaluateRequest:
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
+    shortlist: bool | None = None  # search over the model's vocabulary shortlist (None: when it has one)
     split_by: SplitBy | None = None  # with models: what the model reads at a time (None: the recipe's decode.split_by)
 
 
@@ -343,7 +344,9 @@ def _translated_direction(
 ) -> tuple[list[str], list[bool]]:
     """One direction's translations (each line cut into sentences as `request.split_by` says), and, when `aligned`,
     per line whether its translation leaves out a sentence of the source, by the output's word alignments."""
-    decoding = Decoding(beam=request.beam, tgt_lang=way.tgt_lang, src_lang=request.src_lang, alignments=aligned)
+    decoding = Decoding(
+        beam=request.beam, tgt_lang=way.tgt_lang, src_lang=request.src_lang, shortlist=request.shortlist, alignments=aligned
+    )
     language = way.src_lang or request.src_lang
     splitter = sentence_splitter(translator, split_by=request.split_by, language=language)
     best = [found[0] for found in translator.translate_nbest(lines, decoding, progress=True, splitter=splitter)]
