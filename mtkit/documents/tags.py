@@ -7,8 +7,9 @@ target word aligned to the nearest source word before it (else at the start). Hu
 output nests as the source did: a child is clipped inside its parent, siblings are kept apart (the later one starts
 where the earlier ends, or becomes empty there). Bergamot's HTML mode places tags the same way.
 
-Nesting is containment: a span whose characters lie within another's (ties included) is inside it, so spans are
-listed parents first and, among siblings, in the order they are written.
+Nesting is containment: a span whose characters lie within another's is inside it (for an empty span where
+another ends, when it is deeper), so spans are listed parents first and, among siblings, in the order they are
+written.
 """
 
 from __future__ import annotations
@@ -38,19 +39,19 @@ def place_spans(block: Block, translation: Translation) -> Block:
     target_words = words(translation.text)
     aligned = _aligned_targets(block.text, translation, len(target_words))
     wanted = [_wanted_gaps(span, aligned, block.text) for span in block.spans]
-    children = _children(block.spans)
+    children = span_tree(block.spans)
     placed: list[Span] = []
 
-    def place(parent: int | None, gaps: Gaps, chars: tuple[int, int]) -> None:
+    def place(parent: int | None, gaps: Gaps, chars: tuple[int, int], depth: int) -> None:
         for child, child_gaps in _apart([(c, wanted[c]) for c in children[parent]], gaps):
             start = min(max(_char(child_gaps[0], target_words, end=False), chars[0]), chars[1])
             end = max(min(_char(child_gaps[1], target_words, end=True), chars[1]), start)
             if child_gaps[0] == child_gaps[1]:
                 end = start
-            placed.append(dataclasses.replace(block.spans[child], start=start, end=end))
-            place(child, child_gaps, (start, end))
+            placed.append(dataclasses.replace(block.spans[child], start=start, end=end, depth=depth))
+            place(child, child_gaps, (start, end), depth + 1)
 
-    place(None, (0, len(target_words)), (0, len(translation.text)))
+    place(None, (0, len(target_words)), (0, len(translation.text)), 0)
     return Block(text=translation.text, spans=tuple(placed))
 
 
@@ -111,12 +112,20 @@ def _boundary(char: str) -> str:
     return "start" if normal[:1].isspace() else ""
 
 
+def clipped(span: Span, start: int, end: int) -> Span:
+    """`span` clipped to characters [start, end) of its block and counted from `start` (a block cut from a longer
+    text: the whitespace around its words left out)."""
+    return dataclasses.replace(span, start=min(max(span.start, start), end) - start, end=min(max(span.end, start), end) - start)
+
+
 def _contains(outer: Span, inner: Span) -> bool:
-    return outer.start <= inner.start and inner.end <= outer.end
+    """Whether `inner`, listed after `outer`, is inside it: an empty span where `outer` ends is, when it is deeper."""
+    within = outer.start <= inner.start and inner.end <= outer.end
+    return within and (inner.start < outer.end or inner.depth > outer.depth)
 
 
-def _children(spans: Sequence[Span]) -> dict[int | None, list[int]]:
-    """The spans directly inside each span (None: the block), by containment, in the listed order."""
+def span_tree(spans: Sequence[Span]) -> dict[int | None, list[int]]:
+    """The indices of the spans directly inside each span (None: the block's top level), by containment, in order."""
     children: dict[int | None, list[int]] = {None: []}
     stack: list[int] = []
     for index, span in enumerate(spans):
