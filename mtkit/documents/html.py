@@ -1,6 +1,6 @@
 """HTML (`--format html`): read by lexbor's HTML5 parser (selectolax), so broken markup is repaired as browsers repair it.
 
-Every run of text and inline elements (`<b>`, `<a href=...>`, `<br>`...) inside another element (`<p>`, `<li>`, `<td>`,
+Every run of text and inline elements (`<b>`, `<a href=...>`, `<img>`...) inside another element (`<p>`, `<li>`, `<td>`,
 a `<div>` with text...) is a block; its inline elements are spans. Elements the model must not see (`<code>`, `<pre>`,
 `<script>`, `<style>`, `translate="no"`...) and comments are written back as the parser read them: between blocks, or
 inside one as an empty span whose markup is the element. Text is decoded for the model and escaped again on output;
@@ -21,9 +21,10 @@ from mtkit.documents.blocks import Block, Span
 from mtkit.documents.formats import DocumentLimits, check_shape
 from mtkit.documents.tags import clipped, markup
 
-# Phrasing elements that become spans inside a block; any other element holds blocks of its own.
+# Phrasing elements that become spans inside a block; any other element holds blocks of its own, and a <br> ends one
+# (the lines either side of it are read apart, as a reader sees them).
 INLINE = frozenset(
-    "a abbr acronym b bdi bdo big br cite code data del dfn em font i img input ins kbd label mark q rp rt ruby s samp "
+    "a abbr acronym b bdi bdo big cite code data del dfn em font i img input ins kbd label mark q rp rt ruby s samp "
     "small span strike strong sub sup svg math time tt u var wbr".split()
 )
 # Elements written back untouched, their content unseen by the model.

@@ -80,6 +80,12 @@ def markup(block: Block, *, escape: Callable[[str], str]) -> str:
     return "".join(out)
 
 
+def plain(block: Block) -> str:
+    """The block's text with its placeholders, its tags left out: what a metric compares with a reference."""
+    kept = tuple(span for span in block.spans if span.kind is SpanKind.PLACEHOLDER)
+    return markup(Block(text=block.text, spans=kept), escape=lambda text: text)
+
+
 def words(text: str) -> list[tuple[int, int]]:
     """(start, end) of each word of `text` as mtkit's alignments number them: the words SentencePiece starts with
     "▁" once it has normalised the text. They are the whitespace-separated tokens but for a few characters: those

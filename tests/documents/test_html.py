@@ -68,7 +68,7 @@ def test_a_page_comes_back_as_read_when_nothing_changes() -> None:
     )
     document = read(page, name="page.html", limits=LIMITS)
     assert document.render(document.blocks) == page
-    assert [block.text for block in document.blocks] == ["Titel & mehr", "Ein Haus", "eins", "zweidrei", "a", "b"]
+    assert [block.text for block in document.blocks] == ["Titel & mehr", "Ein Haus", "eins", "zwei", "drei", "a", "b"]
 
 
 def test_code_scripts_comments_and_translate_no_come_back_byte_for_byte() -> None:
