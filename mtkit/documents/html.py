@@ -153,9 +153,9 @@ class _Reader:
         before, inside, after = ([s for s, w in zip(spans, where, strict=True) if w == part] for part in range(3))
         self.parts.append(markup(Block(text=text[:lead], spans=tuple(before)), escape=escape_text))
         self.parts.append(len(self.blocks))
-        self.blocks.append(Block(text=text[lead:end], spans=tuple(clipped(s, lead, end) for s in inside)))
+        self.blocks.append(Block(text=text[lead:end], spans=tuple(clipped(s, start=lead, end=end) for s in inside)))
         self.parts.append(
-            markup(Block(text=text[end:], spans=tuple(clipped(s, end, len(text)) for s in after)), escape=escape_text)
+            markup(Block(text=text[end:], spans=tuple(clipped(s, start=end, end=len(text)) for s in after)), escape=escape_text)
         )
 
     def phrasing(self, node: LexborNode) -> bool:

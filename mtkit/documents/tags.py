@@ -118,7 +118,7 @@ def _boundary(char: str) -> str:
     return "start" if normal[:1].isspace() else ""
 
 
-def clipped(span: Span, start: int, end: int) -> Span:
+def clipped(span: Span, *, start: int, end: int) -> Span:
     """`span` clipped to characters [start, end) of its block and counted from `start` (a block cut from a longer
     text: the whitespace around its words left out)."""
     return dataclasses.replace(span, start=min(max(span.start, start), end) - start, end=min(max(span.end, start), end) - start)

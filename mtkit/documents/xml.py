@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from mtkit.documents.blocks import Block, Span
+from mtkit.documents.blocks import Block, Span, SpanKind
 from mtkit.documents.formats import DocumentLimits, check_shape
 from mtkit.documents.tags import clipped, span_tree
 from mtkit.errors import MtkitError, one_line
@@ -112,7 +112,7 @@ def _block(element: Element) -> tuple[Block, tuple[str, str]]:
         content.add(child.tail)
     text = "".join(content.parts)
     lead, end = len(text) - len(text.lstrip()), len(text.rstrip())
-    inside = tuple(clipped(s, lead, end) for s in content.spans)
+    inside = tuple(clipped(s, start=lead, end=end) for s in content.spans)
     return Block(text=text[lead:end], spans=inside), (text[:lead], text[end:])
 
 
@@ -167,6 +167,10 @@ def _fill(element: Element, block: Block, *, margins: tuple[str, str]) -> None:
         for child in tree[index]:
             span = block.spans[child]
             _append_text(parent, block.text[written : span.start])
+            written = span.end
+            if span.kind is SpanKind.PLACEHOLDER:  # text the model did not see, restored as it was
+                _append_text(parent, span.open)
+                continue
             node = pool[(span.open, span.close)].pop()
             node.tail = None
             parent.append(node)
@@ -175,7 +179,6 @@ def _fill(element: Element, block: Block, *, margins: tuple[str, str]) -> None:
                 build(node, child, span.start, span.end)
             else:  # an empty or untouched node: what the translation put after it follows it
                 build(parent, child, span.start, span.end)
-            written = span.end
         _append_text(parent, block.text[written:end])
 
     _empty(element)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
 from mtkit.decoding.translator import Translation
-from mtkit.documents.blocks import Block
+from mtkit.documents.blocks import Block, Span, SpanKind
 from mtkit.documents.formats import DocumentLimits, DocumentTooLarge
 from mtkit.documents.html import VOID, first_node, read
 from mtkit.documents.tags import place_spans, words
@@ -90,6 +90,13 @@ def test_entities_are_decoded_for_the_model_and_escaped_again() -> None:
     document = read("<p>Tom &amp; Jerry &lt;3 &copy;&nbsp;2024</p>", name="page.html", limits=LIMITS)
     assert document.blocks[0].text == "Tom & Jerry <3 ©\xa02024"
     assert document.render(document.blocks) == "<p>Tom &amp; Jerry &lt;3 ©&nbsp;2024</p>"
+
+
+def test_placeholders_are_written_as_text() -> None:
+    document = read("<p>a <b>b</b></p>", name="page.html", limits=LIMITS)
+    [block] = document.blocks
+    placeholder = Span(start=1, end=1, open="%s<&", kind=SpanKind.PLACEHOLDER)
+    assert document.render([Block(text=block.text, spans=(placeholder, *block.spans))]) == "<p>a%s&lt;&amp; <b>b</b></p>"
 
 
 def test_broken_html_is_repaired_as_a_browser_does() -> None:

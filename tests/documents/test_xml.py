@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from mtkit.decoding.translator import Translation
-from mtkit.documents.blocks import Block
+from mtkit.documents.blocks import Block, Span, SpanKind
 from mtkit.documents.formats import DocumentLimits, DocumentTooLarge
 from mtkit.documents.tags import place_spans, words
 from mtkit.documents.xml import read
@@ -58,6 +58,15 @@ def test_translate_no_and_its_translate_no_are_left_untouched() -> None:
     out = translated(source)
     assert '<p translate="no">keep these words</p>' in out and '<p its:translate="no">and these</p>' in out
     assert '<code translate="no">x &lt; y</code>' in out
+
+
+def test_placeholders_are_written_as_text() -> None:
+    document = read("<doc><p>a <b>b</b></p></doc>", name="doc.xml", limits=LIMITS)
+    [block] = document.blocks
+    placeholder = Span(start=1, end=1, open="%s<&", kind=SpanKind.PLACEHOLDER)
+    assert (
+        document.render([Block(text=block.text, spans=(placeholder, *block.spans))]) == "<doc><p>a%s&lt;&amp; <b>b</b></p></doc>"
+    )
 
 
 def test_preserved_space_keeps_its_margins() -> None:
