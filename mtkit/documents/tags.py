@@ -14,6 +14,7 @@ written.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import re
@@ -37,8 +38,8 @@ def place_spans(block: Block, translation: Translation) -> Block:
     if not block.spans:
         return Block(text=translation.text)
     target_words = words(translation.text)
-    aligned = _aligned_targets(block.text, translation, len(target_words))
-    wanted = [_wanted_gaps(span, aligned, block.text) for span in block.spans]
+    source_words = _SourceWords(block.text, translation, len(target_words))
+    wanted = [source_words.wanted(span) for span in block.spans]
     children = span_tree(block.spans)
     placed: list[Span] = []
 
@@ -143,24 +144,31 @@ def span_tree(spans: Sequence[Span]) -> dict[int | None, list[int]]:
     return children
 
 
-def _aligned_targets(text: str, translation: Translation, target_count: int) -> list[tuple[int, int, set[int]]]:
-    """(start, end, aligned target words) of each source word; pairs past either side's words are left out."""
-    source_words = [(start, end, set[int]()) for start, end in words(text)]
-    for source, target in translation.alignment or []:
-        if source < len(source_words) and target < target_count:
-            source_words[source][2].add(target)
-    return source_words
+class _SourceWords:
+    """The block's words with the target words aligned to each (pairs past either side's words left out), and where
+    an empty span after each would go; searched by character offset in logarithmic time."""
 
+    def __init__(self, text: str, translation: Translation, target_count: int) -> None:
+        found = words(text)
+        self.starts, self.ends = [start for start, _ in found], [end for _, end in found]
+        self.targets: list[list[int]] = [[] for _ in found]
+        for source, target in translation.alignment or []:
+            if source < len(found) and target < target_count:
+                self.targets[source].append(target)
+        self.after: list[int] = []  # per word: the gap after the last target of the nearest aligned word up to it
+        for aligned in self.targets:
+            self.after.append(max(aligned) + 1 if aligned else self.after[-1] if self.after else 0)
 
-def _wanted_gaps(span: Span, words: Sequence[tuple[int, int, set[int]]], text: str) -> Gaps:
-    """Where a span would go alone: around the hull of its words' targets, else empty after the nearest aligned
-    target of a source word before it."""
-    targets = set().union(*(aligned for start, end, aligned in words if start < span.end and end > span.start))
-    if span.start < span.end and targets:
-        return min(targets), max(targets) + 1
-    before = [aligned for start, _, aligned in words if start < span.start and aligned]
-    position = max(before[-1]) + 1 if before else 0
-    return position, position
+    def wanted(self, span: Span) -> Gaps:
+        """Where a span would go alone: around the hull of its words' targets, else empty after the nearest aligned
+        target of a source word before it."""
+        first, last = bisect.bisect_right(self.ends, span.start), bisect.bisect_left(self.starts, span.end)
+        targets = [target for aligned in self.targets[first:last] for target in aligned]
+        if span.start < span.end and targets:
+            return min(targets), max(targets) + 1
+        before = bisect.bisect_left(self.starts, span.start) - 1
+        position = self.after[before] if before >= 0 else 0
+        return position, position
 
 
 def _apart(children: Sequence[tuple[int, Gaps]], parent: Gaps) -> list[tuple[int, Gaps]]:
