@@ -22,7 +22,7 @@ from lxml import etree
 from mtkit.documents.blocks import Block, Span, SpanKind
 from mtkit.documents.formats import DocumentLimits, check_shape
 from mtkit.documents.tags import clipped, span_tree
-from mtkit.errors import MtkitError, one_line
+from mtkit.errors import MtkitError
 
 ITS_TRANSLATE = "{http://www.w3.org/2005/11/its}translate"
 DECLARATION = re.compile(r"\A<\?xml[^>]*\?>")
@@ -55,7 +55,8 @@ def read(text: str, *, name: str, limits: DocumentLimits) -> XmlDocument:
         root = etree.fromstring(text.encode("utf-8"), parser)
     except etree.XMLSyntaxError as err:
         line, column = err.position
-        raise MtkitError(f"{name}:{line}:{column}: not well-formed XML ({one_line(err)}); fix the markup there") from None
+        message = " ".join(str(err.msg).split())[:160]  # lxml's words, without its "(<string>, line N)"
+        raise MtkitError(f"{name}:{line}:{column}: not well-formed XML ({message}); fix the markup there") from None
     order = {node: index for index, node in enumerate(root.iter())}
     blocks, places, margins = [], [], []
     for element in _block_elements(root, name=name, limits=limits):
