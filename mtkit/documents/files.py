@@ -10,7 +10,15 @@ from mtkit.decoding.files import Chooser, translate_file
 from mtkit.decoding.options import FileOptions
 from mtkit.decoding.translator import Translator
 from mtkit.distributed import Distributed
-from mtkit.documents.formats import DocumentFormat, DocumentLimits, check_size, document_text, format_named, read_document
+from mtkit.documents.formats import (
+    DocumentFormat,
+    DocumentLimits,
+    check_retranslate,
+    check_size,
+    document_text,
+    format_named,
+    read_document,
+)
 from mtkit.documents.pipeline import translate_blocks
 from mtkit.errors import MtkitError
 from mtkit.options import SplitBy
@@ -25,6 +33,7 @@ class DocumentOptions:
     format: str = "text"
     split_by: SplitBy = SplitBy.SENTENCES
     limits: DocumentLimits = field(default_factory=DocumentLimits)
+    retranslate: bool = False  # a file of translation units: translate the units translated already too
 
 
 def translate_document_file(
@@ -36,12 +45,14 @@ def translate_document_file(
     failure leaves no half-written output; under torchrun only the first rank translates it.
     """
     row = format_named(options.format)
+    check_retranslate(row, retranslate=options.retranslate)
     if row.streams:
         return translate_file(translator, options.file, distributed=distributed, chooser=chooser)
     _check_whole_file(row, options.file)
     name = str(options.file.input) if options.file.input is not None else "<stdin>"
     data = _read_bounded(options.file.input, options.limits)
-    document = read_document(row, document_text(data, name=name, limits=options.limits), name=name, limits=options.limits)
+    text = document_text(data, name=name, limits=options.limits)
+    document = read_document(row, text, name=name, limits=options.limits, retranslate=options.retranslate)
     if distributed is not None and not distributed.is_main:
         return 0  # a whole file is translated and written by the first rank alone
     translated = translate_blocks(translator, document.blocks, decoding=options.file.decoding, split_by=options.split_by)

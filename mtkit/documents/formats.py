@@ -44,6 +44,13 @@ class FormatReader(Protocol):
     def read(self, text: str, *, name: str, limits: DocumentLimits) -> Document: ...
 
 
+class UnitsReader(Protocol):
+    """A format of translation units (a row with `units`): `retranslate` reads the units translated already too,
+    which are otherwise written back as they were."""
+
+    def read(self, text: str, *, name: str, limits: DocumentLimits, retranslate: bool) -> Document: ...
+
+
 class DocumentTooLarge(MtkitError):
     """A document past one of its `DocumentLimits` (the server answers 413)."""
 
@@ -54,6 +61,7 @@ class DocumentFormat:
     module: str  # mtkit.documents.<module>, imported when the format is used
     help: str  # one line for --help and the docs
     streams: bool = False  # lines read and written in windows; else the file is read whole
+    units: bool = False  # a file of translation units: one translated already is kept unless --retranslate
 
 
 FORMATS: dict[str, DocumentFormat] = {
@@ -64,6 +72,8 @@ FORMATS: dict[str, DocumentFormat] = {
         DocumentFormat(
             name="xml", module="xml", help="XML: elements with text translated, inline elements kept around their words"
         ),
+        DocumentFormat(name="po", module="po", help="a gettext PO file: msgstr filled and marked fuzzy", units=True),
+        DocumentFormat(name="xliff", module="xliff", help="an XLIFF 1.2 or 2.0 file: targets filled, for review", units=True),
     )
 }
 
@@ -99,10 +109,22 @@ def document_text(data: bytes, *, name: str, limits: DocumentLimits) -> str:
         ) from None
 
 
-def read_document(row: DocumentFormat, text: str, *, name: str, limits: DocumentLimits) -> Document:
-    """`text` read into blocks by `row`'s module."""
-    reader: FormatReader = importlib.import_module(f"mtkit.documents.{row.module}")  # type: ignore[assignment]
+def read_document(row: DocumentFormat, text: str, *, name: str, limits: DocumentLimits, retranslate: bool = False) -> Document:
+    """`text` read into blocks by `row`'s module (with `retranslate`, a file of units gives those translated already)."""
+    module = importlib.import_module(f"mtkit.documents.{row.module}")
+    if row.units:
+        units: UnitsReader = module  # type: ignore[assignment]
+        return units.read(text, name=name, limits=limits, retranslate=retranslate)
+    check_retranslate(row, retranslate=retranslate)
+    reader: FormatReader = module  # type: ignore[assignment]
     return reader.read(text, name=name, limits=limits)
+
+
+def check_retranslate(row: DocumentFormat, *, retranslate: bool) -> None:
+    """Refuse --retranslate for a format without translation units (nothing in it is translated already)."""
+    if retranslate and not row.units:
+        kept = ", ".join(other.name for other in FORMATS.values() if other.units)
+        raise MtkitError(f"--retranslate: a {row.name} file holds no translations to redo; it works with --format {kept}")
 
 
 def format_named(name: str) -> DocumentFormat:

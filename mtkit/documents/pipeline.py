@@ -17,7 +17,7 @@ from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translation, Translator
 from mtkit.documents.blocks import Block
 from mtkit.documents.formats import Document, DocumentLimits, check_size, format_named, read_document
-from mtkit.documents.placeholders import mask_placeholders
+from mtkit.documents.placeholders import mask_placeholders, space_placeholders
 from mtkit.documents.tags import place_spans, plain
 from mtkit.options import SplitBy
 
@@ -46,7 +46,7 @@ def aligned(decoding: Decoding, masked: Sequence[Block]) -> Decoding:
 
 def placed(masked: Sequence[Block], found: Sequence[Sequence[Translation]]) -> list[Block]:
     """Each block's spans placed over its best translation."""
-    return [place_spans(block, best[0]) for block, best in zip(masked, found, strict=True)]
+    return [space_placeholders(place_spans(block, best[0])) for block, best in zip(masked, found, strict=True)]
 
 
 @dataclass(frozen=True, kw_only=True)
