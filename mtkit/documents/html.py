@@ -30,6 +30,15 @@ INLINE = frozenset(
 # Elements written back untouched, their content unseen by the model.
 UNTOUCHED = frozenset("code kbd samp var pre script style textarea svg math template noscript iframe object".split())
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+# Elements whose content is text up to their end tag, a start tag of the same name closing an open one (an upper
+# bound: a parser closes them on more), and those whose start closes an open <p>.
+RAW_TEXT = frozenset("script style textarea title xmp iframe noembed noframes noscript plaintext".split())
+SIBLINGS = frozenset("p li dt dd option optgroup tr td th thead tbody tfoot rb rt rp rtc".split())
+CLOSES_P = frozenset(
+    "address article aside blockquote details div dl fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header "
+    "hgroup hr main menu nav ol p pre section table ul li dd dt".split()
+)
+TAG_TOKEN = re.compile(r"<!--.*?(?:-->|\Z)|<(/?)([a-zA-Z][^\s/>]*)[^>]*>", re.DOTALL)
 WHOLE_DOCUMENT = re.compile(r"\A\s*(?:<!--.*?-->\s*)*<(?:!doctype|html|head|body)[\s>]", re.IGNORECASE | re.DOTALL)
 
 
@@ -46,6 +55,7 @@ class HtmlDocument:
 
 def read(text: str, *, name: str, limits: DocumentLimits) -> HtmlDocument:
     """`text` parsed as a whole document or a fragment; its blocks in reading order."""
+    check_nesting(text, name=name, limits=limits)
     reader = _Reader(name=name, limits=limits)
     if WHOLE_DOCUMENT.match(text):
         document = LexborHTMLParser(text)
@@ -54,6 +64,30 @@ def read(text: str, *, name: str, limits: DocumentLimits) -> HtmlDocument:
         reader.children(first_node(LexborHTMLParser(text, is_fragment=True)), depth=0)
     reader.flush()
     return HtmlDocument(blocks=tuple(reader.blocks), parts=tuple(reader.parts))
+
+
+def check_nesting(text: str, *, name: str, limits: DocumentLimits) -> None:
+    """Refuse a document too deep or of too many tags before it is parsed: an HTML5 parser's time grows with depth
+    times tags (lexbor's, with the square of the depth). The depth is estimated from the tags as a parser nests
+    them, closing fewer elements than it does; the parsed tree is checked again as it is read."""
+    lowered, stack, tags, position = text.lower(), [], 0, 0
+    while match := TAG_TOKEN.search(lowered, position):
+        position, closing, tag = match.end(), match.group(1), match.group(2)
+        if tag is None:  # a comment
+            continue
+        tags += 1
+        if tag in stack and (closing or tag in SIBLINGS):
+            del stack[len(stack) - 1 - stack[::-1].index(tag) :]
+        if closing or tag in VOID:
+            check_shape(name=name, depth=len(stack), tags=tags, limits=limits)
+            continue
+        if tag in RAW_TEXT:
+            end = lowered.find(f"</{tag}", position)
+            position = len(lowered) if end < 0 else end
+        if tag in CLOSES_P and stack and stack[-1] == "p":
+            stack.pop()
+        stack.append(tag)
+        check_shape(name=name, depth=len(stack), tags=tags, limits=limits)
 
 
 def first_node(fragment: LexborHTMLParser) -> LexborNode | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from mtkit.documents.blocks import Block, Span, SpanKind
-from mtkit.documents.formats import DocumentLimits, check_shape
+from mtkit.documents.formats import DocumentLimits, DocumentTooLarge, check_shape
 from mtkit.documents.tags import clipped, span_tree
 from mtkit.errors import MtkitError
 
@@ -56,6 +56,10 @@ def read(text: str, *, name: str, limits: DocumentLimits) -> XmlDocument:
     except etree.XMLSyntaxError as err:
         line, column = err.position
         message = " ".join(str(err.msg).split())[:160]  # lxml's words, without its "(<string>, line N)"
+        if "Excessive depth" in message:  # libxml2's own bound, below huge_tree
+            raise DocumentTooLarge(
+                f"{name}:{line}:{column}: elements nested too deep ({message}); flatten the document"
+            ) from None
         raise MtkitError(f"{name}:{line}:{column}: not well-formed XML ({message}); fix the markup there") from None
     order = {node: index for index, node in enumerate(root.iter())}
     blocks, places, margins = [], [], []

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
 from mtkit.decoding.translator import Translation
+from mtkit.documents import html as html_format
 from mtkit.documents.blocks import Block, Span, SpanKind
 from mtkit.documents.formats import DocumentLimits, DocumentTooLarge
 from mtkit.documents.html import VOID, first_node, read
@@ -121,6 +122,23 @@ def test_documents_past_the_bounds_are_refused_in_one_line(page: str, limits: Do
     with pytest.raises(DocumentTooLarge) as caught:
         read(page, name="page.html", limits=limits)
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
+
+
+def test_a_deep_page_is_refused_before_it_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_parse(*_: object, **__: object) -> None:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(html_format, "LexborHTMLParser", no_parse)
+    for page in ("<div>" * 100_000 + "x", "<b><i>" * 200 + "x", "<p>" + "<span>" * 300):
+        with pytest.raises(DocumentTooLarge, match="nested more than 256 deep"):
+            read(page, name="page.html", limits=LIMITS)
+    with pytest.raises(DocumentTooLarge, match="more than 15 tags"):
+        read("<p>a</p>" * 8, name="page.html", limits=DocumentLimits(max_tags=15))
+
+
+def test_unclosed_paragraphs_and_list_items_are_not_counted_deep() -> None:
+    page = "<ul>" + "<li>a <p>b" * 400 + "</ul><table>" + "<tr><td>c<td>d" * 400 + "</table>"
+    assert len(read(page, name="page.html", limits=LIMITS).blocks) == 1_600
 
 
 PIECES = st.sampled_from(
