@@ -50,6 +50,8 @@ class XmlDocument:
 
 def read(text: str, *, name: str, limits: DocumentLimits) -> XmlDocument:
     """`text` parsed (well-formed, or one line with lxml's message, line and column); its blocks in reading order."""
+    starts = text.count("<") - text.count("</") - text.count("<!") - text.count("<?")  # start tags, give or take
+    check_shape(name=name, depth=0, tags=starts, limits=limits)  # before lxml builds a tree of them
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False, remove_comments=False)
     try:
         root = etree.fromstring(text.encode("utf-8"), parser)

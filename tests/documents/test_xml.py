@@ -107,6 +107,7 @@ def test_entities_are_neither_expanded_nor_fetched(tmp_path: Path) -> None:
         ("<d>" * 20 + "x" + "</d>" * 20, DocumentLimits(max_depth=10), "doc.xml: elements nested more than 10 deep"),
         ("<doc>" + "<p>a <b>x</b></p>" * 20 + "</doc>", DocumentLimits(max_tags=15), "doc.xml: more than 15 tags"),
         ("<d>" * 300 + "x" + "</d>" * 300, LIMITS, "doc.xml:1:"),
+        ("<doc>" + "<x/>" * 20 + "</doc>", DocumentLimits(max_tags=15), "doc.xml: more than 15 tags"),
     ],
 )
 def test_documents_past_the_bounds_are_refused_in_one_line(source: str, limits: DocumentLimits, said: str) -> None:
