@@ -103,6 +103,7 @@ def escape_text(text: str) -> str:
 
 
 def start_tag(node: LexborNode) -> str:
+    """An element's start tag as lexbor writes it: attribute values quoted and escaped, their order kept."""
     attributes = "".join(
         f' {key}="{(value or "").replace("&", "&amp;").replace(chr(34), "&quot;").replace(chr(160), "&nbsp;")}"'
         for key, value in node.attributes.items()

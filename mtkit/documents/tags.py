@@ -5,7 +5,7 @@ SentencePiece word starts at each "▁", i.e. after whitespace). A tag goes arou
 source words align to; an empty span (an empty element, a placeholder) or a span with no aligned word goes after the
 target word aligned to the nearest source word before it (else at the start). Hulls that cross are repaired so the
 output nests as the source did: a child is clipped inside its parent, siblings are kept apart (the later one starts
-where the earlier ends, or becomes empty there). Bergamot's HTML mode places tags the same way.
+where the earlier ends, or becomes empty there).
 
 Nesting is containment: a span whose characters lie within another's is inside it (for an empty span where
 another ends, when it is deeper), so spans are listed parents first and, among siblings, in the order they are
