@@ -51,6 +51,7 @@ class EvaluateRequest:
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
+    shortlist: bool | None = None  # search over the model's vocabulary shortlist (None: when it has one)
     document_format: str = "text"  # each line a document of this format (documents.formats): scored without its markup
 
 
@@ -319,7 +320,12 @@ def _translated(request: EvaluateRequest) -> _Systems:
             lines = sources[way.start : way.end]
             if request.document_format == "text":
                 translated += translator.translate(
-                    lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang, src_lang=request.src_lang
+                    lines,
+                    beam=request.beam,
+                    progress=True,
+                    tgt_lang=way.tgt_lang,
+                    src_lang=request.src_lang,
+                    shortlist=request.shortlist,
                 )
             else:
                 documents = _translated_documents(translator, lines, request, tgt_lang=way.tgt_lang)
@@ -337,7 +343,7 @@ def _translated_documents(
     translator: Translator, lines: list[str], request: EvaluateRequest, *, tgt_lang: str | None
 ) -> list[TranslatedDocument]:
     """Each line, a document of `request.document_format`, translated with its markup put back."""
-    decoding = Decoding(beam=request.beam, tgt_lang=tgt_lang, src_lang=request.src_lang)
+    decoding = Decoding(beam=request.beam, tgt_lang=tgt_lang, src_lang=request.src_lang, shortlist=request.shortlist)
     limits = DocumentLimits()
     return translate_documents(translator, lines, document_format=request.document_format, decoding=decoding, limits=limits)
 
