@@ -16,6 +16,8 @@ from mtkit.config import Config, bleu_band, direction, split_languages, tag_lang
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
+from mtkit.documents.formats import DocumentLimits
+from mtkit.documents.pipeline import TranslatedDocument, plain_texts, translate_documents
 from mtkit.documents.sentences import sentence_splitter, source_splitter
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
@@ -54,6 +56,7 @@ class EvaluateRequest:
     comet: CometOptions | None = None  # the COMET model that scores `metric`
     shortlist: bool | None = None  # search over the model's vocabulary shortlist (None: when it has one)
     split_by: SplitBy | None = None  # with models: what the model reads at a time (None: the recipe's decode.split_by)
+    document_format: str = "text"  # each line a document of this format (documents.formats): scored without its markup
 
 
 @dataclass(kw_only=True)
@@ -294,9 +297,9 @@ def _systems(request: EvaluateRequest) -> _Systems:
     if request.hyps:
         if request.models:
             raise MtkitError("evaluate takes --hyp FILE (translations) or -m RUN (a model to translate with), not both")
-        sources = _sentences(request.src, "--src") if request.src is not None else None
+        sources = _plain(_sentences(request.src, "--src"), request, "--src") if request.src is not None else None
         references = [read_lines(r) for r in request.refs]
-        hypotheses = [_sentences(h, "--hyp") for h in request.hyps]
+        hypotheses = [_plain(_sentences(h, "--hyp"), request, f"--hyp {h}") for h in request.hyps]
         whole = [_Direction(f"into {request.tgt_lang}", request.tgt_lang, 0, len(hypotheses[0]))]
         return _Systems([str(h) for h in request.hyps], hypotheses, sources, references, directions=whole)
     if not request.models:
@@ -318,7 +321,7 @@ def _translated(request: EvaluateRequest) -> _Systems:
     groups = [[model] for model in request.models] if request.compare else [request.models]
     if request.output is not None and len(groups) > 1:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
-    names, hypotheses, dropped, sources, references, recipe, directions = [], [], [], None, None, None, []
+    names, hypotheses, outputs, dropped, sources, references, recipe, directions = [], [], [], [], None, None, None, []
     for group in groups:
         # a CTranslate2 export carries its recipe too
         translator = Translator.load(group, device=request.device, fast_paths=request.fast_paths)
@@ -326,35 +329,48 @@ def _translated(request: EvaluateRequest) -> _Systems:
             sources, references, directions = _sources_and_references(translator, group[0], request)
             recipe = translator.config
         names.append(" + ".join(str(model) for model in group))
-        aligned = _aligns(translator)
-        found = [
-            _translated_direction(translator, sources[way.start : way.end], way, request, aligned=aligned) for way in directions
-        ]
-        hypotheses.append([text for texts, _ in found for text in texts])
-        dropped.append([lost for _, losts in found for lost in losts] if aligned else None)
+        aligned = request.document_format == "text" and _aligns(translator)
+        found = [_translated_way(translator, sources[way.start : way.end], way, request, aligned=aligned) for way in directions]
+        hypotheses.append([text for way in found for text in way.texts])
+        outputs.append([text for way in found for text in way.written])
+        dropped.append([lost for way in found for lost in way.dropped] if aligned else None)
     if request.output is not None:
-        write_lines(hypotheses[0], request.output)
+        write_lines(outputs[0], request.output)
     assert sources is not None and references is not None
     known = dropped if all(losts is not None for losts in dropped) else None
-    return _Systems(names, hypotheses, sources, references, recipe, directions, dropped=known)
+    return _Systems(names, hypotheses, _plain(sources, request, "--src"), references, recipe, directions, dropped=known)
 
 
-def _translated_direction(
+@dataclass(frozen=True)
+class _Translated:
+    """One direction's translations: as scored, as written (a document format's markup kept), and per line whether
+    the translation leaves out a sentence of its source (empty when unknown)."""
+
+    texts: list[str]
+    written: list[str]
+    dropped: list[bool]
+
+
+def _translated_way(
     translator: Translator, lines: list[str], way: _Direction, request: EvaluateRequest, *, aligned: bool
-) -> tuple[list[str], list[bool]]:
-    """One direction's translations (each line cut into sentences as `request.split_by` says), and, when `aligned`,
-    per line whether its translation leaves out a sentence of the source, by the output's word alignments."""
+) -> _Translated:
+    """One direction's lines translated, each cut into sentences as `request.split_by` says; when `aligned`, with the
+    dropped sentences found by the output's word alignments."""
+    if request.document_format != "text":
+        documents = _translated_documents(translator, lines, request, way=way)
+        return _Translated([d.text for d in documents], [d.markup for d in documents], [])
     decoding = Decoding(
         beam=request.beam, tgt_lang=way.tgt_lang, src_lang=request.src_lang, shortlist=request.shortlist, alignments=aligned
     )
     language = way.src_lang or request.src_lang
     splitter = sentence_splitter(translator, split_by=request.split_by, language=language)
     best = [found[0] for found in translator.translate_nbest(lines, decoding, progress=True, splitter=splitter)]
+    texts = [t.text for t in best]
     if not aligned:
-        return [t.text for t in best], []
-    sentences = source_splitter(translator, language=language)
+        return _Translated(texts, texts, [])
+    sentences = [source_splitter(translator, language=language).cut(line) for line in lines]
     tagged = translator.leads(decoding)[0] is not None
-    return [t.text for t in best], dropped_lines(translator, [sentences.cut(line) for line in lines], best=best, tagged=tagged)
+    return _Translated(texts, texts, dropped_lines(translator, sentences, best=best, tagged=tagged))
 
 
 def _aligns(translator: Translator) -> bool:
@@ -364,6 +380,24 @@ def _aligns(translator: Translator) -> bool:
     except MtkitError:
         return False
     return True
+
+
+def _translated_documents(
+    translator: Translator, lines: list[str], request: EvaluateRequest, *, way: _Direction
+) -> list[TranslatedDocument]:
+    """Each line, a document of `request.document_format`, translated (cut into sentences as `request.split_by` says)
+    with its markup put back."""
+    decoding = Decoding(beam=request.beam, tgt_lang=way.tgt_lang, src_lang=request.src_lang, shortlist=request.shortlist)
+    return translate_documents(translator, lines, document_format=request.document_format, decoding=decoding,
+                               limits=DocumentLimits(), split_by=request.split_by, language=way.src_lang)  # fmt: skip
+
+
+def _plain(lines: list[str], request: EvaluateRequest, option: str) -> list[str]:
+    """Lines as the metrics read them: a document format's without its markup."""
+    if request.document_format == "text":
+        return lines
+    names = [f"{option} line {number}" for number in range(1, len(lines) + 1)]
+    return plain_texts(lines, document_format=request.document_format, names=names, limits=DocumentLimits())
 
 
 def _sources_and_references(
