@@ -21,7 +21,15 @@ class DocumentFormat:
 
 
 FORMATS: dict[str, DocumentFormat] = {
-    row.name: row for row in (DocumentFormat(name="text", module="", help="plain text, one paragraph a line", streams=True),)
+    row.name: row
+    for row in (
+        DocumentFormat(name="text", module="", help="plain text, one paragraph a line", streams=True),
+        DocumentFormat(
+            name="markdown",
+            module="markdown",
+            help="Markdown (CommonMark, tables): paragraphs, headings, list items and cells; code left as it is",
+        ),
+    )
 }
 
 

@@ -1,0 +1,297 @@
+"""Markdown read into blocks and written back (`--format markdown`), parsed by markdown-it-py.
+
+CommonMark with GitHub's tables and strikethrough. Each paragraph, heading and table cell (in lists and block
+quotes too) is a block; its emphasis, strong emphasis, strikethrough and links become spans, so the pipeline puts
+them back around the translated words. Inline code, images, autolinks, inline HTML and hard breaks are kept whole
+as empty spans (the model never sees them, and they come back exactly as written). Code blocks, fenced code, HTML
+blocks, front matter, link reference definitions and everything between blocks are never touched: a translated
+block replaces only its own source characters, and a block handed back unchanged writes its source as it was, so
+an untranslated file comes back byte for byte.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
+from markdown_it.token import Token
+
+from mtkit.documents.blocks import Block, Span
+
+# Inline rules whose whole source is one opaque unit, and the token that carries it.
+OPAQUE_RULES = {"backticks": "code_inline", "image": "image", "autolink": "link_open", "html_inline": "html_inline"}
+PAIRED = {"em", "strong", "s"}  # *...*, **...**, ~~...~~: the markup is the token's
+HARD_BREAK = "\\\n"
+INLINE_SPECIALS = re.compile(r"[\\`*_\[\]<~]|&(?=#?\w+;)|(?:(?<=\s)|^)#|!$")
+LINE_START = re.compile(r"(?:^|(?<=\\\n))([ \t]*)(?:([>+\-=#])|(\d{1,9})([.)]))")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Region:
+    """Where a block's inline source lies in the file, and how a line inside it continues."""
+
+    start: int  # character offsets into the file
+    end: int
+    continuation: str  # the block's containers (quote markers, list indentation) for a line after a hard break
+    table_cell: bool = False  # `|` written escaped
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkdownDocument:
+    """A Markdown file's source, its blocks, and where each block came from."""
+
+    source: str
+    blocks: tuple[Block, ...]
+    regions: tuple[Region, ...]
+
+    def write(self, blocks: Sequence[Block]) -> str:
+        """The file with each block's source replaced by `blocks`' Markdown (a block unchanged keeps its source)."""
+        if len(blocks) != len(self.blocks):
+            raise ValueError(f"{len(blocks)} blocks given for a document of {len(self.blocks)}")
+        parts, done = [], 0
+        for region, old, new in zip(self.regions, self.blocks, blocks, strict=True):
+            parts.append(self.source[done : region.start])
+            parts.append(self.source[region.start : region.end] if new == old else render_block(new, region))
+            done = region.end
+        parts.append(self.source[done:])
+        return "".join(parts)
+
+
+def read_markdown(source: str) -> MarkdownDocument:
+    """`source`'s blocks with their inline markup as spans (blocks with no words left out: nothing to translate)."""
+    lines = SourceLines(source)
+    tokens = parser().parse(lines.parsed())
+    blocks, regions = [], []
+    for number, token in enumerate(tokens):
+        if token.type != "inline" or token.map is None:
+            continue
+        block = inline_block(token.children or [])
+        if not block.text.strip():
+            continue
+        region = lines.region(token, opener=tokens[number - 1])
+        if region is not None:
+            blocks.append(block)
+            regions.append(region)
+    return MarkdownDocument(source=source, blocks=tuple(blocks), regions=tuple(regions))
+
+
+@functools.cache
+def parser() -> MarkdownIt:
+    """CommonMark + tables + strikethrough, its opaque inline rules recording their source on their token."""
+    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+    for rule in md.inline.ruler.__rules__:
+        if rule.name in OPAQUE_RULES:
+            md.inline.ruler.at(rule.name, keep_source(rule.fn, OPAQUE_RULES[rule.name]), {"alt": rule.alt})
+        elif rule.name == "link":
+            md.inline.ruler.at(rule.name, keep_link_close(rule.fn), {"alt": rule.alt})
+    return md
+
+
+def first_pushed(state: StateInline, since: int, kind: str) -> Token:
+    return next(token for token in state.tokens[since:] if token.type == kind)
+
+
+def keep_source(rule: Callable[[StateInline, bool], bool], kind: str) -> Callable[[StateInline, bool], bool]:
+    """`rule`, setting meta["source"] of the token it makes to the characters it consumed."""
+
+    def wrapped(state: StateInline, silent: bool) -> bool:
+        start, count = state.pos, len(state.tokens)
+        if not rule(state, silent):
+            return False
+        if not silent:
+            first_pushed(state, count, kind).meta["source"] = state.src[start : state.pos]
+        return True
+
+    return wrapped
+
+
+def keep_link_close(rule: Callable[[StateInline, bool], bool]) -> Callable[[StateInline, bool], bool]:
+    """The link rule, setting meta["close"] of its link_open to the source after the text (`](url "title")`, `][ref]`)."""
+
+    def wrapped(state: StateInline, silent: bool) -> bool:
+        start, count = state.pos, len(state.tokens)
+        if silent or state.src[start] != "[":
+            return rule(state, silent)
+        label_end = state.md.helpers.parseLinkLabel(state, start, True)
+        if not rule(state, silent):
+            return False
+        first_pushed(state, count, "link_open").meta["close"] = state.src[label_end : state.pos]
+        return True
+
+    return wrapped
+
+
+def inline_block(children: Sequence[Token]) -> Block:
+    """An inline token's children as plain text with spans: paired markup around text, opaque units empty."""
+    text: list[str] = []
+    size = 0
+    spans: list[tuple[int, Span]] = []  # (the order it opened, span)
+    open_at: list[tuple[int, int, Token]] = []  # (order, start, opening token)
+    inside_autolink = False
+    for token in children:
+        if inside_autolink:
+            inside_autolink = token.type != "link_close"
+            continue
+        raw = opaque_source(token)
+        if raw is not None:
+            spans.append((len(spans) + len(open_at), Span(start=size, end=size, open=raw)))
+            inside_autolink = token.type == "link_open"
+        elif token.nesting == 1:
+            open_at.append((len(spans) + len(open_at), size, token))
+        elif token.nesting == -1 and open_at:
+            order, start, opening = open_at.pop()
+            spans.append((order, Span(start=start, end=size, open=opening_markup(opening), close=closing_markup(opening))))
+        else:
+            piece = " " if token.type == "softbreak" else token.content
+            text.append(piece)
+            size += len(piece)
+    ordered = sorted(spans, key=lambda item: (item[1].start, -item[1].end, item[0]))
+    return Block(text="".join(text), spans=tuple(span for _, span in ordered))
+
+
+def opaque_source(token: Token) -> str | None:
+    """The exact Markdown of an inline unit kept whole (code, image, autolink, inline HTML, hard break), else None."""
+    if token.type == "hardbreak":
+        return HARD_BREAK
+    if "source" in (token.meta or {}):
+        return token.meta["source"]
+    return None
+
+
+def opening_markup(token: Token) -> str:
+    return "[" if token.type == "link_open" else token.markup
+
+
+def closing_markup(token: Token) -> str:
+    if token.type == "link_open":
+        return token.meta.get("close", "]")
+    return token.markup
+
+
+class SourceLines:
+    """The file's lines with their offsets and line ends kept, and the block regions found in them."""
+
+    def __init__(self, source: str) -> None:
+        pieces = re.split(r"(\r\n|\r|\n)", source)
+        self.row_cursor: dict[int, int] = {}  # a table row's line: where its next cell's search starts
+        self.texts = [text.replace("\0", "\ufffd") for text in pieces[0::2]]  # as markdown-it reads them
+        self.starts, offset = [], 0
+        for number, text in enumerate(self.texts):
+            self.starts.append(offset)
+            offset += len(text) + (len(pieces[2 * number + 1]) if 2 * number + 1 < len(pieces) else 0)
+
+    def parsed(self) -> str:
+        """The text markdown-it reads: front matter (a first line `---` up to the next `---` or `...`) blanked."""
+        texts = list(self.texts)
+        if texts and texts[0] == "---":
+            end = next((n for n in range(1, len(texts)) if texts[n] in ("---", "...")), None)
+            if end is not None:
+                texts[: end + 1] = [""] * (end + 1)
+        return "\n".join(texts)
+
+    def region(self, inline: Token, *, opener: Token) -> Region | None:
+        """Where `inline`'s content lies in the file (None where it cannot be found: the block is left alone)."""
+        assert inline.map is not None
+        first_line, content_lines = inline.map[0], inline.content.split("\n")
+        if opener.type in ("th_open", "td_open"):
+            return self.cell_region(first_line, inline.content)
+        line = self.texts[first_line]
+        last = self.texts[first_line + len(content_lines) - 1]
+        if opener.type == "heading_open" and opener.markup.startswith("#"):
+            start = line.find(content_lines[0], line.index("#") + len(opener.markup))
+        else:
+            start = len(line.rstrip()) - len(content_lines[0].strip())
+        end = len(last.rstrip()) if len(content_lines) > 1 else start + len(content_lines[0])
+        found = line[start:].startswith(content_lines[0].strip()) and last[:end].endswith(content_lines[-1].strip())
+        if start < 0 or not found:
+            return None
+        continuation = "".join(char if char in "> \t" else " " for char in line[:start])
+        return Region(
+            start=self.starts[first_line] + start,
+            end=self.starts[first_line + len(content_lines) - 1] + end,
+            continuation=continuation,
+        )
+
+    def cell_region(self, number: int, content: str) -> Region | None:
+        """A table cell's content in its row, searched after the row's cells found before it."""
+        line, written = self.texts[number], content.replace("|", "\\|")
+        start = line.find(written, self.row_cursor.get(number, 0))
+        if start < 0:
+            return None
+        self.row_cursor[number] = start + len(written)
+        return Region(
+            start=self.starts[number] + start, end=self.starts[number] + start + len(written), continuation="", table_cell=True
+        )
+
+
+def render_block(block: Block, region: Region) -> str:
+    """`block` as Markdown inline source for `region`: on one line but for hard breaks, safe at a line's start."""
+    written = render_spans(block.text, nest(block.spans), start=0, end=len(block.text)).strip(" \t")
+    written = LINE_START.sub(escape_line_start, written)
+    if region.table_cell:
+        written = written.replace("|", "\\|")
+    return written.replace("\n", "\n" + region.continuation)
+
+
+@dataclass(frozen=True)
+class Node:
+    span: Span
+    children: list[Node]
+
+
+def contains(outer: Span, inner: Span) -> bool:
+    """Whether `inner` goes inside `outer`: an empty span at `outer`'s end goes after it."""
+    return outer.start <= inner.start and inner.end <= outer.end and inner.start < outer.end
+
+
+def nest(spans: Sequence[Span]) -> list[Node]:
+    """The spans (sorted by (start, -end)) as a forest: each node's children lie within it."""
+    roots: list[Node] = []
+    stack: list[Node] = []
+    for span in spans:
+        while stack and not contains(stack[-1].span, span):
+            stack.pop()
+        node = Node(span, [])
+        (stack[-1].children if stack else roots).append(node)
+        if span.start < span.end:
+            stack.append(node)
+    return roots
+
+
+def render_spans(text: str, nodes: Sequence[Node], *, start: int, end: int) -> str:
+    """text[start:end] escaped, with each node's markup around its own part."""
+    out, done = [], start
+    for node in nodes:
+        out.append(escape(text[done : node.span.start]))
+        out.append(render_node(text, node))
+        done = max(done, node.span.end)
+    out.append(escape(text[done:end]))
+    return "".join(out)
+
+
+def render_node(text: str, node: Node) -> str:
+    """A span's markup around its content, with the content's outer spaces moved outside (`**a** b`, not `**a **b`)."""
+    span = node.span
+    inner = render_spans(text, node.children, start=span.start, end=span.end)
+    if not span.close:
+        return span.open + inner
+    body = inner.strip()
+    if not body and span.open in ("*", "_", "**", "__", "~~", "~"):
+        return inner  # empty emphasis would be read as literal asterisks (or a rule); nothing to emphasise
+    lead, trail = inner[: len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()) :]
+    return f"{lead}{span.open}{body}{span.close}{trail}"
+
+
+def escape(text: str) -> str:
+    """Plain text as Markdown that reads back as the same text (no markup, entity or block marker appears)."""
+    return INLINE_SPECIALS.sub(lambda match: "\\" + match.group(), text.replace("\n", " "))
+
+
+def escape_line_start(match: re.Match[str]) -> str:
+    """A block marker at a line's start (`#`, `>`, `-`, `1.`) escaped, so the line stays a paragraph's."""
+    spaces, marker, number, dot = match.groups()
+    return f"{spaces}\\{marker}" if marker else f"{spaces}{number}\\{dot}"

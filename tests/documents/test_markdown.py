@@ -1,0 +1,157 @@
+"""Markdown read into blocks and written back: what becomes a span, what is never touched, and that a translated
+file parses to the same structure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from markdown_it import MarkdownIt
+
+from mtkit.documents.blocks import Block, Span
+from mtkit.documents.markdown import read_markdown
+
+PAGE = """\
+---
+title: *not markdown*
+---
+# The *first* heading #
+
+A paragraph with **strong words**, a [link](http://example.com/a_b?x=1 "Its title") and `inline *code*`
+over two lines, a reference [link][docs], an image ![alt text](img.png) and <b>html</b>.\\
+After a hard break &amp; an escaped \\* star.
+
+> Quoted _emphasis_ here
+> and ~~struck~~ words.
+
+- first item with <http://auto.link>
+- second item
+  1. nested **one**
+
+| Name | Value \\| pipe |
+|------|-------|
+| *a*  | b     |
+
+Setext heading
+==============
+
+    indented code *stays*
+
+```python
+fenced = "*stays*"
+```
+
+<div>
+an HTML *block*
+</div>
+
+[docs]: http://example.com/docs "Docs"
+"""
+
+
+def structure(source: str) -> list[tuple[str, str]]:
+    """The Markdown's rendered tree, text aside: (token type, markup/attributes) in order."""
+    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+    found = []
+    for token in md.parse(source):
+        found.append((token.type, token.markup))
+        for child in token.children or []:
+            if child.type not in ("text", "softbreak"):
+                found.append((child.type, f"{child.markup} {sorted((child.attrs or {}).items())}"))
+    return found
+
+
+def spans_of(block: Block) -> list[tuple[str, str, str]]:
+    return [(block.text[span.start : span.end], span.open, span.close) for span in block.spans]
+
+
+def test_untranslated_file_round_trips_byte_for_byte() -> None:
+    document = read_markdown(PAGE)
+    assert document.write(document.blocks) == PAGE
+    crlf = PAGE.replace("\n", "\r\n")
+    assert read_markdown(crlf).write(read_markdown(crlf).blocks) == crlf
+
+
+def test_blocks_and_their_spans() -> None:
+    blocks = read_markdown(PAGE).blocks
+    texts = [block.text for block in blocks]
+    assert texts[0] == "The first heading"
+    assert spans_of(blocks[0]) == [("first", "*", "*")]
+    paragraph = blocks[1]
+    assert ("strong words", "**", "**") in spans_of(paragraph)
+    assert ("link", "[", '](http://example.com/a_b?x=1 "Its title")') in spans_of(paragraph)
+    assert ("link", "[", "][docs]") in spans_of(paragraph)
+    opaque = [span.open for span in paragraph.spans if span.start == span.end]
+    assert opaque == ["`inline *code*`", "![alt text](img.png)", "<b>", "</b>", "\\\n"]
+    assert "code" not in paragraph.text and "alt" not in paragraph.text
+    assert "over two lines" in paragraph.text and "\n" not in paragraph.text
+    assert "& an escaped * star." in paragraph.text
+    assert spans_of(blocks[2]) == [("emphasis", "_", "_"), ("struck", "~~", "~~")]
+    assert [span.open for span in blocks[3].spans] == ["<http://auto.link>"]
+    assert texts[3:] == ["first item with ", "second item", "nested one", "Name", "Value | pipe", "a", "b", "Setext heading"]
+
+
+def test_code_html_front_matter_and_definitions_are_not_blocks() -> None:
+    texts = " ".join(block.text for block in read_markdown(PAGE).blocks)
+    for untouched in ("stays", "block", "not markdown", "Docs", "docs]:"):
+        assert untouched not in texts
+
+
+def test_blocks_rewritten_keep_everything_else() -> None:
+    document = read_markdown(PAGE)
+    changed = [dataclasses.replace(block, text=block.text.upper()) for block in document.blocks]
+    written = document.write(changed)
+    assert structure(written) == structure(PAGE)
+    for kept in ("title: *not markdown*", "    indented code *stays*", 'fenced = "*stays*"', "an HTML *block*", "[docs]: http"):
+        assert kept in written
+    again = read_markdown(written).blocks
+    assert [block.text for block in again] == [block.text for block in changed]
+    assert [[(s.start, s.end, s.open, s.close) for s in b.spans] for b in again] == [
+        [(s.start, s.end, s.open, s.close) for s in b.spans] for b in changed
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# not a heading",
+        "- not a list",
+        "1. not a list either",
+        "> not a quote",
+        "*stars* and _underscores_ and `ticks` and [brackets](x) and <b>tags</b>",
+        "&amp; stays text, C# #tag, ~~no strike~~ and a back\\slash",
+        "ends with hashes ##",
+        "a | pipe!",
+    ],
+)
+def test_any_translation_reads_back_as_the_same_text(text: str) -> None:
+    """Whatever the model writes is escaped: it reads back as the same plain text in the same structure."""
+    source = "# Title\n\n> - item\n\n| a |\n|---|\n| b |\n"
+    document = read_markdown(source)
+    written = document.write([Block(text=text) for _ in document.blocks])
+    assert structure(written) == structure(source)
+    assert [block.text for block in read_markdown(written).blocks] == [text.strip()] * len(document.blocks)
+
+
+def test_placed_spans_are_written_around_words() -> None:
+    """Spans as the pipeline returns them (outer spaces inside, emphasis in a word) still read back as markup."""
+    document = read_markdown("Some **bold** and [a link](u) and `code`.\n")
+    text = "und fett Link code ."
+    placed = Block(
+        text=text,
+        spans=(
+            Span(start=4, end=9, open="**", close="**"),  # "fett " with its space
+            Span(start=9, end=13, open="[", close="](u)"),
+            Span(start=19, end=19, open="`code`"),
+        ),
+    )
+    written = document.write([placed])
+    assert written == "und **fett** [Link](u) code `code`.\n"
+    assert spans_of(read_markdown(written).blocks[0])[:2] == [("fett", "**", "**"), ("Link", "[", "](u)")]
+
+
+def test_empty_emphasis_is_left_out() -> None:
+    """`****` would read as literal stars or a thematic break: an emphasis with nothing inside writes nothing."""
+    document = read_markdown("a **b** c\n")
+    written = document.write([Block(text="x y", spans=(Span(start=1, end=1, open="**", close="**"),))])
+    assert written == "x y\n"
