@@ -48,7 +48,7 @@ class MarkdownDocument:
     blocks: tuple[Block, ...]
     regions: tuple[Region, ...]
 
-    def write(self, blocks: Sequence[Block]) -> str:
+    def render(self, blocks: Sequence[Block]) -> str:
         """The file with each block's source replaced by `blocks`' Markdown (a block unchanged keeps its source)."""
         if len(blocks) != len(self.blocks):
             raise ValueError(f"{len(blocks)} blocks given for a document of {len(self.blocks)}")
@@ -61,8 +61,8 @@ class MarkdownDocument:
         return "".join(parts)
 
 
-def read_markdown(source: str) -> MarkdownDocument:
-    """`source`'s blocks with their inline markup as spans (blocks with no words left out: nothing to translate)."""
+def read(source: str, *, name: str) -> MarkdownDocument:
+    """The blocks of `source` (the file `name`) with their inline markup as spans (blocks without words left out)."""
     lines = SourceLines(source)
     tokens = parser().parse(lines.parsed())
     blocks, regions = [], []

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from markdown_it import MarkdownIt
 
+from mtkit.documents import markdown
 from mtkit.documents.blocks import Block, Span
-from mtkit.documents.markdown import read_markdown
 
 PAGE = """\
 ---
@@ -49,6 +49,10 @@ an HTML *block*
 """
 
 
+def read(source: str) -> markdown.MarkdownDocument:
+    return markdown.read(source, name="page.md")
+
+
 def structure(source: str) -> list[tuple[str, str]]:
     """The Markdown's rendered tree, text aside: (token type, markup/attributes) in order."""
     md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
@@ -66,14 +70,14 @@ def spans_of(block: Block) -> list[tuple[str, str, str]]:
 
 
 def test_untranslated_file_round_trips_byte_for_byte() -> None:
-    document = read_markdown(PAGE)
-    assert document.write(document.blocks) == PAGE
+    document = read(PAGE)
+    assert document.render(document.blocks) == PAGE
     crlf = PAGE.replace("\n", "\r\n")
-    assert read_markdown(crlf).write(read_markdown(crlf).blocks) == crlf
+    assert read(crlf).render(read(crlf).blocks) == crlf
 
 
 def test_blocks_and_their_spans() -> None:
-    blocks = read_markdown(PAGE).blocks
+    blocks = read(PAGE).blocks
     texts = [block.text for block in blocks]
     assert texts[0] == "The first heading"
     assert spans_of(blocks[0]) == [("first", "*", "*")]
@@ -92,19 +96,19 @@ def test_blocks_and_their_spans() -> None:
 
 
 def test_code_html_front_matter_and_definitions_are_not_blocks() -> None:
-    texts = " ".join(block.text for block in read_markdown(PAGE).blocks)
+    texts = " ".join(block.text for block in read(PAGE).blocks)
     for untouched in ("stays", "block", "not markdown", "Docs", "docs]:"):
         assert untouched not in texts
 
 
 def test_blocks_rewritten_keep_everything_else() -> None:
-    document = read_markdown(PAGE)
+    document = read(PAGE)
     changed = [dataclasses.replace(block, text=block.text.upper()) for block in document.blocks]
-    written = document.write(changed)
+    written = document.render(changed)
     assert structure(written) == structure(PAGE)
     for kept in ("title: *not markdown*", "    indented code *stays*", 'fenced = "*stays*"', "an HTML *block*", "[docs]: http"):
         assert kept in written
-    again = read_markdown(written).blocks
+    again = read(written).blocks
     assert [block.text for block in again] == [block.text for block in changed]
     assert [[(s.start, s.end, s.open, s.close) for s in b.spans] for b in again] == [
         [(s.start, s.end, s.open, s.close) for s in b.spans] for b in changed
@@ -127,15 +131,15 @@ def test_blocks_rewritten_keep_everything_else() -> None:
 def test_any_translation_reads_back_as_the_same_text(text: str) -> None:
     """Whatever the model writes is escaped: it reads back as the same plain text in the same structure."""
     source = "# Title\n\n> - item\n\n| a |\n|---|\n| b |\n"
-    document = read_markdown(source)
-    written = document.write([Block(text=text) for _ in document.blocks])
+    document = read(source)
+    written = document.render([Block(text=text) for _ in document.blocks])
     assert structure(written) == structure(source)
-    assert [block.text for block in read_markdown(written).blocks] == [text.strip()] * len(document.blocks)
+    assert [block.text for block in read(written).blocks] == [text.strip()] * len(document.blocks)
 
 
 def test_placed_spans_are_written_around_words() -> None:
     """Spans as the pipeline returns them (outer spaces inside, emphasis in a word) still read back as markup."""
-    document = read_markdown("Some **bold** and [a link](u) and `code`.\n")
+    document = read("Some **bold** and [a link](u) and `code`.\n")
     text = "und fett Link code ."
     placed = Block(
         text=text,
@@ -145,13 +149,13 @@ def test_placed_spans_are_written_around_words() -> None:
             Span(start=19, end=19, open="`code`"),
         ),
     )
-    written = document.write([placed])
+    written = document.render([placed])
     assert written == "und **fett** [Link](u) code `code`.\n"
-    assert spans_of(read_markdown(written).blocks[0])[:2] == [("fett", "**", "**"), ("Link", "[", "](u)")]
+    assert spans_of(read(written).blocks[0])[:2] == [("fett", "**", "**"), ("Link", "[", "](u)")]
 
 
 def test_empty_emphasis_is_left_out() -> None:
     """`****` would read as literal stars or a thematic break: an emphasis with nothing inside writes nothing."""
-    document = read_markdown("a **b** c\n")
-    written = document.write([Block(text="x y", spans=(Span(start=1, end=1, open="**", close="**"),))])
+    document = read("a **b** c\n")
+    written = document.render([Block(text="x y", spans=(Span(start=1, end=1, open="**", close="**"),))])
     assert written == "x y\n"
