@@ -48,6 +48,7 @@ KEYS = {
                             "beam5_identical"},
     "terminology": {"date", "model", "machine", "device", "matmul_gflop_per_s", "ngrams", "glossary_entries", "glossary",
                     "matmul_gflop_per_s_after"},
+    "tagged_set": {"date", "data", "seed", "aligner", "sentences", "tagged_sentences", "tags", "rows"},
 }  # fmt: skip
 
 
