@@ -244,12 +244,12 @@ class Node:
 
 
 def contains(outer: Span, inner: Span) -> bool:
-    """Whether `inner` goes inside `outer`: an empty span at `outer`'s end goes after it."""
-    return outer.start <= inner.start and inner.end <= outer.end and inner.start < outer.end
+    """Whether `inner` goes inside `outer`: its characters lie within, ties included (as `tags.place_spans` nests)."""
+    return outer.start <= inner.start and inner.end <= outer.end
 
 
 def nest(spans: Sequence[Span]) -> list[Node]:
-    """The spans (sorted by (start, -end)) as a forest: each node's children lie within it."""
+    """The spans (parents first) as a forest: each node's children lie within it."""
     roots: list[Node] = []
     stack: list[Node] = []
     for span in spans:
@@ -257,8 +257,7 @@ def nest(spans: Sequence[Span]) -> list[Node]:
             stack.pop()
         node = Node(span, [])
         (stack[-1].children if stack else roots).append(node)
-        if span.start < span.end:
-            stack.append(node)
+        stack.append(node)
     return roots
 
 
