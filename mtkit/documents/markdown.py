@@ -27,7 +27,7 @@ OPAQUE_RULES = {"backticks": "code_inline", "image": "image", "autolink": "link_
 PAIRED = {"em", "strong", "s"}  # *...*, **...**, ~~...~~: the markup is the token's
 HARD_BREAK = "\\\n"
 INLINE_SPECIALS = re.compile(r"[\\`*_\[\]<~]|&(?=#?\w+;)|(?:(?<=\s)|^)#|!$")
-LINE_START = re.compile(r"(?:^|(?<=\\\n))([ \t]*)(?:([>+\-=#])|(\d{1,9})([.)]))")
+LINE_START = re.compile(r"(?:^|(?<=\\\n))([ \t]*)(?:([>+\-=#|])|(\d{1,9})([.)]))")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +149,7 @@ def inline_block(children: Sequence[Token]) -> Block:
             piece = " " if token.type == "softbreak" else token.content
             text.append(piece)
             size += len(piece)
-    ordered = sorted(spans, key=lambda item: (item[1].start, -item[1].end, item[0]))
+    ordered = sorted(spans, key=lambda item: item[0])  # in the order written: a span after those containing it
     return Block(text="".join(text), spans=tuple(span for _, span in ordered))
 
 
@@ -249,7 +249,7 @@ def contains(outer: Span, inner: Span) -> bool:
 
 
 def nest(spans: Sequence[Span]) -> list[Node]:
-    """The spans (parents first) as a forest: each node's children lie within it."""
+    """The spans (in the order written) as a forest: each node's children lie within it."""
     roots: list[Node] = []
     stack: list[Node] = []
     for span in spans:
@@ -273,16 +273,21 @@ def render_spans(text: str, nodes: Sequence[Node], *, start: int, end: int) -> s
 
 
 def render_node(text: str, node: Node) -> str:
-    """A span's markup around its content, with the content's outer spaces moved outside (`**a** b`, not `**a **b`)."""
-    span = node.span
-    inner = render_spans(text, node.children, start=span.start, end=span.end)
+    """A span's markup around its content, with the content's outer spaces moved outside (`**a** b`, not `**a **b`)
+    and the empty spans at its very end written after it (`**a**`code``: a tie is read as inside, written after)."""
+    span, children = node.span, list(node.children)
+    after: list[Node] = []
+    while span.start < span.end and children and children[-1].span.start == children[-1].span.end == span.end:
+        after.insert(0, children.pop())
+    inner = render_spans(text, children, start=span.start, end=span.end)
+    following = "".join(render_node(text, child) for child in after)
     if not span.close:
-        return span.open + inner
-    body = inner.strip()
+        return span.open + inner + following
+    body = inner.strip(" \t")
     if not body and span.open in ("*", "_", "**", "__", "~~", "~"):
-        return inner  # empty emphasis would be read as literal asterisks (or a rule); nothing to emphasise
-    lead, trail = inner[: len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()) :]
-    return f"{lead}{span.open}{body}{span.close}{trail}"
+        return inner + following  # empty emphasis would be read as literal asterisks (or a rule): nothing to emphasise
+    lead, trail = inner[: len(inner) - len(inner.lstrip(" \t"))], inner[len(inner.rstrip(" \t")) :]
+    return f"{lead}{span.open}{body}{span.close}{trail}{following}"
 
 
 def escape(text: str) -> str:

@@ -166,3 +166,31 @@ def test_emphasis_around_inline_code_alone_is_kept() -> None:
     document = read("**`qe`** prints the best\n")
     (block,) = document.blocks
     assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "**`qe`** PRINTS THE BEST\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "foo _snake_case_   \nbar\n",  # a hard break right after an emphasis: written after it, not inside
+        "> \\\n[a](b) c\n",  # a hard break right before a link: written before it
+        "x [a](b)   \n`x` y\n",
+        "- | a   \n | -\n",  # a lazy line that would become a table row under the item's indentation
+        "**`qe`** and `x`**b**\n",
+    ],
+)
+def test_blocks_written_anew_read_back_the_same(source: str) -> None:
+    """Each block written from its text and spans (not its source) parses to the same tree and text."""
+    document = read(source)
+    rewritten, done = [], 0
+    for region, block in zip(document.regions, document.blocks, strict=True):
+        rewritten += [source[done : region.start], markdown.render_block(block, region)]
+        done = region.end
+    written = "".join(rewritten) + source[done:]
+    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+    def tree(text: str) -> list:
+        markup = [(t.type, t.markup, [(c.type, c.markup) for c in t.children or [] if c.type != "text"]) for t in md.parse(text)]
+        return markup
+
+    assert tree(written) == tree(source)
+    assert [block.text for block in read(written).blocks] == [block.text for block in document.blocks]
