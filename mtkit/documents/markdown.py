@@ -36,7 +36,7 @@ class Region:
 
     start: int  # character offsets into the file
     end: int
-    continuation: str  # the block's containers (quote markers, list indentation) for a line after a hard break
+    line_break: str  # a new line inside the block (after a hard break): the file's line end and the block's containers
     table_cell: bool = False  # `|` written escaped
 
 
@@ -179,6 +179,7 @@ class SourceLines:
         pieces = re.split(r"(\r\n|\r|\n)", source)
         self.row_cursor: dict[int, int] = {}  # a table row's line: where its next cell's search starts
         self.texts = [text.replace("\0", "\ufffd") for text in pieces[0::2]]  # as markdown-it reads them
+        self.line_ends = pieces[1::2]
         self.starts, offset = [], 0
         for number, text in enumerate(self.texts):
             self.starts.append(offset)
@@ -209,11 +210,12 @@ class SourceLines:
         found = line[start:].startswith(content_lines[0].strip()) and last[:end].endswith(content_lines[-1].strip())
         if start < 0 or not found:
             return None
-        continuation = "".join(char if char in "> \t" else " " for char in line[:start])
+        line_end = self.line_ends[first_line] if first_line < len(self.line_ends) else "\n"
+        containers = "".join(char if char in "> \t" else " " for char in line[:start])  # list markers as spaces
         return Region(
             start=self.starts[first_line] + start,
             end=self.starts[first_line + len(content_lines) - 1] + end,
-            continuation=continuation,
+            line_break=line_end + containers,
         )
 
     def cell_region(self, number: int, content: str) -> Region | None:
@@ -224,7 +226,7 @@ class SourceLines:
             return None
         self.row_cursor[number] = start + len(written)
         return Region(
-            start=self.starts[number] + start, end=self.starts[number] + start + len(written), continuation="", table_cell=True
+            start=self.starts[number] + start, end=self.starts[number] + start + len(written), line_break="\n", table_cell=True
         )
 
 
@@ -234,7 +236,7 @@ def render_block(block: Block, region: Region) -> str:
     written = LINE_START.sub(escape_line_start, written)
     if region.table_cell:
         written = written.replace("|", "\\|")
-    return written.replace("\n", "\n" + region.continuation)
+    return written.replace("\n", region.line_break)
 
 
 @dataclass(frozen=True)

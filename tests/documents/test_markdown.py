@@ -194,3 +194,9 @@ def test_blocks_written_anew_read_back_the_same(source: str) -> None:
 
     assert tree(written) == tree(source)
     assert [block.text for block in read(written).blocks] == [block.text for block in document.blocks]
+
+
+def test_a_hard_break_written_anew_keeps_the_files_line_ends_and_containers() -> None:
+    document = read("> - one\\\r\n>   two\r\n")
+    (block,) = document.blocks
+    assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "> - ONE\\\r\n>   TWO\r\n"
