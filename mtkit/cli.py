@@ -149,6 +149,13 @@ DocumentFormatOption = Annotated[
         help="The input's format, written back in the same one: " + "; ".join(f"{r.name}: {r.help}" for r in FORMATS.values()),
     ),
 ]
+Retranslate = Annotated[
+    bool,
+    typer.Option(
+        help=f"With --format {' or '.join(r.name for r in FORMATS.values() if r.units)}: translate the entries translated "
+        "already too (else they are kept).",
+    ),
+]
 SplitByOption = Annotated[
     SplitBy,
     typer.Option(help="sentences: a paragraph cut into sentences, translated, rebuilt with its spacing; lines: each line whole."),
@@ -265,6 +272,7 @@ def translate_command(
     src_lang: SrcLang = None,
     document_format: DocumentFormatOption = "text",
     split_by: SplitByOption = SplitBy.SENTENCES,
+    retranslate: Retranslate = False,
 ) -> None:
     """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
     from mtkit.distributed import distributed_translation
@@ -276,10 +284,9 @@ def translate_command(
     decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
         alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=constraints_order is ConstraintOrder.GIVEN,
         tgt_lang=tgt_lang, src_lang=src_lang)  # fmt: skip
-    options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
-        plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
-        constraints=constraints, glossary=glossary)  # fmt: skip
-    document = DocumentOptions(file=options, format=document_format, split_by=split_by)
+    document = DocumentOptions(format=document_format, split_by=split_by, retranslate=retranslate, file=FileOptions(input=input,
+        output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention, glossary=glossary,
+        plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints))  # fmt: skip
     with distributed_translation(device) as (distributed, rank_device):
         translate_document_file(_translator(model, engine, rank_device), document, distributed=distributed, chooser=reranker)
 

@@ -150,12 +150,13 @@ def _input_feed_needs_luong(model: ModelConfig) -> str | None:
 
 @dataclass(kw_only=True)
 class SplitConfig:
-    """Where one split's sentence pairs come from: exactly one of src+tgt, tsv, jsonl or hf."""
+    """Where one split's sentence pairs come from: exactly one of src+tgt, tsv, jsonl, tmx or hf."""
 
     src: str | None = None  # plain text, one sentence a line (.gz ok)
     tgt: str | None = None
     tsv: str | None = None  # "source<TAB>target" a line (.gz ok)
     jsonl: str | None = None  # {"<src_lang>": .., "<tgt_lang>": ..} or {"translation": {..}} a line
+    tmx: str | None = None  # a TMX translation memory (.gz ok): the segments in src_lang and tgt_lang of each unit
     hf: str | None = None  # Hugging Face dataset name (online) or a save_to_disk directory
     split: str | None = None  # the split of `hf` (train, validation, test, ...)
     limit: int | None = field(default=None, metadata=_at_least(1, 10000))  # keep only the first N pairs
@@ -223,7 +224,7 @@ def _one_side(source: TrainSource, given: str, written: str) -> str | None:
     """A synthetic corpus gives the side its model reads as a text file and leaves the other to the model."""
     if source.translate_with and source.back_translate_with:
         return "give translate_with (a model writes the target) or back_translate_with (the source), not both"
-    if source.tsv or source.jsonl or source.hf or getattr(source, written) or not getattr(source, given):
+    if source.tsv or source.jsonl or source.tmx or source.hf or getattr(source, written) or not getattr(source, given):
         return f"a model writes this corpus's {written}: give {given} (a text file, one sentence a line) and no {written}"
     return None
 

@@ -3,7 +3,8 @@
 A `Span` is markup around characters [start, end) of the block's text: an inline tag (`<b>`...`</b>`, Markdown's
 `**`...`**`, `<a href="...">`...`</a>`), an empty element (start == end: `<br/>`, XLIFF's `<x/>`), or a masked
 placeholder (`%s`, `{count}`, a URL), whose `open` is restored exactly. Spans nest properly: a span that starts
-inside another ends inside it. The pipeline returns the translated block with the same spans (each exactly
+inside another ends inside it; one whose characters lie within another's (ties included) is inside it
+(`tags.markup` writes a block out that way). The pipeline returns the translated block with the same spans (each exactly
 once) placed over the target text.
 """
 
@@ -30,4 +31,4 @@ class Span:
 @dataclass(frozen=True, kw_only=True)
 class Block:
     text: str  # plain text the model reads (entities decoded, markup out)
-    spans: tuple[Span, ...] = ()  # sorted by (start, -end), properly nested
+    spans: tuple[Span, ...] = ()  # properly nested, in the order written: by start, a span after those containing it

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translation, Translator
 from mtkit.documents.blocks import Block
-from mtkit.documents.placeholders import mask_placeholders
+from mtkit.documents.placeholders import mask_placeholders, space_placeholders
 from mtkit.documents.tags import place_spans
 from mtkit.options import SplitBy
 
@@ -35,4 +35,4 @@ def translate_blocks(
     masked = [mask_placeholders(block) for block in blocks]
     aligned = dataclasses.replace(decoding, alignments=True) if any(block.spans for block in masked) else decoding
     found = translate_texts(translator, [block.text for block in masked], decoding=aligned, split_by=split_by)
-    return [place_spans(block, best[0]) for block, best in zip(masked, found, strict=True)]
+    return [space_placeholders(place_spans(block, best[0])) for block, best in zip(masked, found, strict=True)]

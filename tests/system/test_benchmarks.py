@@ -37,6 +37,7 @@ KEYS = {
                "matmul_gflops_after"},
     "peers": {"date", "recipe", "overrides", "machine", "counts", "not_matched", "matmul_gflop_per_s", "runs", "ratios",
               "onmt_commands"},
+    "placeholders": {"date", "machine", "model", "test", "seed", "placeholders", "rows"},
     "rerank": {"date", "machine", "model", "test", "sentences", "candidates", "systems", "paired_tests"},
     "scale": {"machine", "cores", "prepare", "translate", "matmul_gflops"},
     "serve": {"model", "src", "server_options", "server_threads", "machine", "matmul_gflop_per_s", "offline", "serve", "ratio"},
