@@ -20,11 +20,12 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
-from mtkit.documents.blocks import Block, Span
+from mtkit.documents.blocks import Block, Span, SpanKind
+from mtkit.documents.formats import DocumentLimits, check_shape
 
 # Inline rules whose whole source is one opaque unit, and the token that carries it.
 OPAQUE_RULES = {"backticks": "code_inline", "image": "image", "autolink": "link_open", "html_inline": "html_inline"}
-PAIRED = {"em", "strong", "s"}  # *...*, **...**, ~~...~~: the markup is the token's
+OPAQUE_TOKENS = {"code_inline", "image", "html_inline", "hardbreak"}
 HARD_BREAK = "\\\n"
 INLINE_SPECIALS = re.compile(r"[\\`*_\[\]<~]|&(?=#?\w+;)|(?:(?<=\s)|^)#|!$")
 LINE_START = re.compile(r"(?:^|(?<=\\\n))([ \t]*)(?:([>+\-=#|])|(\d{1,9})([.)]))")
@@ -61,15 +62,24 @@ class MarkdownDocument:
         return "".join(parts)
 
 
-def read(source: str, *, name: str) -> MarkdownDocument:
-    """The blocks of `source` (the file `name`) with their inline markup as spans (blocks without words left out)."""
+def read(source: str, *, name: str, limits: DocumentLimits) -> MarkdownDocument:
+    """The blocks of `source` (the file `name`) with their inline markup as spans (blocks without words left out).
+
+    markdown-it-py nests at most 20 deep (deeper markup stays text); the elements counted are bounded by `limits`.
+    """
     lines = SourceLines(source)
     tokens = parser().parse(lines.parsed())
     blocks, regions = [], []
+    elements = 0
     for number, token in enumerate(tokens):
+        elements += token.nesting == 1
         if token.type != "inline" or token.map is None:
             continue
-        block = inline_block(token.children or [])
+        children = token.children or []
+        elements += sum(child.nesting == 1 or child.type in OPAQUE_TOKENS for child in children)
+        depth = token.level + max((child.level for child in children), default=0)
+        check_shape(name=name, depth=depth, tags=elements, limits=limits)
+        block = inline_block(children)
         if not block.text.strip():
             continue
         region = lines.region(token, opener=tokens[number - 1])
@@ -283,6 +293,8 @@ def render_node(text: str, node: Node) -> str:
         after.insert(0, children.pop())
     inner = render_spans(text, children, start=span.start, end=span.end)
     following = "".join(render_node(text, child) for child in after)
+    if span.kind is SpanKind.PLACEHOLDER:  # text the model must not change (a URL, `%s`): written as text
+        return escape(span.open) + inner + following
     if not span.close:
         return span.open + inner + following
     body = inner.strip(" \t")

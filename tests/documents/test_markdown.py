@@ -8,8 +8,13 @@ import dataclasses
 import pytest
 from markdown_it import MarkdownIt
 
+from mtkit.decoding.options import Decoding
+from mtkit.decoding.translator import Translation
 from mtkit.documents import markdown
 from mtkit.documents.blocks import Block, Span
+from mtkit.documents.formats import DocumentLimits, DocumentTooLarge, format_named, read_document
+from mtkit.documents.pipeline import translate_blocks
+from mtkit.options import SplitBy
 
 PAGE = """\
 ---
@@ -49,8 +54,8 @@ an HTML *block*
 """
 
 
-def read(source: str) -> markdown.MarkdownDocument:
-    return markdown.read(source, name="page.md")
+def read(source: str, limits: DocumentLimits = DocumentLimits()) -> markdown.MarkdownDocument:
+    return markdown.read(source, name="page.md", limits=limits)
 
 
 def structure(source: str) -> list[tuple[str, str]]:
@@ -161,6 +166,34 @@ def test_empty_emphasis_is_left_out() -> None:
     assert written == "x y\n"
 
 
+class ReversingTranslator:
+    """A stand-in for a model: each text's words in reverse order, word i aligned to word n-1-i."""
+
+    def translate_nbest(self, texts: list[str], decoding: object = None, **_: object) -> list[list[Translation]]:
+        found = []
+        for text in texts:
+            words = text.split()
+            pairs = [(i, len(words) - 1 - i) for i in range(len(words))]
+            found.append([Translation(text=" ".join(reversed(words)), score=0.0, tokens=[], alignment=pairs)])
+        return found
+
+
+def test_a_reversing_translation_places_emphasis_and_links_over_the_reversed_words() -> None:
+    source = (
+        "# Welcome to *the* project\n\n"
+        'Read **the fine manual** before [you start](https://example.com/a_b "Start") here.\n\n'
+        "- one `code` item\n\n"
+        "```\nkept *as is*\n```\n"
+    )
+    document = read(source)
+    translated = translate_blocks(ReversingTranslator(), document.blocks, decoding=Decoding(), split_by=SplitBy.LINES)
+    written = document.render(translated)
+    assert written.splitlines()[0] == "# project *the* to Welcome"
+    assert written.splitlines()[2] == 'here. [start you](https://example.com/a_b "Start") before **manual fine the** Read'
+    assert "```\nkept *as is*\n```\n" in written
+    assert structure(written) == structure(source)
+
+
 def test_emphasis_around_inline_code_alone_is_kept() -> None:
     """`**`qe`**` has no words of its own: its code span (empty, at the same place) is inside it, as tags nest."""
     document = read("**`qe`** prints the best\n")
@@ -200,3 +233,19 @@ def test_a_hard_break_written_anew_keeps_the_files_line_ends_and_containers() ->
     document = read("> - one\\\r\n>   two\r\n")
     (block,) = document.blocks
     assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "> - ONE\\\r\n>   TWO\r\n"
+
+
+def test_a_url_in_the_text_is_kept_exactly_and_written_as_text() -> None:
+    """The pipeline masks it (a placeholder span); written back escaped, it reads as the same URL, not as markup."""
+    document = read("See https://example.com/\\*a\\* for **more** details.\n")
+    translated = translate_blocks(ReversingTranslator(), document.blocks, decoding=Decoding(), split_by=SplitBy.LINES)
+    written = document.render(translated)
+    (block,) = read(written).blocks
+    assert "https://example.com/*a*" in block.text and written.count("**") == 2
+
+
+def test_the_format_row_reads_markdown_and_bounds_its_elements() -> None:
+    document = read_document(format_named("markdown"), "# A *b*\n", name="page.md", limits=DocumentLimits())
+    assert [block.text for block in document.blocks] == ["A b"]
+    with pytest.raises(DocumentTooLarge, match=r"^page.md: more than 5 tags"):
+        read("a *b* *c* `d` **e** [f](g) h\n", DocumentLimits(max_tags=5))
