@@ -278,10 +278,21 @@ def render_spans(text: str, nodes: Sequence[Node], *, start: int, end: int) -> s
     out, done = [], start
     for node in nodes:
         out.append(escape(text[done : node.span.start]))
-        out.append(render_node(text, node))
+        out.append(set_apart(text, node.span, render_node(text, node)))
         done = max(done, node.span.end)
     out.append(escape(text[done:end]))
     return "".join(out)
+
+
+def set_apart(text: str, span: Span, written: str) -> str:
+    """A word-like unit (inline code, an image, an autolink) placed against a word's letters gets a space on that
+    side: the model never saw it, so the translation has no gap for it (`a `x` b`, not `a`x`b`)."""
+    word_like = span.open.startswith(("`", "![")) or (span.open.startswith("<") and any(c in span.open for c in ":@"))
+    if span.start != span.end or span.close or not word_like:
+        return written
+    before = " " if span.start > 0 and text[span.start - 1].isalnum() else ""
+    after = " " if span.start < len(text) and text[span.start].isalnum() else ""
+    return before + written + after
 
 
 def render_node(text: str, node: Node) -> str:

@@ -208,7 +208,7 @@ def test_emphasis_around_inline_code_alone_is_kept() -> None:
         "> \\\n[a](b) c\n",  # a hard break right before a link: written before it
         "x [a](b)   \n`x` y\n",
         "- | a   \n | -\n",  # a lazy line that would become a table row under the item's indentation
-        "**`qe`** and `x`**b**\n",
+        "**`qe`** and `x` **b**\n",
     ],
 )
 def test_blocks_written_anew_read_back_the_same(source: str) -> None:
@@ -249,3 +249,10 @@ def test_the_format_row_reads_markdown_and_bounds_its_elements() -> None:
     assert [block.text for block in document.blocks] == ["A b"]
     with pytest.raises(DocumentTooLarge, match=r"^page.md: more than 5 tags"):
         read("a *b* *c* `d` **e** [f](g) h\n", DocumentLimits(max_tags=5))
+
+
+def test_inline_code_placed_against_a_word_is_set_apart_from_it() -> None:
+    """The model never saw `ls`, so the translation has no gap for it: a space is written between it and a word."""
+    document = read("Run `ls` now please, then ![logo](l.png)\n")
+    translated = translate_blocks(ReversingTranslator(), document.blocks, decoding=Decoding(), split_by=SplitBy.LINES)
+    assert document.render(translated) == "then ![logo](l.png) please, now Run `ls`\n"
