@@ -11,6 +11,7 @@ an untranslated file comes back byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ class Region:
     end: int
     line_break: str  # a new line inside the block (after a hard break): the file's line end and the block's containers
     table_cell: bool = False  # `|` written escaped
+    glued: frozenset[str] = frozenset()  # word-like units the source wrote against a word (`Block`s): kept so
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +87,7 @@ def read(source: str, *, name: str, limits: DocumentLimits) -> MarkdownDocument:
         region = lines.region(token, opener=tokens[number - 1])
         if region is not None:
             blocks.append(block)
-            regions.append(region)
+            regions.append(dataclasses.replace(region, glued=glued_units(block)))
     return MarkdownDocument(source=source, blocks=tuple(blocks), regions=tuple(regions))
 
 
@@ -102,6 +104,7 @@ def parser() -> MarkdownIt:
 
 
 def first_pushed(state: StateInline, since: int, kind: str) -> Token:
+    """The first token of `kind` a rule pushed (a rule may push the pending text before its own)."""
     return next(token for token in state.tokens[since:] if token.type == kind)
 
 
@@ -242,11 +245,40 @@ class SourceLines:
 
 def render_block(block: Block, region: Region) -> str:
     """`block` as Markdown inline source for `region`: on one line but for hard breaks, safe at a line's start."""
+    block = set_apart(block, glued=region.glued)
     written = render_spans(block.text, nest(block.spans), start=0, end=len(block.text)).strip(" \t")
     written = LINE_START.sub(escape_line_start, written)
     if region.table_cell:
         written = written.replace("|", "\\|")
     return written.replace("\n", region.line_break)
+
+
+def word_like(span: Span) -> bool:
+    """Inline code, an image or an autolink: a unit read as a word, unlike inline HTML or a hard break."""
+    opaque = span.start == span.end and not span.close and span.kind is SpanKind.TAG
+    return opaque and (span.open.startswith(("`", "![")) or (span.open.startswith("<") and any(c in span.open for c in ":@")))
+
+
+def against_word(text: str, position: int) -> tuple[bool, bool]:
+    """Whether a letter or digit is right before and right after `position` of `text`."""
+    return position > 0 and text[position - 1].isalnum(), position < len(text) and text[position].isalnum()
+
+
+def glued_units(block: Block) -> frozenset[str]:
+    """The word-like units of a block read from the source that stand against a word (`Block`s, `v`2)."""
+    return frozenset(span.open for span in block.spans if word_like(span) and any(against_word(block.text, span.start)))
+
+
+def set_apart(block: Block, *, glued: frozenset[str]) -> Block:
+    """Each word-like unit placed against a word set apart from it by a space, unless the source had it so: the model
+    never saw it, so the translation has no gap for it (`a `x` b`, not `a`x`b`)."""
+    spans = []
+    for span in block.spans:
+        if word_like(span) and span.open not in glued:
+            before, after = against_word(block.text, span.start)
+            span = dataclasses.replace(span, open=" " * before + span.open + " " * after)
+        spans.append(span)
+    return dataclasses.replace(block, spans=tuple(spans))
 
 
 @dataclass(frozen=True)
@@ -278,21 +310,10 @@ def render_spans(text: str, nodes: Sequence[Node], *, start: int, end: int) -> s
     out, done = [], start
     for node in nodes:
         out.append(escape(text[done : node.span.start]))
-        out.append(set_apart(text, node.span, render_node(text, node)))
+        out.append(render_node(text, node))
         done = max(done, node.span.end)
     out.append(escape(text[done:end]))
     return "".join(out)
-
-
-def set_apart(text: str, span: Span, written: str) -> str:
-    """A word-like unit (inline code, an image, an autolink) placed against a word's letters gets a space on that
-    side: the model never saw it, so the translation has no gap for it (`a `x` b`, not `a`x`b`)."""
-    word_like = span.open.startswith(("`", "![")) or (span.open.startswith("<") and any(c in span.open for c in ":@"))
-    if span.start != span.end or span.close or not word_like:
-        return written
-    before = " " if span.start > 0 and text[span.start - 1].isalnum() else ""
-    after = " " if span.start < len(text) and text[span.start].isalnum() else ""
-    return before + written + after
 
 
 def render_node(text: str, node: Node) -> str:

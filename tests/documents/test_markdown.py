@@ -256,3 +256,9 @@ def test_inline_code_placed_against_a_word_is_set_apart_from_it() -> None:
     document = read("Run `ls` now please, then ![logo](l.png)\n")
     translated = translate_blocks(ReversingTranslator(), document.blocks, decoding=Decoding(), split_by=SplitBy.LINES)
     assert document.render(translated) == "then ![logo](l.png) please, now Run `ls`\n"
+
+
+def test_inline_code_written_against_a_word_in_the_source_stays_so() -> None:
+    document = read("Two `Block`s and `x` here\n")
+    (block,) = document.blocks
+    assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "TWO `Block`S AND `x` HERE\n"
