@@ -403,6 +403,44 @@ def _comet_key_needs_metric(train: TrainConfig) -> str | None:
     return "it is read with train.validate_metric comet (or qe, reference-free): set that too, or leave this key out"
 
 
+# train.lora.targets: mtkit's own module names of the layers LoRA adapts (mtkit.models.lora)
+LORA_TARGETS = {
+    "qkv": "self-attention's query, key and value projections (fused)",
+    "query": "cross-attention's query projection",
+    "key_value": "cross-attention's key and value projections (fused)",
+    "out": "both attentions' output projections",
+    "inner": "the feed-forward's first layer",
+    "outer": "the feed-forward's second layer",
+    "embedding": "the embedding tables (and the output layer tied to them)",
+}
+
+
+def _known_targets(lora: LoraConfig) -> str | None:
+    """Each target names a layer kind of mtkit's Transformer, once."""
+    valid = ", ".join(LORA_TARGETS)
+    unknown = next((target for target in lora.targets if target not in LORA_TARGETS), None)
+    if unknown is not None and "," in unknown:
+        return f"give a list of layer names, such as [qkv, out] (valid: {valid})"
+    if unknown is not None:
+        return f"{unknown!r} is not a layer LoRA adapts; give some of {valid}"
+    if len(set(lora.targets)) < len(lora.targets):
+        return "give each layer name once"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """Low-rank adapters (`train.lora`, Hu et al. 2021): the parent's weights stay frozen and each adapted layer
+    learns scaling * B A, with scaling = alpha / rank (mtkit.models.lora); checkpoints hold the adapters alone."""
+
+    rank: int = field(default=8, metadata=_range(1, 65536, example=16))
+    alpha: float = field(default=16.0, metadata=_range(0.0, 1e6, open_low=True, example=16.0))
+    dropout: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.1))  # on the adapters' input
+    targets: list[str] = field(default_factory=lambda: ["qkv", "query", "key_value", "out"], metadata=_relation(_known_targets))
+    # hold the frozen base weights in bf16 (adapters stay fp32): needs CUDA and precision bf16; auto: on with them
+    bf16_base: str = field(default="auto", metadata=_choice("auto", "true", "false"))
+
+
 @dataclass(kw_only=True)
 class TrainConfig:
     """The training loop: batching, optimiser, schedule, stopping."""
@@ -560,6 +598,8 @@ class TrainConfig:
             rf"\s*|{FREEZABLE}(\s*,\s*{FREEZABLE})*", "parts separated by commas: embeddings, encoder, decoder", "embeddings"
         ),
     )
+    # fine-tune low-rank adapters on the frozen parent of train.init_from instead of every weight (LoraConfig)
+    lora: LoraConfig | None = None
 
 
 @dataclass(kw_only=True)
@@ -758,6 +798,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", *, saved: bool
 
 def _check_across_sections(config: Config, source: str) -> None:
     """The rules between keys of two sections: training levers that act on a Transformer's repeated layers."""
+    _check_lora(config, source)
     if config.model.arch != "rnn":
         return
     if config.train.compile == "layers":
@@ -766,6 +807,32 @@ def _check_across_sections(config: Config, source: str) -> None:
         raise MtkitError(
             f"{source}: 'train.checkpoint_activations' is true; an RNN has no repeated layers to recompute: set it false"
         )
+
+
+def _check_lora(config: Config, source: str) -> None:
+    """What `train.lora` needs (a Transformer parent) and the training keys it cannot go with."""
+    train = config.train
+    if train.lora is None:
+        return
+    lora = train.lora
+    rules = (
+        (not train.init_from, "it adapts a parent: set train.init_from (a run directory, or `mtkit import`'s)"),
+        (config.model.arch == "rnn", "it adapts a Transformer's layers; the parent is an RNN: fine-tune it without train.lora"),
+        (bool(train.freeze.strip()), "the parent's weights are frozen whole already: remove train.freeze"),
+        (train.bf16_weights == "true", "use train.lora.bf16_base for bf16 base weights: remove train.bf16_weights"),
+        (bool(train.ema or train.average_last), "train.ema and train.average_last average whole models: set them to 0"),
+        (
+            train.fused_loss == "true" and "embedding" in lora.targets,
+            "train.fused_loss reads the output weight without its adapter: set train.fused_loss=false or drop embedding",
+        ),
+        (
+            lora.bf16_base == "true" and (train.precision in ("fp32", "fp16") or train.device == "cpu"),
+            "a bf16 base needs train.precision bf16 on CUDA: set train.lora.bf16_base=auto or false",
+        ),
+    )
+    clash = next((advice for broken, advice in rules if broken), None)
+    if clash is not None:
+        raise MtkitError(f"{source}: 'train.lora' is set; {clash}")
 
 
 def _a_folder(setting: str) -> str | None:

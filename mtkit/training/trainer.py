@@ -59,11 +59,11 @@ from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.compile_cache import CompileCache
 from mtkit.training.ema import WeightEMA
-from mtkit.training.finetune import load_parent, train_as_family
+from mtkit.training.finetune import Lineage
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
-from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
+from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, weights_dtype
 from mtkit.training.progress import Progress
 from mtkit.training.recompute import recompute_blocks
 from mtkit.training.regional import can_compile_by_layer, compile_by_layer, eager
@@ -106,7 +106,7 @@ def build_optimizer(
     if bf16_weights_on(config):  # the model's weights are bf16: Adam updates fp32 masters of them
         master = MasterWeightOptimizer(model, adam)
         return master, torch.optim.lr_scheduler.LambdaLR(master.optimizer, schedule_factor(config, elapsed))
-    optimizer = adam(model.parameters())
+    optimizer = adam(p for p in model.parameters() if p.requires_grad) if config.lora else adam(model.parameters())
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))
 
 
@@ -204,7 +204,7 @@ class Trainer:
         self.model = model = build_model(
             config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
         ).to(device, weights_dtype(self.train_config))
-        train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
+        self.lineage = Lineage(model, config, tokenizers=tokenizers, device=device)  # before the optimiser: LoRA's adapters
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = levers = Levers.of(self.train_config, device, layered=can_compile_by_layer(model))
         self.forward_model = training_forward(model, config.train, distributed=self.distributed, device=device, levers=levers)
@@ -224,7 +224,7 @@ class Trainer:
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue exactly from a last.pt payload: weights, optimiser, schedule, progress, RNG, scaler, EMA."""
-        self.model.load_state_dict(payload["model"])
+        self.lineage.resume(payload)
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress.resumed(payload["progress"], self.train_config.validate_metric)
@@ -237,7 +237,7 @@ class Trainer:
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
         """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
+        said = self.lineage.load(payload, parent)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):
@@ -255,9 +255,9 @@ class Trainer:
             **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
         }
         ema = self.ema.weights() if self.ema is not None else None
-        weights = full_precision_weights(self.model, self.optimizer)  # fp32 also for bf16 weights
-        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=weights, ema_weights=ema,
-                          progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=self.lineage.weights(self.optimizer),
+                          ema_weights=ema, progress=dataclasses.asdict(self.progress), training_state=training_state,
+                          lora_parent=self.lineage.record)  # fmt: skip
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
@@ -559,7 +559,9 @@ def _start_message(trainer: Trainer) -> None:
         f"{trainer.device.type} ({precision}{processes}), {start}; run directory {trainer.config.run_path}"
     )
     if trainer.trained_parameters < total:
-        say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
+        lora, freeze = trainer.train_config.lora, trainer.train_config.freeze
+        what = f"train.lora (rank {lora.rank}: {', '.join(lora.targets)})" if lora else f"train.freeze={freeze}"
+        say(f"{what}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
 
 
 def _final_message(trainer: Trainer) -> None:
