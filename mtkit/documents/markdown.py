@@ -103,7 +103,7 @@ def parser() -> MarkdownIt:
     return md
 
 
-def first_pushed(state: StateInline, since: int, kind: str) -> Token:
+def first_pushed(state: StateInline, since: int, *, kind: str) -> Token:
     """The first token of `kind` a rule pushed (a rule may push the pending text before its own)."""
     return next(token for token in state.tokens[since:] if token.type == kind)
 
@@ -116,7 +116,7 @@ def keep_source(rule: Callable[[StateInline, bool], bool], kind: str) -> Callabl
         if not rule(state, silent):
             return False
         if not silent:
-            first_pushed(state, count, kind).meta["source"] = state.src[start : state.pos]
+            first_pushed(state, count, kind=kind).meta["source"] = state.src[start : state.pos]
         return True
 
     return wrapped
@@ -132,7 +132,7 @@ def keep_link_close(rule: Callable[[StateInline, bool], bool]) -> Callable[[Stat
         label_end = state.md.helpers.parseLinkLabel(state, start, True)
         if not rule(state, silent):
             return False
-        first_pushed(state, count, "link_open").meta["close"] = state.src[label_end : state.pos]
+        first_pushed(state, count, kind="link_open").meta["close"] = state.src[label_end : state.pos]
         return True
 
     return wrapped
