@@ -60,9 +60,10 @@ def token_spans(text: str) -> list[tuple[int, int]]:
     return [match.span() for match in TOKEN.finditer(text)]
 
 
-def eflomal_links(sources: list[str], targets: list[str], *, quick: bool = False) -> list[Links]:
-    """Each pair's token alignment (source token, target token), eflomal's two directions joined (`quick`: one
-    sampler and a tenth of its iterations, for the smoke mode)."""
+def eflomal_links(sources: list[str], targets: list[str], *, last: int, quick: bool = False) -> list[Links]:
+    """The token alignments (source token, target token) of the `last` pairs, eflomal having aligned all of them
+    (it learns from every pair), its two directions joined (`quick`: one sampler and a tenth of its iterations, for
+    the smoke mode)."""
     from eflomal import Aligner
 
     def lines(texts: list[str]) -> list[str]:
@@ -72,7 +73,7 @@ def eflomal_links(sources: list[str], targets: list[str], *, quick: bool = False
         forward, reverse = Path(scratch) / "forward", Path(scratch) / "reverse"
         aligner = Aligner(n_samplers=1, rel_iterations=0.1) if quick else Aligner()
         aligner.align(lines(sources), lines(targets), links_filename_fwd=str(forward), links_filename_rev=str(reverse))
-        pairs = zip(read(forward), read(reverse), strict=True)
+        pairs = list(zip(read(forward), read(reverse), strict=True))[len(sources) - last :]
         return [symmetrize(pharaoh(one), pharaoh(other)) for one, other in pairs]
 
 
@@ -164,7 +165,7 @@ def build(args: argparse.Namespace) -> dict:
     """The set: alignments, drawn tags, the two HTML documents written beside `args.output`; its JSON returned."""
     sources, references = read(args.data / "test_2016_flickr.de.gz"), read(args.data / "test_2016_flickr.en.gz")
     train_sources, train_targets = read(args.data / "train.de.gz"), read(args.data / "train.en.gz")
-    links = eflomal_links(train_sources + sources, train_targets + references, quick=args.smoke)[len(train_sources) :]
+    links = eflomal_links(train_sources + sources, train_targets + references, last=len(sources), quick=args.smoke)
     rng = random.Random(args.seed)
     rows = []
     for number, (source, reference, pair) in enumerate(zip(sources, references, links, strict=True), start=1):
