@@ -68,6 +68,10 @@ FORMATS: dict[str, DocumentFormat] = {
     row.name: row
     for row in (
         DocumentFormat(name="text", module="", help="plain text, one paragraph a line", streams=True),
+        DocumentFormat(name="html", module="html", help="HTML, a page or a fragment: inline tags kept around their words"),
+        DocumentFormat(
+            name="xml", module="xml", help="XML: elements with text translated, inline elements kept around their words"
+        ),
         DocumentFormat(
             name="markdown",
             module="markdown",
