@@ -1,6 +1,6 @@
 """Tag benchmark: inline tags through translation, on the tagged test set (benchmarks/tagged_set.py), three ways.
 
-    python -m benchmarks.tags -m RUN_DIR [--set benchmarks/results/tagged_set.json] [--beam 5]
+    python -m benchmarks.tags -m RUN_DIR [--set benchmarks/results/tagged_set.json] [--beam 5] [--sentences N]
         [--output benchmarks/results/tags.json] [--smoke]
 
 The set's source document (NAME.source.html as tagged_set writes it: one <p> a caption) is translated
@@ -13,9 +13,9 @@ tag), the share of source tags found exactly once in the output, and placement: 
 reference's tagged words after the same tokenisation (`tagged_set.TOKEN`, lowercased), over all tags and over the
 tags whose reference words appear in the output; a softer overlap (F1 of the tagged tokens). BLEU of each way's
 detagged output against the references, and (a)'s gap to (b). Placement against the reference itself: the
-reference forced as the output's prefix, the spans placed over it by its alignments (what is left of a wrong
-translation). The time share of parsing, masking, tag placement and writing in (a), beam `--beam`, the whole
-document being the page. `--smoke` (no -m or --set needed): the tiny model and the set built on the tests' slice.
+reference forced as the output's prefix, the spans placed over it by its alignments (placement alone, apart from
+the translation's own errors). The time share of parsing, placeholders, tag placement and writing in (a), beam
+`--beam`, the whole document being the page. `--smoke` (no -m or --set needed): the tiny model and the set built on the tests' slice.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from mtkit.options import SplitBy
 
 MARKUP = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)\b[^>]*>")
 PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.DOTALL)
-TAG_NAME = re.compile(r"</?([A-Za-z][A-Za-z0-9]*)")
+STAGE_STEPS = ("mask_placeholders", "place_spans", "space_placeholders")  # the pipeline's own work around translation
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -157,7 +157,9 @@ def mtkit_way(translator: Translator, document_text: str, decoding: Decoding) ->
     start = time.perf_counter()
     document = read_document(format_named("html"), document_text, name="source.html", limits=DocumentLimits())
     seconds["parse"] = time.perf_counter() - start
-    with timed_calls(pipeline, "mask_placeholders", seconds), timed_calls(pipeline, "place_spans", seconds):
+    with contextlib.ExitStack() as timing:
+        for name in STAGE_STEPS:
+            timing.enter_context(timed_calls(pipeline, name, seconds))
         start = time.perf_counter()
         translated = pipeline.translate_blocks(translator, document.blocks, decoding=decoding, split_by=SplitBy.LINES)
         seconds["blocks"] = time.perf_counter() - start
@@ -169,7 +171,7 @@ def mtkit_way(translator: Translator, document_text: str, decoding: Decoding) ->
 
 def time_shares(seconds: dict[str, float]) -> dict:
     """Each step's seconds, and the share of the stage's own work (parse, mask, place, render) in the whole."""
-    overhead = seconds["parse"] + seconds["mask_placeholders"] + seconds["place_spans"] + seconds["render"]
+    overhead = seconds["parse"] + sum(seconds[name] for name in STAGE_STEPS) + seconds["render"]
     whole = seconds["parse"] + seconds["blocks"] + seconds["render"]
     return {**{name: round(value, 4) for name, value in seconds.items()}, "stage_share": overhead / whole}
 
