@@ -15,7 +15,8 @@ tags whose reference words appear in the output; a softer overlap (F1 of the tag
 detagged output against the references, and (a)'s gap to (b). Placement against the reference itself: the
 reference forced as the output's prefix, the spans placed over it by its alignments (placement alone, apart from
 the translation's own errors). The time share of parsing, placeholders, tag placement and writing in (a), beam
-`--beam`, the whole document being the page. `--smoke` (no -m or --set needed): the tiny model and the set built on the tests' slice.
+`--beam`, the whole document being the page. `--smoke` (no -m or --set needed): the tiny model and the set built
+on the tests' slice.
 """
 
 from __future__ import annotations
