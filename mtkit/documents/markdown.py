@@ -28,6 +28,8 @@ from mtkit.documents.formats import DocumentLimits, check_shape
 OPAQUE_RULES = {"backticks": "code_inline", "image": "image", "autolink": "link_open", "html_inline": "html_inline"}
 OPAQUE_TOKENS = {"code_inline", "image", "html_inline", "hardbreak"}
 HARD_BREAK = "\\\n"
+HTML_START = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(?:\s[^<>]*)?(?<!/)>")  # an element's start tag (not `<br/>`)
+HTML_END = re.compile(r"</([A-Za-z][A-Za-z0-9-]*)\s*>")
 INLINE_SPECIALS = re.compile(r"[\\`*_\[\]<~]|&(?=#?\w+;)|(?:(?<=\s)|^)#|!$")
 LINE_START = re.compile(r"(?:^|(?<=\\\n))([ \t]*)(?:([>+\-=#|])|(\d{1,9})([.)]))")
 
@@ -139,31 +141,84 @@ def keep_link_close(rule: Callable[[StateInline, bool], bool]) -> Callable[[Stat
 
 
 def inline_block(children: Sequence[Token]) -> Block:
-    """An inline token's children as plain text with spans: paired markup around text, opaque units empty."""
-    text: list[str] = []
-    size = 0
-    spans: list[tuple[int, Span]] = []  # (the order it opened, span)
-    open_at: list[tuple[int, int, Token]] = []  # (order, start, opening token)
+    """An inline token's children as plain text with spans: paired markup (an inline HTML element's start and end tags
+    too) around text, opaque units empty."""
+    spans = InlineSpans()
     inside_autolink = False
     for token in children:
         if inside_autolink:
             inside_autolink = token.type != "link_close"
             continue
         raw = opaque_source(token)
-        if raw is not None:
-            spans.append((len(spans) + len(open_at), Span(start=size, end=size, open=raw)))
+        if token.type == "html_inline" and (start_tag := HTML_START.fullmatch(raw or "")) is not None:
+            spans.open(raw or "", "", html=start_tag.group(1).lower())
+        elif token.type == "html_inline" and (end_tag := HTML_END.fullmatch(raw or "")) and spans.close_html(end_tag):
+            continue
+        elif raw is not None:
+            spans.unit(raw)
             inside_autolink = token.type == "link_open"
         elif token.nesting == 1:
-            open_at.append((len(spans) + len(open_at), size, token))
-        elif token.nesting == -1 and open_at:
-            order, start, opening = open_at.pop()
-            spans.append((order, Span(start=start, end=size, open=opening_markup(opening), close=closing_markup(opening))))
+            spans.open(opening_markup(token), closing_markup(token))
+        elif token.nesting == -1:
+            spans.close()
         else:
-            piece = " " if token.type == "softbreak" else token.content
-            text.append(piece)
-            size += len(piece)
-    ordered = sorted(spans, key=lambda item: item[0])  # in the order written: a span after those containing it
-    return Block(text="".join(text), spans=tuple(span for _, span in ordered))
+            spans.add_text(" " if token.type == "softbreak" else token.content)
+    return spans.block()
+
+
+class InlineSpans:
+    """A block built from an inline token's children: its text, and its spans in the order their markup is written."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.size = 0
+        self.spans: list[tuple[int, Span]] = []  # (the order it was written, span)
+        self.opened: list[tuple[int, int, str, str, str]] = []  # (order, start, open, close, HTML element or "")
+
+    def add_text(self, piece: str) -> None:
+        self.text.append(piece)
+        self.size += len(piece)
+
+    def unit(self, raw: str, *, order: int | None = None, at: int | None = None) -> None:
+        """An opaque unit: an empty span written as it is."""
+        position = self.size if at is None else at
+        written = len(self.spans) + len(self.opened) if order is None else order
+        self.spans.append((written, Span(start=position, end=position, open=raw)))
+
+    def open(self, markup: str, close: str, *, html: str = "") -> None:
+        self.opened.append((len(self.spans) + len(self.opened), self.size, markup, close, html))
+
+    def close(self) -> None:
+        """The innermost Markdown markup closed; HTML start tags left open inside it become opaque units."""
+        while self.opened and self.opened[-1][4]:
+            self.unclosed()
+        if self.opened:
+            order, start, markup, close, _ = self.opened.pop()
+            self.spans.append((order, Span(start=start, end=self.size, open=markup, close=close)))
+
+    def close_html(self, end_tag: re.Match[str]) -> bool:
+        """An HTML end tag closing the innermost start tag of its element, if no Markdown markup opened after it (start
+        tags of other elements in between, never closed, become opaque units)."""
+        element, depth = end_tag.group(1).lower(), len(self.opened)
+        while depth and self.opened[depth - 1][4] not in ("", element):
+            depth -= 1
+        if not depth or self.opened[depth - 1][4] != element:
+            return False
+        while len(self.opened) > depth:
+            self.unclosed()
+        order, start, markup, _, _ = self.opened.pop()
+        self.spans.append((order, Span(start=start, end=self.size, open=markup, close=end_tag.group())))
+        return True
+
+    def unclosed(self) -> None:
+        order, start, markup, _, _ = self.opened.pop()
+        self.unit(markup, order=order, at=start)
+
+    def block(self) -> Block:
+        while self.opened:
+            self.unclosed()
+        ordered = sorted(self.spans, key=lambda item: item[0])  # in the order written: a span after those containing it
+        return Block(text="".join(self.text), spans=tuple(span for _, span in ordered))
 
 
 def opaque_source(token: Token) -> str | None:
@@ -332,7 +387,8 @@ def render_node(text: str, node: Node) -> str:
     body = inner.strip(" \t")
     if not body and span.open in ("*", "_", "**", "__", "~~", "~"):
         return inner + following  # empty emphasis would be read as literal asterisks (or a rule): nothing to emphasise
-    lead, trail = inner[: len(inner) - len(inner.lstrip(" \t"))], inner[len(inner.rstrip(" \t")) :]
+    lead = inner[: len(inner) - len(inner.lstrip(" \t"))]
+    trail = inner[len(lead) + len(body) :]
     return f"{lead}{span.open}{body}{span.close}{trail}{following}"
 
 

@@ -91,7 +91,8 @@ def test_blocks_and_their_spans() -> None:
     assert ("link", "[", '](http://example.com/a_b?x=1 "Its title")') in spans_of(paragraph)
     assert ("link", "[", "][docs]") in spans_of(paragraph)
     opaque = [span.open for span in paragraph.spans if span.start == span.end]
-    assert opaque == ["`inline *code*`", "![alt text](img.png)", "<b>", "</b>", "\\\n"]
+    assert opaque == ["`inline *code*`", "![alt text](img.png)", "\\\n"]
+    assert ("html", "<b>", "</b>") in spans_of(paragraph)
     assert "code" not in paragraph.text and "alt" not in paragraph.text
     assert "over two lines" in paragraph.text and "\n" not in paragraph.text
     assert "& an escaped * star." in paragraph.text
@@ -262,3 +263,23 @@ def test_inline_code_written_against_a_word_in_the_source_stays_so() -> None:
     document = read("Two `Block`s and `x` here\n")
     (block,) = document.blocks
     assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "TWO `Block`S AND `x` HERE\n"
+
+
+def test_inline_html_elements_are_spans_and_stray_tags_opaque() -> None:
+    """An element's start and end tags go around its words like emphasis; a tag without its pair stays whole."""
+    (block,) = read('a <b>bold *x*<br></b> <i>y *<span class="k">z*</span>\n').blocks
+    assert spans_of(block) == [
+        ("bold x", "<b>", "</b>"),
+        ("x", "*", "*"),
+        ("", "<br>", ""),
+        ("", "<i>", ""),
+        ("z", "*", "*"),
+        ("", '<span class="k">', ""),
+        ("", "</span>", ""),
+    ]
+
+
+def test_an_element_around_spaces_alone_keeps_their_number() -> None:
+    document = read("a <b> </b> b\n")
+    (block,) = document.blocks
+    assert document.render([dataclasses.replace(block, text=block.text.upper())]) == "A  <b></b> B\n"
