@@ -1,12 +1,12 @@
 """Markdown read into blocks and written back (`--format markdown`), parsed by markdown-it-py.
 
 CommonMark with GitHub's tables and strikethrough. Each paragraph, heading and table cell (in lists and block
-quotes too) is a block; its emphasis, strong emphasis, strikethrough and links become spans, so the pipeline puts
-them back around the translated words. Inline code, images, autolinks, inline HTML and hard breaks are kept whole
-as empty spans (the model never sees them, and they come back exactly as written). Code blocks, fenced code, HTML
-blocks, front matter, link reference definitions and everything between blocks are never touched: a translated
-block replaces only its own source characters, and a block handed back unchanged writes its source as it was, so
-an untranslated file comes back byte for byte.
+quotes too) is a block; its emphasis, strong emphasis, strikethrough, links and inline HTML elements become spans,
+so the pipeline puts them back around the translated words. Inline code, images, autolinks, lone HTML tags and hard
+breaks are kept whole as empty spans (the model never sees them, and they come back exactly as written). Code
+blocks, fenced code, HTML blocks, front matter, link reference definitions and everything between blocks are never
+touched: a translated block replaces only its own source characters, and a block handed back unchanged writes its
+source as it was, so an untranslated file comes back byte for byte.
 """
 
 from __future__ import annotations
