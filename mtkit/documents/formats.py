@@ -72,6 +72,11 @@ FORMATS: dict[str, DocumentFormat] = {
         DocumentFormat(
             name="xml", module="xml", help="XML: elements with text translated, inline elements kept around their words"
         ),
+        DocumentFormat(
+            name="markdown",
+            module="markdown",
+            help="Markdown (CommonMark, tables): paragraphs, headings, list items and cells; code left as it is",
+        ),
         DocumentFormat(name="po", module="po", help="a gettext PO file: msgstr filled and marked fuzzy", units=True),
         DocumentFormat(name="xliff", module="xliff", help="an XLIFF 1.2 or 2.0 file: targets filled, for review", units=True),
     )
