@@ -59,16 +59,17 @@ from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.compile_cache import CompileCache
 from mtkit.training.ema import WeightEMA
-from mtkit.training.finetune import load_parent, train_as_family
+from mtkit.training.finetune import train_as_family
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
-from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, full_precision_weights, weights_dtype
+from mtkit.training.master_weights import MasterWeightOptimizer, bf16_weights_on, weights_dtype
 from mtkit.training.progress import Progress
 from mtkit.training.recompute import recompute_blocks
 from mtkit.training.regional import can_compile_by_layer, compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
+from mtkit.training.sharding import SavedWeights, check_sharding, hold_model, shard_training
 from mtkit.training.update import UpdateGuard
 from mtkit.training.validation import (
     ValidationMetric,
@@ -114,10 +115,10 @@ def training_forward(
     model: EncoderDecoder, config: TrainConfig, *, distributed: Distributed, device: torch.device, levers: Levers
 ) -> torch.nn.Module:
     """The module the training step calls for a batch's summed loss (`TeacherForcing`, or with
-    `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun, and torch.compile'd
-    with the levers' `compile`.
+    `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun (or sharded with FSDP:
+    `train.shard`), and torch.compile'd with the levers' `compile`.
 
-    DDP averages gradients over ranks; `Trainer.update` scales the loss so the result equals one
+    DDP and FSDP average gradients over ranks; `Trainer.update` scales the loss so the result equals one
     process over the combined batch. Only this forward and loss are compiled (with dynamic shapes,
     so token-budget batches do not each compile): validation and decoding stay eager.
     """
@@ -129,7 +130,9 @@ def training_forward(
         if fused_loss_on(config, device)
         else TeacherForcing(model, config.label_smoothing, amp_dtype=amp_dtype, fused=levers.compile)
     )
-    if distributed.enabled:
+    if config.shard == "fsdp":
+        forward = shard_training(forward, model, amp_dtype=amp_dtype)
+    elif distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
     mode = "reduce-overhead" if levers.graphs else None  # CUDA graphs, recorded per batch shape
@@ -212,6 +215,7 @@ class Trainer:
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
         self.optimizer, self.scheduler = build_optimizer(self.model, config.train, device=device, elapsed=self.schedule_clock)
+        self.holder = hold_model(model, self.optimizer, config=config, tokenizers=tokenizers, distributed=self.distributed)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.guard = UpdateGuard(
@@ -223,9 +227,8 @@ class Trainer:
         self.stop_requested = self.diverged = False  # a signal asked to stop; too many non-finite updates in a row
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly from a last.pt payload: weights, optimiser, schedule, progress, RNG, scaler, EMA."""
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        """Continue exactly from a last.pt payload: weights and optimiser (`holder`), schedule, progress, RNG, scaler, EMA."""
+        self.holder.restore(payload, last=RunFiles(self.config.run_path).last)
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress.resumed(payload["progress"], self.train_config.validate_metric)
         torch.set_rng_state(payload["rng"])
@@ -235,9 +238,9 @@ class Trainer:
             self.ema.load_state_dict(payload["ema"])
 
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
-        """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
+        """Fine-tuning: the parent's weights (`finetune.load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
+        said = self.holder.load_parent(payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):
@@ -245,18 +248,18 @@ class Trainer:
         if self.ema is not None:
             self.ema.restart()
 
-    def checkpoint(self) -> Checkpoint:
-        """Everything `--resume` needs: weights, optimiser, schedule, RNG, scaler, EMA and progress."""
+    def checkpoint(self, saved: SavedWeights | None = None) -> Checkpoint:
+        """Everything `--resume` needs: the model's `saved` state (saved now if None), schedule, RNG, scaler, EMA, progress."""
+        saved = saved or self.holder.save(self.progress.step)
         training_state = {
-            "optimizer": self.optimizer.state_dict(),
+            **saved.record,
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
             **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
         }
         ema = self.ema.weights() if self.ema is not None else None
-        weights = full_precision_weights(self.model, self.optimizer)  # fp32 also for bf16 weights
-        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=weights, ema_weights=ema,
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=saved.weights, ema_weights=ema,
                           progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
 
     def epoch(self) -> Epoch:
@@ -385,13 +388,14 @@ class Trainer:
         self._settle()  # the step, schedule and EMA saved are exact
         self._add_elapsed()
         progress = self.progress
+        saved = self.holder.save(progress.step)  # sharded: every rank writes its shards; rank 0 gets the whole weights
         if self.run_dir is not None:
-            result = self.validate_model(self.model)
+            result = self.validate_model(self.holder.validating(saved.weights))
             improved = progress.record_validation(result.bleu, result.quality_score)
             scores, elapsed = {**result.record(), **progress.best_record()}, round(progress.elapsed, 1)
             self.run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **scores, "elapsed_s": elapsed})
             say(validation_line(progress, result))
-            self.run_dir.save(self.checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
+            self.run_dir.save(self.checkpoint(saved), best=improved and not self.diverged, keep=self.train_config.keep)
             self.run_dir.draw_curves()
         progress.take_early_stopping_state(broadcast_from_main(progress.early_stopping_state(), self.distributed))
 
@@ -421,8 +425,7 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU (and COMET) in RUN/<stem>.pt, log them next to best.pt's
         and say which -m RUN uses."""
         assert self.run_dir is not None
-        self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
-        result = self.validate_model(self.model)
+        result = self.validate_model(self.holder.validating(payload["model"]))  # training is over: any model may hold them
         save_checkpoint(payload | result.weights_record(), self.run_dir.files.weights(stem))
         scores, said = final_weights_report(stem, result, progress=self.progress)
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
@@ -509,6 +512,7 @@ def train(config: Config, *, resume: bool = False, overwrite: bool = False) -> P
     former handlers are restored after.
     """
     distributed, device = setup_process(config.train)
+    check_sharding(config, distributed)
     main = distributed.is_main  # rank 0 owns the run directory
     metric = ValidationMetric.load(config.train, device) if main else None  # a wrong COMET model: one line, nothing written
     CompileCache.check_folder(config, device)  # the compiler cache is code: a folder others can write is refused first
@@ -549,6 +553,7 @@ def _start_message(trainer: Trainer) -> None:
     distributed, amp_dtype = trainer.distributed, trainer.amp_dtype
     precision = "fp32" if amp_dtype is None else str(amp_dtype).removeprefix("torch.")
     processes = f", {distributed.world_size} processes" if distributed.enabled else ""
+    processes += ", sharded (FSDP)" if trainer.train_config.shard == "fsdp" else ""
     processes += f"; {trainer.levers.describe()}" if trainer.device.type == "cuda" else ""
     start = f"resuming at step {trainer.progress.step}" if trainer.progress.step else "starting"
     parent, total = trainer.train_config.init_from, trainer.model.num_parameters()
