@@ -411,8 +411,8 @@ def _what_fsdp_cannot_do(train: TrainConfig) -> str | None:
         "ema": (train.ema > 0, "set train.ema=0 (the average would be a whole copy of the weights in each process)"),
         "bf16_weights": (train.bf16_weights == "true", "set train.bf16_weights=auto (on CUDA FSDP computes in bf16 itself)"),
         "precision": (train.precision == "fp16", "set train.precision=bf16 (fp16's loss scaler sees one shard's gradients)"),
+        # (and so train.cuda_graphs, which replay a compiled step)
         "compile": (train.compile in ("true", "layers"), "set train.compile=auto (a compiled step is not tried with FSDP)"),
-        "cuda_graphs": (train.cuda_graphs == "true", "set train.cuda_graphs=auto (they replay a compiled step)"),
         "snapshots": (bool(train.snapshots.strip()), "remove train.snapshots (rank 0 alone times them, every rank writes)"),
     }
     for key, (asked, fix) in refused.items():
@@ -470,10 +470,12 @@ class TrainConfig:
         metadata={
             **_choice("bleu", "comet", "qe"),
             **_relation(
-                lambda t: None
-                if t.validate_metric == "bleu" or t.comet_model
-                else "give train.comet_model, a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, "
-                "such as Unbabel/wmt22-comet-da for comet or Unbabel/wmt22-cometkiwi-da for qe"
+                lambda t: (
+                    None
+                    if t.validate_metric == "bleu" or t.comet_model
+                    else "give train.comet_model, a COMET folder (hparams.yaml, checkpoints/model.ckpt) or hub id, "
+                    "such as Unbabel/wmt22-comet-da for comet or Unbabel/wmt22-cometkiwi-da for qe"
+                )
             ),
         },
     )
@@ -525,9 +527,11 @@ class TrainConfig:
         metadata={
             **_pattern(r"auto|[0-9]|[1-5][0-9]|6[0-4]", "auto, 0 (off) or a number of shapes up to 64", "16"),
             **_relation(
-                lambda t: None
-                if t.shapes == "0" or t.length_multiple == 1
-                else "give train.length_multiple=1 with it (the buckets fix the lengths), or train.shapes=0"
+                lambda t: (
+                    None
+                    if t.shapes == "0" or t.length_multiple == 1
+                    else "give train.length_multiple=1 with it (the buckets fix the lengths), or train.shapes=0"
+                )
             ),
         },
     )
@@ -538,9 +542,11 @@ class TrainConfig:
         metadata={
             **_choice("auto", "true", "false"),
             **_relation(
-                lambda t: None
-                if t.cuda_graphs != "true" or (t.compile != "false" and t.shapes != "0")
-                else "give train.compile (true or layers) and train.shapes (e.g. 16) with it: a graph is recorded per shape"
+                lambda t: (
+                    None
+                    if t.cuda_graphs != "true" or (t.compile != "false" and t.shapes != "0")
+                    else "give train.compile (true or layers) and train.shapes (e.g. 16) with it: a graph is recorded per shape"
+                )
             ),
         },
     )

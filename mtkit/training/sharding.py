@@ -83,7 +83,8 @@ class SavedWeights:
     last.pt's record of the optimiser: its state, or with train.shard=fsdp the folder of the shards."""
 
     weights: dict[str, Tensor]
-    record: dict[str, Any]  # {"optimizer": state} or {"sharded": {"folder": "sharded/step_N", "processes": N}}
+    # {"optimizer": state}, or {"sharded": {"folder": "sharded/step_N", "processes": N, "optimizer": whether saved}}
+    record: dict[str, Any]
 
 
 class WholeModel:
@@ -146,16 +147,24 @@ class ShardedModel:
         """Write update `step`'s model and optimiser shards to RUN/sharded/step_N (DCP: a file per rank) and gather
         the whole weights; last.pt, written by rank 0 with the returned record, makes the folder the one to resume."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         folder = self.run.sharded_step(step)
         if self.distributed.is_main and folder.exists():
             shutil.rmtree(folder)  # an interrupted write of this step (last.pt names an earlier one)
         barrier(self.distributed)
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder)
+        # A new optimiser (fine-tuning's step 0) has no state, and saves none: DCP would make one by a step at
+        # learning rate 0, which counts in Adam's bias correction
+        state = self._state(optimizer=bool(self.optimizer.state))
+        dcp.save(state, checkpoint_id=folder)
         record = {"folder": folder.relative_to(self.run.path).as_posix(), "processes": self.distributed.world_size}
-        return SavedWeights(weights=self.full_weights(), record={"sharded": record})
+        return SavedWeights(weights=self.full_weights(), record={"sharded": record | {"optimizer": "optimizer" in state}})
+
+    def _state(self, *, optimizer: bool) -> dict[str, Any]:
+        """The model's shards, and with `optimizer` the optimiser's, as DCP saves and loads them (by name)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        state = {"model": get_model_state_dict(self.model)}
+        return state | ({"optimizer": get_optimizer_state_dict(self.model, self.optimizer)} if optimizer else {})
 
     def restore(self, payload: dict[str, Any], *, last: Path) -> None:
         """Read the model and optimiser shards that a last.pt `payload` (at `last`) names, written by as many
@@ -169,12 +178,13 @@ class ShardedModel:
                 f"--nproc_per_node {record['processes']} (each process's batches and shards are its own)"
             )
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optimizer": optimizer_state}
+        state = self._state(optimizer=record["optimizer"])
         dcp.load(state, checkpoint_id=self.run.path / record["folder"])
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_model_state_dict(self.model, state["model"])
+        if record["optimizer"]:
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
 
     def load_parent(self, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config) -> str | None:
         """A parent's weights (`finetune.parent_weights`), each rank keeping its share; what a grown vocabulary did."""
