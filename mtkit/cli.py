@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from mtkit.decoding.options import SEED_LIMIT, Decoding, FileOptions, Sampling
+from mtkit.decoding.options import SEED_LIMIT, Decoding, FileOptions, Sampling, ShortlistBuild
+from mtkit.documents.formats import FORMATS
 from mtkit.errors import MtkitError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.problems import parse_rules
@@ -32,11 +33,13 @@ from mtkit.options import (
     Quantization,
     RerankMethod,
     Split,
+    SplitBy,
 )
 from mtkit.run_files import RunFiles
 from mtkit.serving.limits import CPU_BATCH_LINES, CPU_WORKERS, HOST, OTHER_BATCH_LINES, ServeLimits
 
 if TYPE_CHECKING:
+    from mtkit.decoding.translator import Translator
     from mtkit.evaluation.rerank import Reranker  # loads torch: imported by the command that uses it
 
 # Typer raises its own copy of click's UsageError (the base of typer.BadParameter) for bad option values.
@@ -75,6 +78,7 @@ app.add_typer(import_app, name="import")
 DECODING = Decoding()  # a call's decoding defaults (None: the recipe's), stated once
 SAMPLING = Sampling()  # sampling's defaults, stated once
 FILE_OPTIONS = FileOptions()  # translate's file defaults, stated once
+SHORTLIST = ShortlistBuild()  # mtkit shortlist's defaults, stated once
 
 Recipe = Annotated[Path, typer.Argument(help="YAML recipe, e.g. recipes/multi30k/transformer.yaml.")]
 Overrides = Annotated[
@@ -138,6 +142,31 @@ GlossaryFile = Annotated[
 ]
 SamplingOption = Annotated[
     Optional[str], typer.Option(help="Sample instead of searching: topk:K, topp:P or full (with --temperature, --seed).")
+]
+ShortlistOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--shortlist/--no-shortlist",
+        help="Search over the run's vocabulary shortlist (`mtkit shortlist RUN`); default: on when the model has one.",
+    ),
+]
+DocumentFormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="The input's format, written back in the same one: " + "; ".join(f"{r.name}: {r.help}" for r in FORMATS.values()),
+    ),
+]
+Retranslate = Annotated[
+    bool,
+    typer.Option(
+        help=f"With --format {' or '.join(r.name for r in FORMATS.values() if r.units)}: translate the entries translated "
+        "already too (else they are kept).",
+    ),
+]
+SplitByOption = Annotated[
+    SplitBy,
+    typer.Option(help="sentences: a paragraph cut into sentences, translated, rebuilt with its spacing; lines: each line whole."),
 ]
 Alignments = Annotated[
     bool, typer.Option(help="Append, after a tab, Pharaoh word alignments i-j (source word i, target word j).")
@@ -249,24 +278,37 @@ def translate_command(
     comet_model: RerankCometModel = None,
     comet_encoder: RerankCometEncoder = None,
     src_lang: SrcLang = None,
+    document_format: DocumentFormatOption = "text",
+    split_by: SplitByOption = SplitBy.SENTENCES,
+    retranslate: Retranslate = False,
+    shortlist: ShortlistOption = DECODING.shortlist,
 ) -> None:
     """Translate text: one output line per input line, in order, each window written when done (torchrun: N processes)."""
-    from mtkit.decoding.files import translate_file
-    from mtkit.decoding.translator import Translator
     from mtkit.distributed import distributed_translation
+    from mtkit.documents.files import DocumentOptions, translate_document_file
 
     reranker, nbest = _reranker(rerank, candidates=candidates, utility=mbr_utility, model=comet_model, encoder=comet_encoder,
                                 device=device, nbest=nbest)  # fmt: skip
-    drawn = Sampling.parse(sampling, temperature, seed=seed) if sampling is not None else None
-    decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=drawn, no_repeat_ngram=no_repeat_ngram,
-        alignments=alignments, alignment_layer=alignment_layer, constraints_in_order=constraints_order is ConstraintOrder.GIVEN,
-        tgt_lang=tgt_lang, src_lang=src_lang)  # fmt: skip
-    options = FileOptions(input=input, output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes,
-        plot_attention=plot_attention, plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines,
-        constraints=constraints, glossary=glossary)  # fmt: skip
+    decoding = Decoding(beam=beam, nbest=nbest, length_penalty=length_penalty, sampling=_drawn(sampling, temperature, seed),
+        no_repeat_ngram=no_repeat_ngram, alignments=alignments, alignment_layer=alignment_layer, tgt_lang=tgt_lang,
+        constraints_in_order=constraints_order is ConstraintOrder.GIVEN, src_lang=src_lang, shortlist=shortlist)  # fmt: skip
+    document = DocumentOptions(format=document_format, split_by=split_by, retranslate=retranslate, file=FileOptions(input=input,
+        output=output, decoding=decoding, prefix=prefix, bad_bytes=bad_bytes, plot_attention=plot_attention, glossary=glossary,
+        plot_count=plot_count, plot_heads=plot_heads, buffer_lines=buffer_lines, constraints=constraints))  # fmt: skip
     with distributed_translation(device) as (distributed, rank_device):
-        translator = Translator.load(model, engine, device=str(rank_device), fast_paths=True)
-        translate_file(translator, options, distributed=distributed, chooser=reranker)
+        translate_document_file(_translator(model, engine, rank_device), document, distributed=distributed, chooser=reranker)
+
+
+def _drawn(sampling: str | None, temperature: float, seed: int) -> Sampling | None:
+    """--sampling with its --temperature and --seed (None: search)."""
+    return Sampling.parse(sampling, temperature, seed=seed) if sampling is not None else None
+
+
+def _translator(model: list[Path], engine: EngineName, device: object) -> Translator:
+    """The translator `translate` runs: the model on this rank's device, its large linears packed."""
+    from mtkit.decoding.translator import Translator
+
+    return Translator.load(model, engine, device=str(device), fast_paths=True)
 
 
 def _reranker(
@@ -314,6 +356,29 @@ def score_command(
             f"{', ...' if len(truncated) > 5 else ''}) were longer than the model's positions and were scored truncated",
             err=True,
         )
+
+
+@app.command("shortlist")
+def shortlist_command(
+    run: Annotated[Path, typer.Argument(help="Run directory whose vocabulary shortlist to build.")],
+    k: Annotated[int, typer.Option(min=1, help="Target pieces kept per source piece (by alignment counts).")] = SHORTLIST.k,
+    frequent: Annotated[
+        int, typer.Option(min=0, help="The most frequent target pieces, kept in every batch.")
+    ] = SHORTLIST.frequent,
+    lines: Annotated[int, typer.Option(min=1, help="Training pairs aligned at most (a seeded sample).")] = SHORTLIST.lines,
+    src: Annotated[
+        Optional[Path], typer.Option(help="With --tgt: a parallel corpus to align instead of the run's prepared training data.")
+    ] = None,
+    tgt: Annotated[Optional[Path], typer.Option(help="With --src: its translations, one per line.")] = None,
+) -> None:
+    """Build RUN/shortlist.safetensors from eflomal word alignments: per source piece its K likeliest target pieces.
+    translate, evaluate and serve then compute only those rows of the output layer (--no-shortlist: all)."""
+    from mtkit.decoding.shortlist import build_shortlist, describe
+
+    shortlist = build_shortlist(run, ShortlistBuild(k=k, frequent=frequent, lines=lines, src=src, tgt=tgt))
+    path = RunFiles.of(run).shortlist
+    shortlist.save(path)
+    typer.echo(describe(shortlist, path), err=True)
 
 
 LIMITS = ServeLimits()  # the server's defaults, stated once
@@ -444,6 +509,7 @@ def evaluate_command(
     comet_model: CometModelOption = None,
     comet_encoder: CometEncoderOption = None,
     comet_precision: Annotated[CometPrecision, typer.Option(help="The COMET model's weights.")] = CometPrecision(COMET.precision),
+    shortlist: ShortlistOption = DECODING.shortlist,
 ) -> None:
     """Score with sacreBLEU (BLEU, chrF, TER, lowercased BLEU; with signatures) and COMET (--metric), flag problem sentences,
     compare systems with the first by paired significance tests; a multilingual split also direction by direction."""
@@ -451,7 +517,7 @@ def evaluate_command(
 
     request = EvaluateRequest(
         hyps=hyp or [], refs=ref or [], models=model or [], split=split.value if split else None, src=src, beam=beam,
-        output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []),
+        output=output, device=device, compare=compare, flags_file=flags, rules=parse_rules(flag_rule or []), shortlist=shortlist,
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
         tgt_lang=tgt_lang, src_lang=src_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
         comet=_comet_options(comet_model, encoder=comet_encoder, device=device, precision=comet_precision),
@@ -525,6 +591,18 @@ def average_command(
     target = output or RunFiles(model).average
     save_checkpoint(averaged, target)
     typer.echo(f"averaged {', '.join(p.name for p in sources)} into {target}")
+
+
+@app.command("merge")
+def merge_command(
+    model: Annotated[Path, typer.Argument(help="A LoRA run (train.lora): its run directory or checkpoint file.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")],
+) -> None:
+    """Fold a LoRA run's adapters into its parent's weights: a plain run directory that needs no parent."""
+    from mtkit.models.checkpoint import merge_run
+
+    written = merge_run(model, output)
+    typer.echo(f"merged the adapters of {model} into {written}; translate with: mtkit translate -m {output}")
 
 
 ImportOutput = Annotated[Path, typer.Option("--output", "-o", help="The run directory to create.")]

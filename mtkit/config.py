@@ -150,12 +150,13 @@ def _input_feed_needs_luong(model: ModelConfig) -> str | None:
 
 @dataclass(kw_only=True)
 class SplitConfig:
-    """Where one split's sentence pairs come from: exactly one of src+tgt, tsv, jsonl or hf."""
+    """Where one split's sentence pairs come from: exactly one of src+tgt, tsv, jsonl, tmx or hf."""
 
     src: str | None = None  # plain text, one sentence a line (.gz ok)
     tgt: str | None = None
     tsv: str | None = None  # "source<TAB>target" a line (.gz ok)
     jsonl: str | None = None  # {"<src_lang>": .., "<tgt_lang>": ..} or {"translation": {..}} a line
+    tmx: str | None = None  # a TMX translation memory (.gz ok): the segments in src_lang and tgt_lang of each unit
     hf: str | None = None  # Hugging Face dataset name (online) or a save_to_disk directory
     split: str | None = None  # the split of `hf` (train, validation, test, ...)
     limit: int | None = field(default=None, metadata=_at_least(1, 10000))  # keep only the first N pairs
@@ -223,7 +224,7 @@ def _one_side(source: TrainSource, given: str, written: str) -> str | None:
     """A synthetic corpus gives the side its model reads as a text file and leaves the other to the model."""
     if source.translate_with and source.back_translate_with:
         return "give translate_with (a model writes the target) or back_translate_with (the source), not both"
-    if source.tsv or source.jsonl or source.hf or getattr(source, written) or not getattr(source, given):
+    if source.tsv or source.jsonl or source.tmx or source.hf or getattr(source, written) or not getattr(source, given):
         return f"a model writes this corpus's {written}: give {given} (a text file, one sentence a line) and no {written}"
     return None
 
@@ -414,11 +415,50 @@ def _what_fsdp_cannot_do(train: TrainConfig) -> str | None:
         # (and so train.cuda_graphs, which replay a compiled step)
         "compile": (train.compile in ("true", "layers"), "set train.compile=auto (a compiled step is not tried with FSDP)"),
         "snapshots": (bool(train.snapshots.strip()), "remove train.snapshots (rank 0 alone times them, every rank writes)"),
+        "lora": (train.lora is not None, "remove train.lora (its adapters are not tried with FSDP)"),
     }
     for key, (asked, fix) in refused.items():
         if asked:
             return f"FSDP cannot take train.{key} as given: {fix}, or set train.shard=none"
     return None
+
+
+# train.lora.targets: mtkit's own module names of the layers LoRA adapts (mtkit.models.lora)
+LORA_TARGETS = {
+    "qkv": "self-attention's query, key and value projections (fused)",
+    "query": "cross-attention's query projection",
+    "key_value": "cross-attention's key and value projections (fused)",
+    "out": "both attentions' output projections",
+    "inner": "the feed-forward's first layer",
+    "outer": "the feed-forward's second layer",
+    "embedding": "the embedding tables (and the output layer tied to them)",
+}
+
+
+def _known_targets(lora: LoraConfig) -> str | None:
+    """Each target names a layer kind of mtkit's Transformer, once."""
+    valid = ", ".join(LORA_TARGETS)
+    unknown = next((target for target in lora.targets if target not in LORA_TARGETS), None)
+    if unknown is not None and "," in unknown:
+        return f"give a list of layer names, such as [qkv, out] (valid: {valid})"
+    if unknown is not None:
+        return f"{unknown!r} is not a layer LoRA adapts; give some of {valid}"
+    if len(set(lora.targets)) < len(lora.targets):
+        return "give each layer name once"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """Low-rank adapters (`train.lora`, Hu et al. 2021): the parent's weights stay frozen and each adapted layer
+    learns scaling * B A, with scaling = alpha / rank (mtkit.models.lora); checkpoints hold the adapters alone."""
+
+    rank: int = field(default=8, metadata=_range(1, 65536, example=16))
+    alpha: float = field(default=16.0, metadata=_range(0.0, 1e6, open_low=True, example=16.0))
+    dropout: float = field(default=0.0, metadata=_range(0.0, 1.0, open_high=True, example=0.1))  # on the adapters' input
+    targets: list[str] = field(default_factory=lambda: ["qkv", "query", "key_value", "out"], metadata=_relation(_known_targets))
+    # hold the frozen base weights in bf16 (adapters stay fp32): needs CUDA and precision bf16; auto: on with them
+    bf16_base: str = field(default="auto", metadata=_choice("auto", "true", "false"))
 
 
 @dataclass(kw_only=True)
@@ -581,6 +621,8 @@ class TrainConfig:
             rf"\s*|{FREEZABLE}(\s*,\s*{FREEZABLE})*", "parts separated by commas: embeddings, encoder, decoder", "embeddings"
         ),
     )
+    # fine-tune low-rank adapters on the frozen parent of train.init_from instead of every weight (LoraConfig)
+    lora: LoraConfig | None = None
 
 
 @dataclass(kw_only=True)
@@ -779,6 +821,7 @@ def config_from_dict(raw: dict[str, Any], source: str = "config", *, saved: bool
 
 def _check_across_sections(config: Config, source: str) -> None:
     """The rules between keys of two sections: training levers that act on a Transformer's repeated layers."""
+    _check_lora(config, source)
     if config.model.arch != "rnn":
         return
     if config.train.compile == "layers":
@@ -787,6 +830,32 @@ def _check_across_sections(config: Config, source: str) -> None:
         raise MtkitError(
             f"{source}: 'train.checkpoint_activations' is true; an RNN has no repeated layers to recompute: set it false"
         )
+
+
+def _check_lora(config: Config, source: str) -> None:
+    """What `train.lora` needs (a Transformer parent) and the training keys it cannot go with."""
+    train = config.train
+    if train.lora is None:
+        return
+    lora = train.lora
+    rules = (
+        (not train.init_from, "it adapts a parent: set train.init_from (a run directory, or `mtkit import`'s)"),
+        (config.model.arch == "rnn", "it adapts a Transformer's layers; the parent is an RNN: fine-tune it without train.lora"),
+        (bool(train.freeze.strip()), "the parent's weights are frozen whole already: remove train.freeze"),
+        (train.bf16_weights == "true", "use train.lora.bf16_base for bf16 base weights: remove train.bf16_weights"),
+        (bool(train.ema or train.average_last), "train.ema and train.average_last average whole models: set them to 0"),
+        (
+            train.fused_loss == "true" and "embedding" in lora.targets,
+            "train.fused_loss reads the output weight without its adapter: set train.fused_loss=false or drop embedding",
+        ),
+        (
+            lora.bf16_base == "true" and (train.precision in ("fp32", "fp16") or train.device == "cpu"),
+            "a bf16 base needs train.precision bf16 on CUDA: set train.lora.bf16_base=auto or false",
+        ),
+    )
+    clash = next((advice for broken, advice in rules if broken), None)
+    if clash is not None:
+        raise MtkitError(f"{source}: 'train.lora' is set; {clash}")
 
 
 def _a_folder(setting: str) -> str | None:

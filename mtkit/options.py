@@ -84,3 +84,11 @@ class MbrUtility(str, Enum):
 
     CHRF = "chrf"
     COMET = "comet"
+
+
+class SplitBy(str, Enum):
+    """What the translator reads at a time: each sentence of a line (a paragraph is cut with a sentence splitter and
+    rebuilt with its own spacing), or each line whole (cut only past decode.max_input_tokens)."""
+
+    SENTENCES = "sentences"
+    LINES = "lines"

@@ -19,7 +19,8 @@ from helpers import source_tree
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mtkit"
 STAGES = [
-    "cli", "exporters", "importers", "serving", "training", "evaluation", "synthetic", "decoding", "models", "data", "shared"
+    "cli", "exporters", "importers", "serving", "training", "evaluation", "documents", "synthetic", "decoding", "models", "data",
+    "shared",
 ]  # fmt: skip
 LAZY_ALLOWED = {"mtkit.cli", "mtkit"}  # the CLI imports torch-heavy stages per command; `mtkit.Translator` is lazy
 MOST_TOP_LEVEL_MODULES = 10

@@ -1,4 +1,4 @@
-"""Reading parallel corpora (text, TSV, JSONL, Hugging Face datasets) and cleaning the training pairs.
+"""Reading parallel corpora (text, TSV, JSONL, TMX, Hugging Face datasets) and cleaning the training pairs.
 
 `iter_split` turns one `SplitConfig` into normalized (source, target) pairs and reports any bad
 file, line or column as a one-line `MtkitError`; `clean_pairs` applies the recipe's filters and
@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from mtkit.config import DataConfig, SplitConfig, TrainSource, choices
 from mtkit.data.dedup import SeenHashes, pair_hashes
+from mtkit.data.tmx import read_tmx
 from mtkit.errors import MtkitError, one_line
 from mtkit.textio import file_lines, model_text
 
@@ -62,6 +63,8 @@ def iter_split(
         raw_pairs = _read_tsv(Path(split.tsv), f"{recipe_key}.tsv", bad_bytes)
     elif kind == "jsonl":
         raw_pairs = _read_jsonl(Path(split.jsonl), src_lang, tgt_lang, f"{recipe_key}.jsonl", bad_bytes)
+    elif kind == "tmx":
+        raw_pairs = read_tmx(Path(split.tmx), src_lang, tgt_lang=tgt_lang, recipe_key=f"{recipe_key}.tmx")
     else:
         raw_pairs = _read_hf(split, src_lang, tgt_lang, recipe_key)
     return (_model_pair(pair, normalize, max_chars) for pair in itertools.islice(raw_pairs, split.limit))
@@ -90,7 +93,7 @@ def corpus_names(sources: list[TrainSource]) -> list[str]:
     """Each training corpus's name: its `name`, else its file (or dataset) name, numbered when repeated."""
     names = []
     for source in sources:
-        file = source.src or source.tgt or source.tsv or source.jsonl or ""  # tgt alone: a back-translated corpus
+        file = source.src or source.tgt or source.tsv or source.jsonl or source.tmx or ""  # tgt alone: a back-translated corpus
         given = source.name or Path(file).name.removesuffix(".gz") or source.hf
         names.append(given or "train")
     return [name if names.count(name) == 1 else f"{name}#{names[: index + 1].count(name)}" for index, name in enumerate(names)]
@@ -102,12 +105,18 @@ def _source_kind(split: SplitConfig, recipe_key: str) -> str:
         raise MtkitError(f"{recipe_key}.{given} is set but {recipe_key}.{missing} is not; set both (one file per language)")
     kinds = [
         name
-        for name, value in (("src/tgt", split.src), ("tsv", split.tsv), ("jsonl", split.jsonl), ("hf", split.hf))
+        for name, value in (
+            ("src/tgt", split.src),
+            ("tsv", split.tsv),
+            ("jsonl", split.jsonl),
+            ("tmx", split.tmx),
+            ("hf", split.hf),
+        )
         if value is not None
     ]
     if len(kinds) != 1:
         found = " and ".join(kinds) if kinds else "none"
-        raise MtkitError(f"{recipe_key}: set exactly one source: src and tgt, tsv, jsonl or hf (found {found})")
+        raise MtkitError(f"{recipe_key}: set exactly one source: src and tgt, tsv, jsonl, tmx or hf (found {found})")
     return kinds[0]
 
 

@@ -46,6 +46,7 @@ from mtkit.errors import MtkitError, OptionError, one_line
 from mtkit.runtime import cpu_cores
 
 MANIFEST = "mtkit.json"  # what an export holds besides CTranslate2's model (mtkit.exporters.ctranslate2 writes it)
+VOCABULARY_MAP = "vmap.txt"  # CTranslate2's vocabulary map: the run's shortlist, where it has one
 MAX_MANIFEST_BYTES = 16 << 20  # far above any recipe's; a larger mtkit.json is not one mtkit wrote
 # the manifest's keys that loading reads, and their JSON types
 MANIFEST_KEYS: dict[str, type] = {"tokenizers": dict, "recipe": dict, "decode": dict, "max_positions": int, "normalize": str}
@@ -98,8 +99,10 @@ class CT2Engine(Engine):
         batch_tokens: int,
         load: Callable[[], Any],
         alignment_layer: int | None,
+        vocabulary_map: bool = False,
     ) -> None:
         self.model = model  # a ctranslate2.Translator
+        self.vocabulary_map = vocabulary_map  # the export holds a vocabulary map (`use_vmap` turns it on)
         self.max_positions = max_positions  # rows of the exported position tables
         self.batch_tokens = batch_tokens
         self.alignment_layer = alignment_layer
@@ -107,6 +110,10 @@ class CT2Engine(Engine):
         self._source_pieces = tokenizers.src.id_to_piece(range(tokenizers.src.vocab_size))
         self._target_pieces = tokenizers.tgt.id_to_piece(range(tokenizers.tgt.vocab_size))
         self._target_ids = {piece: index for index, piece in enumerate(self._target_pieces)}
+
+    @property
+    def has_shortlist(self) -> bool:
+        return self.vocabulary_map
 
     def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
         """One CTranslate2 call for the whole batch at its largest output cap, each hypothesis cut to its own.
@@ -230,6 +237,7 @@ class CT2Engine(Engine):
             return_scores=True,
             return_end_token=True,  # the length penalty counts the EOS, as in mtkit
             return_attention=options.alignment_layer is not None,
+            use_vmap=options.shortlist and self.vocabulary_map,
             max_batch_size=max(1, self.batch_tokens // options.width),
             batch_type="tokens",
         )
@@ -396,6 +404,7 @@ def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str
         batch_tokens=decode.batch_beam_tokens,
         load=load,
         alignment_layer=manifest.get("alignment_layer"),
+        vocabulary_map=(directory / VOCABULARY_MAP).is_file(),
     )
     return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=given.data.normalize, config=recipe)
 

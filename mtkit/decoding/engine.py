@@ -21,14 +21,18 @@ import torch
 from torch import Tensor
 
 from mtkit.config import Config, DecodeConfig
+from mtkit.data.shortlist import Shortlist
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from mtkit.decoding.alignment import link_hypotheses
 from mtkit.decoding.sampling import draw
 from mtkit.decoding.search import Hypothesis, SearchOptions, beam_search, greedy_search
+from mtkit.decoding.shortlist import BatchVocabulary, ShortlistedModel
 from mtkit.decoding.step_rules import StepRules
 from mtkit.decoding.terminology.constrained import TermRequest, Terms
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.base import EncoderDecoder
+
+Ends = tuple[int, int]  # BOS and EOS ids in the space a search runs in
 
 
 class Capability(str, Enum):
@@ -67,6 +71,17 @@ def require(engine: Engine, capability: Capability, *, option: str) -> None:
     raise MtkitError(f"{option} {lacks}")
 
 
+def shortlist_choice(engine: Engine, *, asked: bool | None) -> bool:
+    """Whether to search over the engine's vocabulary shortlist: as asked, else when it has one."""
+    if asked and not engine.has_shortlist:
+        raise OptionError(
+            "shortlist",
+            "{shortlist}: this model has no vocabulary shortlist; build one with `mtkit shortlist RUN` "
+            "(then export again for CTranslate2), or leave {shortlist} out",
+        )
+    return engine.has_shortlist if asked is None else asked
+
+
 class Engine(ABC):
     """Searches batches of source ids; the `Translator` pipeline does everything else."""
 
@@ -74,6 +89,11 @@ class Engine(ABC):
     capabilities: ClassVar[frozenset[Capability]]
     alternative: ClassVar[str]  # how to get a capability this engine lacks
     max_positions: int  # longest source or target sequence, EOS/BOS included
+
+    @property
+    def has_shortlist(self) -> bool:
+        """Whether the engine holds a vocabulary shortlist that `SearchOptions.shortlist` may turn on."""
+        return False
 
     @abstractmethod
     def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
@@ -102,42 +122,82 @@ class PyTorchEngine(Engine):
     capabilities = frozenset(Capability)
     alternative = "every feature is available in the PyTorch engine"
 
-    def __init__(self, model: EncoderDecoder, device: torch.device | None = None) -> None:
+    def __init__(self, model: EncoderDecoder, device: torch.device | None = None, *, shortlist: Shortlist | None = None) -> None:
         self.device = device or torch.device("cpu")
         self.model = model.to(self.device)
         self.max_positions = model.max_positions
+        self.shortlist = shortlist  # the run's vocabulary shortlist, used where `SearchOptions.shortlist` says
+
+    @property
+    def has_shortlist(self) -> bool:
+        return self.shortlist is not None
 
     def search(self, batch: SourceBatch, options: SearchOptions) -> list[list[Hypothesis]]:
         src, src_mask = self._source(batch.sources)
-        padded = len({len(source) for source in batch.sources}) > 1  # from the lengths: no wait for the device
-        caps = torch.tensor(batch.max_len, device=self.device)  # (B,)
-        if options.sampling is not None:
-            found = self._sample(src, src_mask, caps, batch.prefixes, options)
+        if options.shortlist and self.shortlist is not None:
+            vocabulary = self._vocabulary(batch, options, self.shortlist)
+            found = self._search(ShortlistedModel(self.model, vocabulary), src, src_mask, *_reduced(batch, options, vocabulary))
+            for hypotheses in found:
+                for hypothesis in hypotheses:
+                    hypothesis.tokens = vocabulary.full(hypothesis.tokens)
         else:
-            step_rules = StepRules.build(
-                batch.prefixes, options.no_repeat_ngram, device=self.device, forced_lead=options.forced_lead
-            )
-            if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
-                summed = replace(options, length_penalty=0.0)
-                greedy = greedy_search(
-                    self.model, src, src_mask=src_mask, max_len=caps, options=summed, step_rules=step_rules, src_padded=padded
-                )
-                found = [[h] for h in greedy]
-            else:
-                terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
-                found = beam_search(
-                    self.model,
-                    src,
-                    src_mask=src_mask,
-                    max_len=caps,
-                    options=options,
-                    step_rules=step_rules,
-                    terms=terms,
-                    src_padded=padded,
-                )
+            found = self._search(self.model, src, src_mask, batch, options)
         if options.alignment_layer is not None:
             link_hypotheses(self.model, src, src_mask=src_mask, found=found, layer=options.alignment_layer)
         return found
+
+    def _search(
+        self,
+        model: EncoderDecoder,
+        src: Tensor,
+        src_mask: Tensor,
+        batch: SourceBatch,
+        options: SearchOptions,
+        ends: Ends = (BOS_ID, EOS_ID),
+    ) -> list[list[Hypothesis]]:
+        """Greedy, beam or sampling search of `model` (ids `ends`: BOS and EOS in its output space)."""
+        padded = len({len(source) for source in batch.sources}) > 1  # from the lengths: no wait for the device
+        caps = torch.tensor(batch.max_len, device=self.device)  # (B,)
+        if options.sampling is not None:
+            return self._sample(model, src, src_mask, caps, batch.prefixes, options, ends)
+        step_rules = StepRules.build(batch.prefixes, options.no_repeat_ngram, device=self.device, forced_lead=options.forced_lead)
+        bos_id, eos_id = ends
+        if options.beam == 1:  # greedy scores are total log-probabilities, as CTranslate2's are
+            summed = replace(options, length_penalty=0.0)
+            greedy = greedy_search(
+                model,
+                src,
+                src_mask=src_mask,
+                max_len=caps,
+                options=summed,
+                step_rules=step_rules,
+                src_padded=padded,
+                bos_id=bos_id,
+                eos_id=eos_id,
+            )
+            return [[h] for h in greedy]
+        terms = Terms.build(batch.terms, self.device) if batch.terms is not None and batch.terms.any else None
+        return beam_search(
+            model,
+            src,
+            src_mask=src_mask,
+            max_len=caps,
+            options=options,
+            step_rules=step_rules,
+            terms=terms,
+            src_padded=padded,
+            bos_id=bos_id,
+            eos_id=eos_id,
+        )
+
+    def _vocabulary(self, batch: SourceBatch, options: SearchOptions, shortlist: Shortlist) -> BatchVocabulary:
+        """The batch's vocabulary: its sources' shortlists, its prefixes' and constraints' pieces, EOS and the specials."""
+        needed = [EOS_ID, BOS_ID, *options.never, *(i for prefix in batch.prefixes or [] for i in prefix)]
+        if batch.terms is not None:
+            needed += [
+                i for terms in batch.terms.constraints for alternatives in terms for phrase in alternatives for i in phrase
+            ]
+        return BatchVocabulary.of(shortlist, batch.sources, needed=needed, vocab_size=shortlist.target_vocab, device=self.device)
 
     @torch.inference_mode()
     def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
@@ -174,7 +234,14 @@ class PyTorchEngine(Engine):
         return src, src.ne(PAD_ID)
 
     def _sample(
-        self, src: Tensor, src_mask: Tensor, caps: Tensor, prefixes: list[list[int]] | None, options: SearchOptions
+        self,
+        model: EncoderDecoder,
+        src: Tensor,
+        src_mask: Tensor,
+        caps: Tensor,
+        prefixes: list[list[int]] | None,
+        options: SearchOptions,
+        ends: Ends,
     ) -> list[list[Hypothesis]]:
         """`nbest` samples of each source, drawn as rows of one greedy search, best first."""
         assert options.sampling is not None
@@ -185,9 +252,38 @@ class PyTorchEngine(Engine):
         generator = torch.Generator(device=self.device).manual_seed(options.sampling.seed)
         pick = partial(draw, sampling=options.sampling, generator=generator, never=options.never)
         drawn = greedy_search(
-            self.model, src[rows], src_mask=src_mask[rows], max_len=caps[rows], options=options, step_rules=step_rules, pick=pick
+            model,
+            src[rows],
+            src_mask=src_mask[rows],
+            max_len=caps[rows],
+            options=options,
+            step_rules=step_rules,
+            pick=pick,
+            bos_id=ends[0],
+            eos_id=ends[1],
         )
         return [sorted(drawn[i : i + count], key=lambda h: h.score, reverse=True) for i in range(0, len(drawn), count)]
+
+
+def _reduced(batch: SourceBatch, options: SearchOptions, vocabulary: BatchVocabulary) -> tuple[SourceBatch, SearchOptions, Ends]:
+    """The batch's prefixes and constraints, the ids never emitted, BOS and EOS, in `vocabulary`'s reduced ids."""
+    prefixes = [vocabulary.reduced(prefix) for prefix in batch.prefixes] if batch.prefixes is not None else None
+    terms = batch.terms
+    if terms is not None:
+        constraints = [
+            [[vocabulary.reduced(phrase) for phrase in alternatives] for alternatives in of_source]
+            for of_source in terms.constraints
+        ]
+        continues = tuple(
+            bool(terms.continues_word[i]) if i < len(terms.continues_word) else False for i in vocabulary.kept.tolist()
+        )
+        terms = replace(terms, constraints=constraints, continues_word=continues)
+    bos_id, eos_id = vocabulary.reduced([BOS_ID, EOS_ID])
+    return (
+        replace(batch, prefixes=prefixes, terms=terms),
+        replace(options, never=vocabulary.present(options.never)),
+        (bos_id, eos_id),
+    )
 
 
 @dataclass(kw_only=True)

@@ -72,6 +72,7 @@ class Decoding:
     constraints_in_order: bool = False  # lexical constraints must appear in the order given
     tgt_lang: str | None = None  # the language to write, for a model of several (data.lang_tag: target or code)
     src_lang: str | None = None  # the source's language, for a model with language codes (data.lang_tag: code)
+    shortlist: bool | None = None  # search over the run's vocabulary shortlist (None: when the model has one)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,3 +90,14 @@ class FileOptions:
     buffer_lines: int = BUFFER_LINES
     constraints: Path | None = None  # one JSON list of target phrases per input line
     glossary: Path | None = None  # source term TAB target term(s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShortlistBuild:
+    """How `mtkit shortlist` builds a run's vocabulary shortlist (`mtkit.decoding.shortlist.build_shortlist`)."""
+
+    k: int = 100  # target pieces kept per source piece (Bergamot's students decode with 50 or 100)
+    frequent: int = 200  # the most frequent target pieces, kept in every batch
+    lines: int = 300_000  # training pairs aligned at most (the first ones)
+    src: Path | None = None  # a parallel corpus to align instead of the run's prepared training data
+    tgt: Path | None = None

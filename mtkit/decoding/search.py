@@ -57,6 +57,7 @@ class SearchOptions:
     constraints_in_order: bool = False  # lexical constraints in the order given
     never: tuple[int, ...] = NEVER_EMITTED  # ids no output holds: PAD, BOS and the model's tags
     forced_lead: int = 0  # each prefix's first tokens forced at log-probability 0: a target-language code
+    shortlist: bool = False  # search over the engine's vocabulary shortlist (`mtkit.decoding.shortlist`)
 
     @property
     def width(self) -> int:

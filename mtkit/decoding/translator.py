@@ -35,11 +35,13 @@ from mtkit.decoding.engine import (
     length_batches,
     output_cap,
     require,
+    shortlist_choice,
 )
 from mtkit.decoding.languages import Languages
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.pair_scores import PairScore, score_pairs
 from mtkit.decoding.search import NEVER_EMITTED, Hypothesis, SearchOptions, SearchStopped, Stop
+from mtkit.decoding.shortlist import load_run_shortlist
 from mtkit.decoding.terminology.constrained import Phrases, TermRequest
 from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_terms, word_continuations
 from mtkit.errors import MtkitError, OptionError
@@ -127,14 +129,16 @@ class Translator:
         constraints: TermLists = None,
         tgt_lang: str | None = None,
         src_lang: str | None = None,
+        shortlist: bool | None = None,
     ) -> list[str]:
         """One output line per input line, in order; empty inputs give empty outputs.
 
         constraints: per line, phrases (or lists of alternative phrases) its translation must contain.
         tgt_lang: the language to translate into, for a model of several (`target_languages`); src_lang: the source's
-        language, for a model with language codes.
+        language, for a model with language codes; shortlist: search over the model's vocabulary shortlist (None:
+        when it has one).
         """
-        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang)
+        decoding = Decoding(beam=beam, tgt_lang=tgt_lang, src_lang=src_lang, shortlist=shortlist)
         best = self.translate_nbest(lines, decoding, progress=progress, constraints=constraints)
         return [translations[0].text for translations in best]
 
@@ -281,10 +285,12 @@ class Translator:
         layer = decoding.alignment_layer if decoding.alignments else None
         in_order = decoding.constraints_in_order
         ngram = decoding.no_repeat_ngram
+        shortlist = shortlist_choice(self.engine, asked=decoding.shortlist)
         never = (*NEVER_EMITTED, *(index for index in self.tokenizers.tgt.reserved_ids if index not in NEVER_EMITTED))
         return SearchOptions(
             beam=beam, nbest=nbest, length_penalty=penalty, sampling=decoding.sampling, no_repeat_ngram=ngram,
             alignment_layer=layer, constraints_in_order=in_order, never=never, forced_lead=int(self.languages.coded),
+            shortlist=shortlist,
         )  # fmt: skip
 
     def target_prefix(self, prefix: str) -> list[int]:
@@ -442,7 +448,8 @@ def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> Loade
     if len(loaded) > 1:
         check_same_vocabularies(paths, [pair for _, _, pair, _ in loaded])
         model = Ensemble([m for m, _, _, _ in loaded])
-    engine = PyTorchEngine(model.eval(), resolve_device(device))
+    shortlist = load_run_shortlist(paths[0], tokenizers)  # an ensemble's models share the first one's vocabulary
+    engine = PyTorchEngine(model.eval(), resolve_device(device), shortlist=shortlist)
     if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
         pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN

@@ -49,6 +49,7 @@ class EvaluateRequest:
     fast_paths: bool = False  # load the models with mtkit's CPU fast paths (`Translator.load`; the CLI asks)
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
+    shortlist: bool | None = None  # search over the model's vocabulary shortlist (None: when it has one)
 
 
 @dataclass(kw_only=True)
@@ -315,7 +316,12 @@ def _translated(request: EvaluateRequest) -> _Systems:
         for way in directions:
             lines = sources[way.start : way.end]
             translated += translator.translate(
-                lines, beam=request.beam, progress=True, tgt_lang=way.tgt_lang, src_lang=request.src_lang
+                lines,
+                beam=request.beam,
+                progress=True,
+                tgt_lang=way.tgt_lang,
+                src_lang=request.src_lang,
+                shortlist=request.shortlist,
             )
         hypotheses.append(translated)
     if request.output is not None:

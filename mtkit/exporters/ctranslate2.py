@@ -12,6 +12,7 @@ puts its language codes in front of the source and forces the target's, as with 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -22,9 +23,11 @@ import torch
 from torch import nn
 
 from mtkit.config import Config, config_to_dict
+from mtkit.data.shortlist import Shortlist
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
-from mtkit.decoding.ct2_engine import MANIFEST, import_ctranslate2
+from mtkit.decoding.ct2_engine import MANIFEST, VOCABULARY_MAP, import_ctranslate2
 from mtkit.decoding.engine import output_cap
+from mtkit.decoding.shortlist import load_run_shortlist
 from mtkit.errors import MtkitError
 from mtkit.exporters.folder import check_output_dir, staged
 from mtkit.importers.names import depths
@@ -49,7 +52,7 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
     if quantization is not None and quantization not in {q.value for q in Quantization}:
         raise MtkitError(f"--quantization {quantization}: choose one of {', '.join(q.value for q in Quantization)}")
     held = check_output_dir(output_dir, force=force)
-    model, config, tokenizers, _ = load_model(model_path)
+    model, config, tokenizers, _ = load_model(model_path, merged=True)  # a LoRA run: its adapters folded in
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
             f"{model_path}: model.arch is {config.model.arch!r}; RNN models are not supported by CTranslate2; "
@@ -63,9 +66,31 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
         spec.save(str(staging))
         tokenizers.src.save(staging / SOURCE_SPM)
         tokenizers.tgt.save(staging / TARGET_SPM)
+        shortlist = load_run_shortlist(model_path, tokenizers)
+        if shortlist is not None:
+            write_file(staging / VOCABULARY_MAP, vocabulary_map(shortlist, tokenizers))
         manifest = _manifest(config, resolve_checkpoint(model_path), quantization, positions)
         write_file(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return output_dir
+
+
+def vocabulary_map(shortlist: Shortlist, tokenizers: TokenizerPair) -> str:
+    """The shortlist as CTranslate2's vocabulary map: a line per source piece, `piece TAB its target pieces`, after
+    the line of the pieces every batch keeps (an empty key). A piece holding white space cannot be written: it is left out."""
+    src_pieces, tgt_pieces = tokenizers.src.all_pieces(), tokenizers.tgt.all_pieces()
+
+    def targets(ids: Iterable[int]) -> str:
+        return " ".join(tgt_pieces[i] for i in ids if i >= 0 and not _spaced(tgt_pieces[i]))
+
+    lines = ["\t" + targets(shortlist.frequent.tolist())]
+    for source, row in enumerate(shortlist.candidates.tolist()):
+        if row[0] >= 0 and not _spaced(src_pieces[source]):
+            lines.append(f"{src_pieces[source]}\t{targets(row)}")
+    return "\n".join(lines) + "\n"
+
+
+def _spaced(piece: str) -> bool:
+    return not piece or any(character.isspace() for character in piece)
 
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> CTranslate2's Activation

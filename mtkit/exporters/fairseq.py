@@ -182,9 +182,7 @@ def generation_config(config: Config) -> dict[str, Any]:
     }
 
 
-def write_fairseq_folder(
-    folder: Path, config: Config, *, model: Transformer, tokenizer: Tokenizer, held: RunFamily
-) -> None:
+def write_fairseq_folder(folder: Path, config: Config, *, model: Transformer, tokenizer: Tokenizer, held: RunFamily) -> None:
     """Write the model, its tokenizer files and generation config into `folder`, in the classes of the run's family."""
     pieces = fairseq_pieces(tokenizer)
     files = tokenizer_files(held.tokenizer, config, tokenizer=tokenizer, pieces=pieces)

@@ -114,7 +114,7 @@ def _data(config: Config) -> str:
 
 
 def _where(split: SplitConfig) -> str:
-    given = split.hf or split.src or split.tsv or split.jsonl or "?"
+    given = split.hf or split.src or split.tsv or split.jsonl or split.tmx or "?"
     named = getattr(split, "name", None)
     return f"{named} ({Path(given).name})" if named else str(given)
 

@@ -71,7 +71,7 @@ def export_transformers(model_path: Path, output_dir: Path, *, quantization: str
             value=quantization,
         )
     held = check_output_dir(output_dir, force=force)
-    model, config, tokenizers, payload = load_model(model_path)
+    model, config, tokenizers, payload = load_model(model_path, merged=True)  # a LoRA run: its adapters folded in
     if config.model.arch != "transformer" or not isinstance(model, Transformer):
         raise MtkitError(
             f"{model_path}: model.arch is {config.model.arch!r}; transformers has no class for mtkit's RNN models, "

@@ -3,7 +3,7 @@
 Every architecture implements it, so nothing outside `mtkit.models` asks which model it drives:
 
 - `encode(src, src_mask) -> memory`
-- `decode(tgt, memory, *, src_mask, state) -> (logits, state)`
+- `decode(tgt, memory, *, src_mask, state, output_rows) -> (logits, state)`
 - `reorder_state(state, order) -> state`
 - `final_states(tgt, memory, *, src_mask) -> states` (B, T, D), for models that train: teacher-forced
   `tgt`'s final decoder states, which the model's `output` layer (an `nn.Linear`, D -> V) turns
@@ -23,6 +23,10 @@ flash kernel); None and True give the masked computation. It is the caller's pro
 compute it from their lengths (`mtkit.training.batches.collate`), never from the mask (a host
 sync on a GPU).
 
+`output_rows` (keyword, on `decode`; None: every row) is a search's vocabulary shortlist (`OutputRows`): the
+model computes the logits of those target ids only, (B, T, V') in their order, through `OutputRows.project` on
+its `output` layer (an ensemble passes it on to each member). Search uses it; training and scoring never do.
+
 `state` selects the decoding mode. `None` means full teacher-forced decoding of the whole prefix
 `tgt` (training). A dict (start with `{}`) means incremental decoding: `tgt` holds only the new
 tokens, and the returned dict caches what later steps need (keys/values, recurrent states).
@@ -39,6 +43,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from mtkit.models.packed import PackedLinear, pack_linears
+
 DecoderState = dict[str, Tensor]
 
 
@@ -51,7 +57,14 @@ class EncoderDecoder(nn.Module):
         raise NotImplementedError
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor,
+        state: DecoderState | None = None,
+        src_padded: bool | None = None,
+        output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
         raise NotImplementedError
 
@@ -114,6 +127,45 @@ class EncoderDecoder(nn.Module):
             if self.part_of(name) in frozen:
                 parameter.requires_grad_(False)
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+class OutputRows:
+    """The rows of the output layer one search computes (a vocabulary shortlist): target ids `ids` (V',).
+
+    Each output layer it meets (one model's, or each ensemble member's) is cut to those rows once, on first
+    use, and kept for the rest of the search: the object lives as long as one batch's search.
+    """
+
+    def __init__(self, ids: Tensor) -> None:
+        self.ids = ids  # (V',) target ids, in the order of the logits' last axis
+        self._cut: dict[int, nn.Linear] = {}
+
+    def project(self, output: nn.Linear, x: Tensor) -> Tensor:
+        """x (..., D) -> the logits (..., V') of `output` for `ids` only (bias included)."""
+        cut = self._cut.get(id(output))
+        if cut is None:
+            cut = self._cut[id(output)] = self._rows_of(output)
+        return cut(x)
+
+    def _rows_of(self, output: nn.Linear) -> nn.Linear:
+        """A copy of `output` holding the rows `ids`; packed for oneDNN as `output` is (`mtkit.models.packed`).
+        Made outside inference mode, where search runs, so that packing can track its weight's version."""
+        with torch.inference_mode(False), torch.no_grad():
+            weight = output.weight.index_select(0, self.ids)  # (V', D)
+            cut = nn.Linear(
+                weight.size(1), weight.size(0), bias=output.bias is not None, device=weight.device, dtype=weight.dtype
+            )
+            cut.weight.copy_(weight)
+            if output.bias is not None:
+                cut.bias.copy_(output.bias.index_select(0, self.ids))
+        if isinstance(output, PackedLinear):
+            pack_linears(cut)
+        return cut
+
+
+def project(output: nn.Linear, x: Tensor, *, output_rows: OutputRows | None) -> Tensor:
+    """The logits of decoder features x (..., D): every row of `output`, or only `output_rows`' rows."""
+    return output(x) if output_rows is None else output_rows.project(output, x)
 
 
 def memory_entry(key: str) -> bool:

@@ -1,14 +1,17 @@
 """Self-describing checkpoints: atomic writes and safe loading (which file `-m RUN` means: `mtkit.run_files`).
 
 A checkpoint holds the resolved config, both SentencePiece models, the weights and the training
-position, so `mtkit translate -m RUN_DIR` needs nothing else. `last.pt` also holds the optimiser
-and scheduler for `--resume`; `best.pt` holds the weights with the best validation score (BLEU, or the COMET
-of `train.validate_metric`).
+position, so `mtkit translate -m RUN_DIR` needs nothing else, but for a LoRA run's (`train.lora`): its weights
+are the adapters alone, and `LORA_PARENT` names the parent's checkpoint and the digest of its weights, which
+`load_model` builds, checks and adapts (`merge_run` writes the merged model as a plain run). `last.pt` also holds
+the optimiser and scheduler for `--resume`; `best.pt` holds the weights with the best validation score (BLEU, or
+the COMET of `train.validate_metric`).
 Files are loaded with `torch.load(weights_only=True)`: a checkpoint can never run code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import pickle
 from pathlib import Path
@@ -23,10 +26,13 @@ from mtkit.errors import MtkitError, one_line
 from mtkit.models import build_model
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.layers import SinusoidalPositions
+from mtkit.models.lora import apply_lora, load_adapters, merge_lora, weights_digest
 from mtkit.run_files import RunFiles, checkpoint_file
 from mtkit.textio import atomic_file
 
 FORMAT = "mtkit-checkpoint-1"
+LORA_PARENT = "lora_parent"  # a LoRA run's record of its parent: {"path": its checkpoint, "weights_sha256": ...}
+TRAINING_STATE = ("optimizer", "scheduler", "rng", "scaler", "ema")  # what last.pt adds for --resume
 
 
 def save_checkpoint(payload: dict[str, Any], path: Path) -> None:
@@ -100,8 +106,10 @@ def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
     return payload
 
 
-def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:
-    """Rebuild the model, config and tokenizers from a checkpoint or run directory."""
+def load_model(path: Path, *, merged: bool = False) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[str, Any]]:
+    """Rebuild the model, config and tokenizers from a checkpoint or run directory. A LoRA run's model is its parent
+    with the adapters applied (its payload with the parent's records it lacks, such as an import's); `merged`: folded
+    into the weights (`merge_lora`), as the exporters write it."""
     payload = read_checkpoint(path)
     config = config_from_dict(payload["config"], source=str(path), saved=True)
     tokenizers = checkpoint_tokenizers(payload)
@@ -109,7 +117,66 @@ def load_model(path: Path) -> tuple[EncoderDecoder, Config, TokenizerPair, dict[
     if not isinstance(weights, dict) or not all(isinstance(tensor, Tensor) for tensor in weights.values()):
         raise MtkitError(f"{resolve_checkpoint(path)}: its model is not a state dict of tensors; not an mtkit checkpoint")
     mismatch = f"{resolve_checkpoint(path)}: the weights do not fit the checkpoint's own config"
-    return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch), config, tokenizers, payload
+    if LORA_PARENT not in payload:
+        return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch), config, tokenizers, payload
+    model, parent_payload = _adapted_parent(path, payload, config=config)
+    load_adapters(model, weights, mismatch=f"{resolve_checkpoint(path)}: the adapters do not fit its train.lora")
+    if merged:
+        merge_lora(model)
+    return model, config, tokenizers, {**parent_payload, "model": weights, **payload}
+
+
+def _adapted_parent(path: Path, payload: dict[str, Any], *, config: Config) -> tuple[EncoderDecoder, dict[str, Any]]:
+    """A LoRA run's parent model, its weights checked against the digest the run recorded, with `config.train.lora`'s
+    adapters added (as initialised: the run's are loaded next); and the parent's payload."""
+    record = payload[LORA_PARENT]
+    if config.train.lora is None:
+        raise MtkitError(f"{resolve_checkpoint(path)}: it names a LoRA parent but its config has no train.lora")
+    parent, named = Path(record["path"]), Path(config.train.init_from or record["path"])
+    if not parent.is_file() and named.exists():  # moved with the project: its train.init_from, from here
+        parent = resolve_checkpoint(named)
+    if not parent.is_file():
+        raise MtkitError(
+            f"{resolve_checkpoint(path)}: a LoRA run, whose parent {record['path']} is gone (nor is its train.init_from "
+            f"{named} here); put it back, or give the run that was merged from it (mtkit merge)"
+        )
+    model, _, _, parent_payload = load_model(parent)
+    check_parent(weights_digest(parent_payload["model"]), record, child=resolve_checkpoint(path))
+    apply_lora(model, config.train.lora)
+    return model, {key: value for key, value in parent_payload.items() if key not in TRAINING_STATE}
+
+
+def parent_record(checkpoint: Path, weights: dict[str, Tensor]) -> dict[str, str]:
+    """What a LoRA run records of the parent checkpoint it adapts, whose `weights` these are."""
+    return {"path": str(resolve_checkpoint(checkpoint).resolve()), "weights_sha256": weights_digest(weights)}
+
+
+def check_parent(digest: str, record: dict[str, str], *, child: Path) -> None:
+    """Refuse, in one line, a parent whose weights (their `weights_digest`) are not those `child`'s adapters were
+    trained on."""
+    if digest != record["weights_sha256"]:
+        raise MtkitError(
+            f"{child}: the weights of its LoRA parent {record['path']} changed since the adapters were trained on them "
+            f"(sha256 {record['weights_sha256'][:12]}...); put the parent's checkpoint back as it was"
+        )
+
+
+def merge_run(path: Path, output: Path) -> Path:
+    """`mtkit merge`: a LoRA run's model with its adapters folded into its weights, written as a plain run directory
+    (best.pt and config.yaml, without train.lora) that every command reads without the parent; the checkpoint written."""
+    files = RunFiles(output)
+    if files.best.exists() or files.last.exists():
+        raise MtkitError(f"-o {output}: already holds a run; give a new directory")
+    if LORA_PARENT not in read_checkpoint(path, mmap=True):
+        raise MtkitError(f"{resolve_checkpoint(path)}: not a LoRA run (no adapters to merge); use it as it is")
+    model, config, tokenizers, payload = load_model(path, merged=True)
+    plain = dataclasses.replace(config, run_dir=str(output), train=dataclasses.replace(config.train, lora=None))
+    own = (*TRAINING_STATE, LORA_PARENT, "format", "config", "tokenizers", "model")  # written anew, or not at all
+    kept = {key: value for key, value in payload.items() if key not in own}
+    merged = checkpoint_payload(plain, tokenizers, weights=model.state_dict(), **kept, merged_from=str(path))
+    save_checkpoint(merged, files.best)
+    files.write_config(config_to_dict(plain))
+    return files.best
 
 
 def model_with_weights(
@@ -185,6 +252,8 @@ def average_checkpoints(run_dir: Path, last: int) -> tuple[dict[str, Any], list[
             f"train with --set train.keep={last} (or more) to keep them"
         )
     payloads = [read_checkpoint(path) for path in paths]
+    if LORA_PARENT in payloads[-1]:  # the mean of A and of B is not the mean of the models' B A
+        raise MtkitError(f"{run_dir}: a LoRA run's checkpoints hold adapters, whose average is no average of its models")
     averaged = dict(payloads[-1])
     averaged["model"] = {
         name: torch.stack([p["model"][name].float() for p in payloads]).mean(dim=0).to(value.dtype)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from mtkit.data.tokenizer import Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError
-from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.base import DecoderState, EncoderDecoder, OutputRows
 
 
 class Ensemble(EncoderDecoder):
@@ -41,13 +41,21 @@ class Ensemble(EncoderDecoder):
         return torch.cat([member.encode(src, src_mask, src_padded=src_padded) for member in self.members], dim=-1)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor,
+        state: DecoderState | None = None,
+        src_padded: bool | None = None,
+        output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
-        """The mean of the members' log-probabilities (B, T, V), and every member's state."""
+        """The mean of the members' log-probabilities (B, T, V), or (B, T, V') over `output_rows`, and every member's state."""
         log_probs = []
+        cut = {} if output_rows is None else {"output_rows": output_rows}  # each member's own output layer, cut
         for number, (member, part) in enumerate(zip(self.members, self._split(memory), strict=True)):
             own = None if state is None else _member_state(state, number)
-            logits, own = member.decode(tgt, part, src_mask=src_mask, state=own, src_padded=src_padded)
+            logits, own = member.decode(tgt, part, src_mask=src_mask, state=own, src_padded=src_padded, **cut)
             log_probs.append(torch.log_softmax(logits.float(), dim=-1))
             if state is not None and own is not None:
                 state.update({f"{number}:{key}": value for key, value in own.items()})

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.errors import MtkitError
-from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.base import DecoderState, EncoderDecoder, OutputRows, project
 from mtkit.models.layers import Dropout
 
 RNN_CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -239,11 +239,18 @@ class RNNSeq2Seq(EncoderDecoder):
         return self.encoder(src, src_mask)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor,
+        state: DecoderState | None = None,
+        src_padded: bool | None = None,
+        output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
-        """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
+        """tgt (B, T) new decoder inputs -> logits (B, T, V), or (B, T, V') of `output_rows`; see `mtkit.models.base`."""
         readout, _ = self._run_decoder(tgt, memory, src_mask, state)
-        return self.output(self.decoder.dropout(readout)), state
+        return project(self.output, self.decoder.dropout(readout), output_rows=output_rows), state
 
     def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the readout after dropout (B, T, E) that `output` projects."""

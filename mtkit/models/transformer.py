@@ -15,7 +15,7 @@ from functools import partial
 
 from torch import Tensor, nn
 
-from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.base import DecoderState, EncoderDecoder, OutputRows, project
 from mtkit.models.layers import (
     CrossAttention,
     Dropout,
@@ -159,11 +159,18 @@ class Transformer(EncoderDecoder):
         return self.encoder_norm(x)
 
     def decode(
-        self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, state: DecoderState | None = None, src_padded: bool | None = None
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor,
+        state: DecoderState | None = None,
+        src_padded: bool | None = None,
+        output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
-        """tgt (B, T) new decoder inputs -> logits (B, T, V); see `mtkit.models.base` for `state`."""
+        """tgt (B, T) new decoder inputs -> logits (B, T, V), or (B, T, V') of `output_rows`; see `mtkit.models.base`."""
         x, _ = self._run_decoder(tgt, memory, src_mask, state, src_padded=src_padded)
-        return self.output(self.decoder_norm(x)), state
+        return project(self.output, self.decoder_norm(x), output_rows=output_rows), state
 
     def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the normalised decoder output (B, T, D) that `output` projects."""

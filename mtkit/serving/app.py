@@ -89,6 +89,9 @@ class TranslateRequest(BaseModel):
     src_lang: str | None = Field(
         None, max_length=32, description="The source's language code, for an imported NLLB-200, M2M-100 or mBART-50 model."
     )
+    shortlist: bool | None = Field(
+        DECODING.shortlist, description="Search over the model's vocabulary shortlist (default: when it has one)."
+    )
 
 
 def create_app(
@@ -237,6 +240,7 @@ def _decoding(
         decoding = Decoding(
             beam=body.beam, nbest=nbest, length_penalty=body.length_penalty, sampling=sampling, no_repeat_ngram=ngram,
             alignments=body.alignments, constraints_in_order=in_order, tgt_lang=body.tgt_lang, src_lang=body.src_lang,
+            shortlist=body.shortlist,
         )  # fmt: skip
         if reranker is not None:
             reranker.check(translator, decoding)

@@ -4,9 +4,10 @@ Here: the child keeps its parent's tokenizers (`mtkit tokenizer train` is refuse
 copies them), `--extend-vocab` grows them from the new data, `data.new_languages` adds language codes to an
 imported NLLB-200, M2M-100 or mBART-50 model, and the parent's weights are loaded into the child's model
 (new vocabulary rows start as the mean of their pieces' rows, a new code's as its named code's row or the
-mean of every code's). Such a model trains as its family does (`train_as_family`).
-`mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` calls
-`load_parent` (through the trainer).
+mean of every code's), or with `train.lora` kept frozen under adapters (`mtkit.models.lora`), its checkpoints
+holding the adapters and a record of the parent. Such a model trains as its family does (`train_as_family`).
+`mtkit prepare` calls `inherit_tokenizers` (through `mtkit.training.run_data`); `mtkit train` holds a `Lineage`
+(through the trainer), which calls `load_parent`.
 
 Not here: which recipe sections a child inherits and which of their keys it may change
 (`mtkit.config.inherit_from_parent`, `INHERITED_SECTIONS`, `FREE_WHEN_INHERITED`). `load_config`
@@ -28,7 +29,17 @@ from mtkit.data.prepare import check_language_codes, learn_tokenizers, save_toke
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer, TokenizerPair
 from mtkit.errors import MtkitError, one_line
 from mtkit.models.base import EncoderDecoder
-from mtkit.models.checkpoint import checkpoint_tokenizers, read_checkpoint, tokenizer_payload
+from mtkit.models.checkpoint import (
+    LORA_PARENT,
+    check_parent,
+    checkpoint_tokenizers,
+    parent_record,
+    read_checkpoint,
+    tokenizer_payload,
+)
+from mtkit.models.lora import adapter_weights, apply_lora, bf16_base_on, load_adapters, load_base_weights
+from mtkit.run_files import RunFiles
+from mtkit.training.master_weights import full_precision_weights
 
 
 def refuse_tokenizer_training(config: Config, source: str) -> None:
@@ -95,7 +106,7 @@ def load_parent(
     when the vocabulary is the parent's)."""
     weights, said = parent_weights(model, payload, parent=parent, tokenizers=tokenizers, config=config)
     try:
-        model.load_state_dict(weights)
+        load_base_weights(model, weights)  # an adapted model's adapters stay as they were built
     except RuntimeError as err:
         raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
     return said
@@ -109,7 +120,16 @@ def parent_weights(
     new rows start as the mean of their pieces' rows; a new language code of data.new_languages as its named code's
     row or the mean of every code's)."""
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
+    if LORA_PARENT in payload:
+        raise MtkitError(
+            f"{parent}: a LoRA run holds adapters alone; merge it first (mtkit merge {parent} -o DIR) and start from DIR"
+        )
     said = None
+    if extends(tokenizers, theirs) and config.train.lora is not None:
+        raise MtkitError(
+            f"{config.data_path}: prepared with a vocabulary grown from the parent {parent}'s, but train.lora keeps the "
+            "parent's weights as they are: prepare without --extend-vocab and data.new_languages"
+        )
     if extends(tokenizers, theirs):
         starts = start_rows(new_languages(config.data.new_languages), theirs.tgt.codes, pieces=theirs.tgt.table or [])
         weights = extend_rows(weights, model.vocabulary_rows(), parent=theirs, child=tokenizers, starts=starts)
@@ -155,6 +175,43 @@ def _segment(piece: str, tokenizer: Tokenizer) -> list[int]:
     return tokenizer.encode(piece.replace("\u2581", " ").strip() or piece) or [UNK_ID]
 
 
+class Lineage:
+    """A model's training as its parent's child: its family's rules (`train_as_family`), the parent's weights
+    loaded whole or, with `train.lora`, frozen under adapters (the base in bf16 where `bf16_base_on`), and what a
+    LoRA run's checkpoints record of that parent (`record`: its checkpoint and the digest of its weights)."""
+
+    def __init__(self, model: EncoderDecoder, config: Config, *, tokenizers: TokenizerPair, device: torch.device) -> None:
+        self.model, self.config, self.tokenizers = model, config, tokenizers
+        self.record: dict[str, str] | None = None  # a LoRA run's, once the parent is loaded
+        if config.train.lora is not None:  # the parent's weights come with `load`, into the frozen base
+            apply_lora(model, config.train.lora, bf16_base=bf16_base_on(config.train, device=device))
+        train_as_family(model, config)
+
+    def load(self, payload: dict[str, Any], parent: str, *, expected: dict[str, str] | None = None) -> str | None:
+        """The parent's weights (`load_parent`; what a grown vocabulary did, to say); a LoRA run's record of them,
+        which must be `expected` where given (a resumed run's)."""
+        said = load_parent(self.model, payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
+        if self.config.train.lora is not None:
+            self.record = parent_record(Path(parent), payload["model"])
+            if expected is not None:
+                check_parent(self.record["weights_sha256"], expected, child=RunFiles(self.config.run_path).last)
+        return said
+
+    def resume(self, payload: dict[str, Any]) -> None:
+        """last.pt's weights: the model's own, or a LoRA run's parent (checked against its record) and adapters."""
+        if LORA_PARENT not in payload:
+            self.model.load_state_dict(payload["model"])
+            return
+        parent = str(self.config.train.init_from)
+        self.load(read_checkpoint(Path(parent)), parent, expected=payload[LORA_PARENT])
+        load_adapters(self.model, payload["model"], mismatch=f"{RunFiles(self.config.run_path).last}: its adapters")
+
+    def weights(self, optimizer: object) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds as the model: a LoRA run's adapters (the parent's weights are in its own
+        checkpoint), else every weight, in fp32 also where the model holds bf16 weights."""
+        return adapter_weights(self.model) if self.record is not None else full_precision_weights(self.model, optimizer)
+
+
 def train_as_family(model: EncoderDecoder, config: Config) -> None:
     """A model with language codes (`data.lang_tag: code`, an imported NLLB-200, M2M-100 or mBART-50 model) trains
     as transformers trains its family's class, so that it exports to it again.
@@ -164,14 +221,17 @@ def train_as_family(model: EncoderDecoder, config: Config) -> None:
     equal gradients and Adam's elementwise update keep them equal, where copying one to the other after each update
     would drop the decoder start's gradient. The two rows are rewritten in place, each backward pass.
     The output bias (-10,000 on BOS, none or mBART's fixed final_logits_bias elsewhere) is not trained: transformers
-    holds it as a buffer, and M2M100ForConditionalGeneration has none to export to.
+    holds it as a buffer, and M2M100ForConditionalGeneration has none to export to. An embedding table adapted by
+    train.lora keeps its adapter's two rows one row the same way (its `lora_A`, rows by id).
     """
     if config.data.lang_tag != "code":
         return
     named = dict(model.named_parameters())
     if "output.bias" in named:
         named["output.bias"].requires_grad_(False)
-    for name in {name for name in model.vocabulary_rows() if name != "output.bias" and name in named}:
+    rows = {name for name in model.vocabulary_rows() if name != "output.bias"}
+    rows |= {name.removesuffix("weight") + "lora_A" for name in rows}
+    for name in rows & named.keys():
         if named[name].requires_grad:
             named[name].register_hook(_one_row_for_bos_and_eos)
 

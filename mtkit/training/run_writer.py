@@ -23,7 +23,7 @@ import torch
 from mtkit.config import Config, config_to_dict
 from mtkit.data.tokenizer import TokenizerPair
 from mtkit.errors import MtkitError, one_line
-from mtkit.models.checkpoint import checkpoint_payload, read_checkpoint, save_checkpoint
+from mtkit.models.checkpoint import LORA_PARENT, checkpoint_payload, read_checkpoint, save_checkpoint
 from mtkit.run_files import RunFiles
 from mtkit.textio import atomic_file, say
 from mtkit.training.curves import plot_curves, read_curves
@@ -48,6 +48,12 @@ class Checkpoint:
     # ema: last.pt only
     training_state: dict[str, Any]
     ema_weights: dict[str, torch.Tensor] | None = None
+    lora_parent: dict[str, str] | None = None  # a LoRA run's parent (its weights are the adapters): every file names it
+
+    def records(self) -> dict[str, Any]:
+        """What every checkpoint file of this state holds besides the weights."""
+        parent = {LORA_PARENT: self.lora_parent} if self.lora_parent is not None else {}
+        return {"progress": self.progress, "step": self.progress["step"], **parent}
 
 
 class RunWriter:
@@ -206,7 +212,7 @@ class RunWriter:
 
     def _write(self, checkpoint: Checkpoint, best: bool, keep: int) -> None:
         config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
-        extra = {"progress": checkpoint.progress, "step": step}
+        extra = checkpoint.records()
         weights = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, **extra)
         if best:
             save_checkpoint(weights, self.files.best)
@@ -229,8 +235,8 @@ class RunWriter:
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""
-        config, tokenizers, step = checkpoint.config, checkpoint.tokenizers, checkpoint.progress["step"]
-        payload = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, progress=checkpoint.progress, step=step)
+        config, tokenizers = checkpoint.config, checkpoint.tokenizers
+        payload = checkpoint_payload(config, tokenizers, weights=checkpoint.weights, **checkpoint.records())
         try:
             save_checkpoint(payload, self.files.snapshot(label))
         except OSError as err:

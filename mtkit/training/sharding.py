@@ -22,7 +22,6 @@ which an unsharded training does not pay.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,13 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.config import Config
-from mtkit.data.tokenizer import TokenizerPair
 from mtkit.distributed import Distributed, barrier
 from mtkit.errors import MtkitError
 from mtkit.models.base import EncoderDecoder
 from mtkit.models.checkpoint import model_with_weights
 from mtkit.run_files import RunFiles
-from mtkit.training.finetune import load_parent, parent_weights
-from mtkit.training.master_weights import MasterWeightOptimizer, full_precision_weights
+from mtkit.training.finetune import Lineage, parent_weights
+from mtkit.training.master_weights import MasterWeightOptimizer
 
 
 def check_sharding(config: Config, distributed: Distributed) -> None:
@@ -88,16 +86,16 @@ class SavedWeights:
 
 
 class WholeModel:
-    """A model each process holds whole (one process, or DDP under torchrun), and its optimiser."""
+    """A model each process holds whole (one process, or DDP under torchrun), its optimiser and its `lineage`
+    (the parent's weights, LoRA's adapters)."""
 
-    def __init__(self, model: EncoderDecoder, optimizer: torch.optim.Optimizer | MasterWeightOptimizer) -> None:
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, lineage: Lineage, optimizer: torch.optim.Optimizer | MasterWeightOptimizer) -> None:
+        self.lineage, self.model, self.optimizer = lineage, lineage.model, optimizer
 
     def save(self, step: int) -> SavedWeights:
-        """The weights (fp32 also for bf16 weights) and the optimiser's state, as they are (no copy)."""
-        return SavedWeights(
-            weights=full_precision_weights(self.model, self.optimizer), record={"optimizer": self.optimizer.state_dict()}
-        )
+        """What a checkpoint holds as the model (`Lineage.weights`) and the optimiser's state, as they are (no copy)."""
+        weights = self.lineage.weights(self.optimizer)
+        return SavedWeights(weights=weights, record={"optimizer": self.optimizer.state_dict()})
 
     def restore(self, payload: dict[str, Any], *, last: Path) -> None:
         """The weights and optimiser of a last.pt `payload` (at `last`), which an unsharded training wrote."""
@@ -107,34 +105,32 @@ class WholeModel:
                 f"{last}: written by train.shard=fsdp over {processes} processes; resume it with train.shard=fsdp under "
                 f"torchrun --nproc_per_node {processes}"
             )
-        self.model.load_state_dict(payload["model"])
+        self.lineage.resume(payload)
         self.optimizer.load_state_dict(payload["optimizer"])
 
-    def load_parent(self, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config) -> str | None:
-        """A parent's weights (`finetune.load_parent`); what a grown vocabulary did, to say."""
-        return load_parent(self.model, payload, parent=parent, tokenizers=tokenizers, config=config)
+    def load_parent(self, payload: dict[str, Any], parent: str) -> str | None:
+        """A parent's weights (`Lineage.load`); what a grown vocabulary did, to say."""
+        return self.lineage.load(payload, parent)
 
-    def validating(self, weights: dict[str, Tensor]) -> EncoderDecoder:
-        """The model holding `weights` (its own, or at the end of training an average's), to validate."""
+    def validating(self, saved: SavedWeights) -> EncoderDecoder:
+        """The model that holds the weights just `saved`, to validate: itself."""
+        return self.model
+
+    def holding(self, weights: dict[str, Tensor]) -> EncoderDecoder:
+        """The model holding whole `weights` (at the end of training, an average's), to validate."""
         self.model.load_state_dict(weights)
         return self.model
 
 
 class ShardedModel:
-    """A model sharded over the processes (`shard_training`) and its optimiser, as the trainer saves, restores and
-    validates them; every method is collective (all ranks call it) unless it says otherwise. `plain(weights)`
-    builds a plain model holding whole weights on this rank's device (to validate)."""
+    """A model sharded over the processes (`shard_training`), its optimiser and its `lineage` (its recipe and
+    tokenizers; a parent's weights), as the trainer saves, restores and validates them; every method is collective
+    (all ranks call it) unless it says otherwise."""
 
-    def __init__(
-        self,
-        model: EncoderDecoder,
-        optimizer: torch.optim.Optimizer,
-        *,
-        distributed: Distributed,
-        run: RunFiles,
-        plain: Callable[[dict[str, Tensor]], EncoderDecoder],
-    ) -> None:
-        self.model, self.optimizer, self.distributed, self.run, self.plain = model, optimizer, distributed, run, plain
+    def __init__(self, lineage: Lineage, optimizer: torch.optim.Optimizer, *, distributed: Distributed) -> None:
+        self.lineage, self.model, self.optimizer, self.distributed = lineage, lineage.model, optimizer, distributed
+        self.run = RunFiles(lineage.config.run_path)
+        self.device = next(self.model.parameters()).device  # this rank's (a sharded weight's is its shard's)
 
     def full_weights(self) -> dict[str, Tensor]:
         """The whole fp32 weights on the CPU, named as a plain model's; on rank 0 only (others get {})."""
@@ -186,15 +182,22 @@ class ShardedModel:
         if record["optimizer"]:
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
 
-    def load_parent(self, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config) -> str | None:
+    def load_parent(self, payload: dict[str, Any], parent: str) -> str | None:
         """A parent's weights (`finetune.parent_weights`), each rank keeping its share; what a grown vocabulary did."""
+        config, tokenizers = self.lineage.config, self.lineage.tokenizers
         weights, said = parent_weights(self.model, payload, parent=parent, tokenizers=tokenizers, config=config)
         self.load_full_weights(weights, source=parent)
         return said
 
-    def validating(self, weights: dict[str, Tensor]) -> EncoderDecoder:
-        """On rank 0 alone: a plain model holding whole `weights` (`save`'s, or an average's), to validate."""
-        return self.plain(weights)
+    def validating(self, saved: SavedWeights) -> EncoderDecoder:
+        """On rank 0 alone: a plain model holding the whole weights just `saved`, to validate."""
+        return self.holding(saved.weights)
+
+    def holding(self, weights: dict[str, Tensor]) -> EncoderDecoder:
+        """On rank 0 alone: a plain model holding whole `weights` on this rank's device, to validate."""
+        config, tokenizers = self.lineage.config, self.lineage.tokenizers
+        mismatch = f"{config.run_path}: the gathered weights do not fit the model"
+        return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch).to(self.device)
 
     @torch.no_grad()
     def load_full_weights(self, weights: dict[str, Tensor], *, source: str) -> None:
@@ -216,22 +219,11 @@ class ShardedModel:
 
 
 def hold_model(
-    model: EncoderDecoder,
-    optimizer: torch.optim.Optimizer | MasterWeightOptimizer,
-    *,
-    config: Config,
-    tokenizers: TokenizerPair,
-    distributed: Distributed,
+    lineage: Lineage, optimizer: torch.optim.Optimizer | MasterWeightOptimizer, *, distributed: Distributed
 ) -> WholeModel | ShardedModel:
     """How the trainer holds its model (`train.shard`): whole in each process, or sharded (the model already sharded
     by `shard_training`, its optimiser built over the shards)."""
-    if config.train.shard != "fsdp":
-        return WholeModel(model, optimizer)
+    if lineage.config.train.shard != "fsdp":
+        return WholeModel(lineage, optimizer)
     assert not isinstance(optimizer, MasterWeightOptimizer)  # train.bf16_weights is refused with FSDP
-    device = next(model.parameters()).device  # this rank's (a sharded weight's own is its shard's)
-
-    def plain(weights: dict[str, Tensor]) -> EncoderDecoder:
-        mismatch = f"{config.run_path}: the gathered weights do not fit the model"
-        return model_with_weights(config.model, tokenizers, weights=weights, mismatch=mismatch).to(device)
-
-    return ShardedModel(model, optimizer, distributed=distributed, run=RunFiles(config.run_path), plain=plain)
+    return ShardedModel(lineage, optimizer, distributed=distributed)

@@ -59,7 +59,7 @@ from mtkit.training.batch_ahead import BatchAhead
 from mtkit.training.batches import Batch, Epoch, TrainingData
 from mtkit.training.compile_cache import CompileCache
 from mtkit.training.ema import WeightEMA
-from mtkit.training.finetune import train_as_family
+from mtkit.training.finetune import Lineage
 from mtkit.training.fused_loss import FusedTeacherForcing, fused_loss_on
 from mtkit.training.levers import Levers
 from mtkit.training.loss import TeacherForcing
@@ -107,7 +107,7 @@ def build_optimizer(
     if bf16_weights_on(config):  # the model's weights are bf16: Adam updates fp32 masters of them
         master = MasterWeightOptimizer(model, adam)
         return master, torch.optim.lr_scheduler.LambdaLR(master.optimizer, schedule_factor(config, elapsed))
-    optimizer = adam(model.parameters())
+    optimizer = adam(p for p in model.parameters() if p.requires_grad) if config.lora else adam(model.parameters())
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(config, elapsed))
 
 
@@ -207,7 +207,7 @@ class Trainer:
         self.model = model = build_model(
             config.model, tokenizers.src.vocab_size, tgt_vocab_size=tokenizers.tgt.vocab_size, share_vocab=tokenizers.joint
         ).to(device, weights_dtype(self.train_config))
-        train_as_family(self.model, config)  # a model with language codes: one </s> row, an untrained output bias
+        self.lineage = Lineage(model, config, tokenizers=tokenizers, device=device)  # before the optimiser: LoRA's adapters
         self.trained_parameters = self.model.freeze(part.strip() for part in self.train_config.freeze.split(",") if part.strip())
         self.levers = levers = Levers.of(self.train_config, device, layered=can_compile_by_layer(model))
         self.forward_model = training_forward(model, config.train, distributed=self.distributed, device=device, levers=levers)
@@ -215,7 +215,7 @@ class Trainer:
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
         self.optimizer, self.scheduler = build_optimizer(self.model, config.train, device=device, elapsed=self.schedule_clock)
-        self.holder = hold_model(model, self.optimizer, config=config, tokenizers=tokenizers, distributed=self.distributed)
+        self.holder = hold_model(self.lineage, self.optimizer, distributed=self.distributed)  # whole, or sharded
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.guard = UpdateGuard(
@@ -238,9 +238,9 @@ class Trainer:
             self.ema.load_state_dict(payload["ema"])
 
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
-        """Fine-tuning: the parent's weights (`finetune.load_parent`); the optimiser, schedule, progress and data
+        """Fine-tuning: the parent's weights (`holder.load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = self.holder.load_parent(payload, parent=parent, tokenizers=self.tokenizers, config=self.config)
+        said = self.holder.load_parent(payload, parent)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):
@@ -248,9 +248,8 @@ class Trainer:
         if self.ema is not None:
             self.ema.restart()
 
-    def checkpoint(self, saved: SavedWeights | None = None) -> Checkpoint:
-        """Everything `--resume` needs: the model's `saved` state (saved now if None), schedule, RNG, scaler, EMA, progress."""
-        saved = saved or self.holder.save(self.progress.step)
+    def checkpoint(self, saved: SavedWeights) -> Checkpoint:
+        """Everything `--resume` needs: the model's `saved` state (`holder.save`), schedule, RNG, scaler, EMA and progress."""
         training_state = {
             **saved.record,
             "scheduler": self.scheduler.state_dict(),
@@ -260,7 +259,8 @@ class Trainer:
         }
         ema = self.ema.weights() if self.ema is not None else None
         return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=saved.weights, ema_weights=ema,
-                          progress=dataclasses.asdict(self.progress), training_state=training_state)  # fmt: skip
+                          progress=dataclasses.asdict(self.progress), training_state=training_state,
+                          lora_parent=self.lineage.record)  # fmt: skip
 
     def epoch(self) -> Epoch:
         """The current epoch's ids and this rank's batches, in training order (no side effects)."""
@@ -390,7 +390,7 @@ class Trainer:
         progress = self.progress
         saved = self.holder.save(progress.step)  # sharded: every rank writes its shards; rank 0 gets the whole weights
         if self.run_dir is not None:
-            result = self.validate_model(self.holder.validating(saved.weights))
+            result = self.validate_model(self.holder.validating(saved))
             improved = progress.record_validation(result.bleu, result.quality_score)
             scores, elapsed = {**result.record(), **progress.best_record()}, round(progress.elapsed, 1)
             self.run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **scores, "elapsed_s": elapsed})
@@ -405,7 +405,7 @@ class Trainer:
             self._settle()
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
-            self.run_dir.snapshot(self.checkpoint(), label)
+            self.run_dir.snapshot(self.checkpoint(self.holder.save(self.progress.step)), label)
             say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.files.snapshot(label)}")
 
     def validate_final_weights(self) -> None:
@@ -425,7 +425,7 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU (and COMET) in RUN/<stem>.pt, log them next to best.pt's
         and say which -m RUN uses."""
         assert self.run_dir is not None
-        result = self.validate_model(self.holder.validating(payload["model"]))  # training is over: any model may hold them
+        result = self.validate_model(self.holder.holding(payload["model"]))  # training is over: any model may hold them
         save_checkpoint(payload | result.weights_record(), self.run_dir.files.weights(stem))
         scores, said = final_weights_report(stem, result, progress=self.progress)
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
@@ -564,7 +564,9 @@ def _start_message(trainer: Trainer) -> None:
         f"{trainer.device.type} ({precision}{processes}), {start}; run directory {trainer.config.run_path}"
     )
     if trainer.trained_parameters < total:
-        say(f"train.freeze={trainer.train_config.freeze}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
+        lora, freeze = trainer.train_config.lora, trainer.train_config.freeze
+        what = f"train.lora (rank {lora.rank}: {', '.join(lora.targets)})" if lora else f"train.freeze={freeze}"
+        say(f"{what}: {trainer.trained_parameters:,} of {total:,} parameters are trained")
 
 
 def _final_message(trainer: Trainer) -> None:

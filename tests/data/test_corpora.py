@@ -261,10 +261,10 @@ def test_json_value_that_is_not_a_string(tmp_path):
 @pytest.mark.parametrize(
     ("split", "expected"),
     [
-        (SplitConfig(), "data.<split>: set exactly one source: src and tgt, tsv, jsonl or hf (found none)"),
+        (SplitConfig(), "data.<split>: set exactly one source: src and tgt, tsv, jsonl, tmx or hf (found none)"),
         (
             SplitConfig(tsv="a.tsv", hf="b"),
-            "data.<split>: set exactly one source: src and tgt, tsv, jsonl or hf (found tsv and hf)",
+            "data.<split>: set exactly one source: src and tgt, tsv, jsonl, tmx or hf (found tsv and hf)",
         ),
         (SplitConfig(src="a.de"), "data.<split>.src is set but data.<split>.tgt is not; set both (one file per language)"),
         (SplitConfig(src="a", tgt="b", limit=0), "data.<split>.limit is 0; give a positive number of pairs or leave it unset"),

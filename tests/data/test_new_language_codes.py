@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtkit.config import config_from_dict
+from mtkit.config import LoraConfig, config_from_dict
 from mtkit.data.language_codes import MEAN, added_code_pieces, code_piece, new_languages, recipe_code_id, start_rows
 from mtkit.data.tokenizer import BOS_ID, EOS_ID
 from mtkit.errors import MtkitError
+from mtkit.models.lora import apply_lora
 from mtkit.models.transformer import Transformer
 from mtkit.training.finetune import train_as_family
 
@@ -92,3 +93,19 @@ def test_a_model_with_codes_gives_its_bos_and_eos_rows_their_summed_gradient_and
     assert torch.allclose(tied[BOS_ID], plain[BOS_ID] + plain[EOS_ID])
     assert torch.allclose(tied[5:], plain[5:])
     assert not tied_model.output.bias.requires_grad and plain_model.output.bias.grad is not None
+
+
+def test_an_adapted_table_keeps_its_bos_and_eos_adapter_rows_one_row() -> None:
+    """With train.lora's embedding target, the adapter's rows (lora_A, by id) get the summed gradient too, so the
+    merged BOS and EOS rows stay one row for the family's export."""
+    rows = []
+    for lang_tag in ("code", "none"):
+        model, config = _tiny(lang_tag)
+        apply_lora(model, LoraConfig(rank=2, targets=["embedding"]))
+        train_as_family(model, config)
+        src, tgt_in, tgt_out = torch.tensor([[5, 6, EOS_ID]]), torch.tensor([[BOS_ID, 7, 8]]), torch.tensor([[7, 8, EOS_ID]])
+        torch.nn.functional.cross_entropy(model(src, src.ne(0), tgt_in).reshape(-1, 12), tgt_out.reshape(-1)).backward()
+        rows.append(model.src_embed.embedding.lora_A.grad)
+    tied, plain = rows
+    assert torch.equal(tied[BOS_ID], tied[EOS_ID]) and not torch.equal(plain[BOS_ID], plain[EOS_ID])
+    assert torch.allclose(tied[BOS_ID], plain[BOS_ID] + plain[EOS_ID])

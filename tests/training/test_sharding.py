@@ -12,7 +12,7 @@ from mtkit.config import config_from_dict
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.models.transformer import Transformer
-from mtkit.run_files import RunFiles
+from mtkit.training.finetune import Lineage
 from mtkit.training.levers import Levers
 from mtkit.training.sharding import ShardedModel, WholeModel, check_sharding
 
@@ -27,12 +27,14 @@ TWO_PROCESSES = Distributed(rank=0, world_size=2)
         ("precision", "fp16", "set train.precision=bf16"),
         ("compile", "layers", "set train.compile=auto"),
         ("snapshots", "15m", "remove train.snapshots"),
+        ("lora", {"rank": 8}, "remove train.lora"),
     ],
 )
 def test_what_fsdp_cannot_take_is_refused_when_the_recipe_is_read(key, value, fix):
-    config_from_dict({"train": {key: value}})  # fine unsharded
+    parent = {"init_from": "runs/parent"} if key == "lora" else {}  # what LoRA adapts
+    config_from_dict({"train": {key: value, **parent}})  # fine unsharded
     with pytest.raises(MtkitError) as refused:
-        config_from_dict({"train": {"shard": "fsdp", key: value}})
+        config_from_dict({"train": {"shard": "fsdp", key: value, **parent}})
     message = str(refused.value)
     assert message.startswith("config: 'train.shard' is 'fsdp'; FSDP cannot take train.")
     assert fix in message and message.endswith("or set train.shard=none") and "\n" not in message
@@ -59,12 +61,15 @@ def tiny_model() -> Transformer:
     return Transformer(12, 12, layers=1, d_model=8, heads=2, ffn_dim=16)
 
 
+def lineage(model: Transformer, tmp_path: Path) -> Lineage:
+    config = config_from_dict({"run_dir": str(tmp_path)})
+    return Lineage(model, config, tokenizers=None, device=torch.device("cpu"))  # no parent: no tokenizer read
+
+
 def sharded(model: Transformer, tmp_path: Path, processes: int) -> ShardedModel:
     """A ShardedModel over a plain model: what it checks before any collective needs no process group."""
     optimizer = torch.optim.Adam(model.parameters())
-    return ShardedModel(
-        model, optimizer, distributed=Distributed(world_size=processes), run=RunFiles(tmp_path), plain=lambda weights: model
-    )
+    return ShardedModel(lineage(model, tmp_path), optimizer, distributed=Distributed(world_size=processes))
 
 
 def test_a_sharded_run_resumes_on_as_many_processes_and_sharded_only(tmp_path):
@@ -72,7 +77,7 @@ def test_a_sharded_run_resumes_on_as_many_processes_and_sharded_only(tmp_path):
     payload = {"model": model.state_dict(), "sharded": {"folder": "sharded/step_00000010", "processes": 2, "optimizer": True}}
     with pytest.raises(MtkitError, match=rf"^{last}: written by 2 processes .* torchrun --nproc_per_node 2 "):
         sharded(model, tmp_path, 3).restore(payload, last=last)
-    whole = WholeModel(model, torch.optim.Adam(model.parameters()))
+    whole = WholeModel(lineage(model, tmp_path), torch.optim.Adam(model.parameters()))
     with pytest.raises(MtkitError, match="resume it with train.shard=fsdp under torchrun --nproc_per_node 2$"):
         whole.restore(payload, last=last)
     unsharded = {"model": model.state_dict(), "optimizer": whole.optimizer.state_dict()}

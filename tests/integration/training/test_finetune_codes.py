@@ -22,7 +22,7 @@ from mtkit.decoding.engine import PyTorchEngine
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
 from mtkit.models import build_model
-from mtkit.models.checkpoint import read_checkpoint
+from mtkit.models.checkpoint import load_model, read_checkpoint
 from mtkit.training.batches import collate
 from mtkit.training.finetune import load_parent
 from mtkit.training.loss import sequence_loss
@@ -147,6 +147,24 @@ def test_a_fine_tuned_run_exports_to_ctranslate2_with_its_greedy_output(child, t
     options = Decoding(beam=1, tgt_lang=built.tgt_langs[1], src_lang=built.src_lang)
     expected, found = (translator.translate_nbest(SOURCES, options) for translator in (pytorch, ctranslate2))
     assert [best.tokens for (best,) in found] == [best.tokens for (best,) in expected]
+
+
+def test_a_lora_run_keeps_one_eos_row_and_its_merged_export_generates_its_greedy_output(child, tmp_path: Path) -> None:
+    built, parent, _ = child
+    path = _child(tmp_path, parent, built, built.tgt_langs[0])
+    recipe_values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    targets = ["qkv", "query", "key_value", "out", "inner", "outer", "embedding"]
+    recipe_values["train"] |= {"lr": 0.01, "lora": {"rank": 2, "targets": targets}}
+    path.write_text(yaml.safe_dump(recipe_values), encoding="utf-8")
+    cli_output("prepare", str(path))
+    cli_output("train", str(path))
+    run = load_config(path).run_path / "last.pt"  # best.pt may be step 0's: the adapters as they started
+    model, _, _, _ = load_model(run, merged=True)
+    rows = model.state_dict()["src_embed.embedding.weight"]
+    assert torch.equal(rows[BOS_ID], rows[EOS_ID])
+    assert not torch.equal(rows, read_checkpoint(parent)["model"]["src_embed.embedding.weight"])  # the adapters trained
+    cli_output("export", "-m", str(run), "--format", "transformers", "-o", str(tmp_path / "hf"))
+    _assert_exported_generate_is_greedy(run, tmp_path / "hf", built.src_lang, built.tgt_langs[1])
 
 
 # each family's new code (named by its source language's name) and the code its row starts from

@@ -1,0 +1,178 @@
+"""Inline markup put back over a translation by its word alignments, and a block written out with its markup.
+
+Words are the block's whitespace-separated tokens: those of mtkit's alignments (`decoding.alignment`, where a
+SentencePiece word starts at each "▁", i.e. after whitespace). A tag goes around the hull of the target words its
+source words align to; an empty span (an empty element, a placeholder) or a span with no aligned word goes after the
+target word aligned to the nearest source word before it (else at the start). Hulls that cross are repaired so the
+output nests as the source did: a child is clipped inside its parent, siblings are kept apart (the later one starts
+where the earlier ends, or becomes empty there). Bergamot's HTML mode places tags the same way.
+
+Nesting is containment: a span whose characters lie within another's (ties included) is inside it, so spans are
+listed parents first and, among siblings, in the order they are written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+
+from mtkit.decoding.translator import Translation
+from mtkit.documents.blocks import Block, Span, SpanKind
+
+TOKEN = re.compile(r"(?:\S|[\x0b\x1c-\x1f\x85])+")
+# How SentencePiece's default normaliser (nmt_nfkc) cuts words where Python's str.split does not: characters it turns
+# into a space, Python whitespace that does not separate words, and control characters it drops.
+SPACED = frozenset("\u061c\u200b\u200c\u200e\u200f\u2581\ufeff\ufffd")
+KEPT = frozenset("\x0b\x1c\x1d\x1e\x1f\x85")
+DROPPED = frozenset([*map(chr, range(0x01, 0x09)), "\x0b", *map(chr, range(0x0E, 0x20)), "\x7f", "\x8f", "\x9f"])
+Gaps = tuple[int, int]  # a span over target words [start, end) in word positions; start == end: empty, before word `start`
+
+
+def place_spans(block: Block, translation: Translation) -> Block:
+    """The translated block: `translation`'s text with every span of `block` placed over it exactly once."""
+    if not block.spans:
+        return Block(text=translation.text)
+    target_words = words(translation.text)
+    aligned = _aligned_targets(block.text, translation, len(target_words))
+    wanted = [_wanted_gaps(span, aligned, block.text) for span in block.spans]
+    children = _children(block.spans)
+    placed: list[Span] = []
+
+    def place(parent: int | None, gaps: Gaps, chars: tuple[int, int]) -> None:
+        for child, child_gaps in _apart([(c, wanted[c]) for c in children[parent]], gaps):
+            start = min(max(_char(child_gaps[0], target_words, end=False), chars[0]), chars[1])
+            end = max(min(_char(child_gaps[1], target_words, end=True), chars[1]), start)
+            if child_gaps[0] == child_gaps[1]:
+                end = start
+            placed.append(dataclasses.replace(block.spans[child], start=start, end=end))
+            place(child, child_gaps, (start, end))
+
+    place(None, (0, len(target_words)), (0, len(translation.text)))
+    return Block(text=translation.text, spans=tuple(placed))
+
+
+def markup(block: Block, *, escape: Callable[[str], str]) -> str:
+    """The block's text with its spans written in: `escape`d text, a tag's markup as it is, a placeholder escaped."""
+    out: list[str] = []
+    stack: list[Span] = []
+    written = 0
+
+    def close() -> None:
+        nonlocal written
+        span = stack.pop()
+        out.append(escape(block.text[written : span.end]) + span.close)
+        written = span.end
+
+    for span in block.spans:
+        while stack and not _contains(stack[-1], span):
+            close()
+        out.append(escape(block.text[written : span.start]))
+        out.append(escape(span.open) if span.kind is SpanKind.PLACEHOLDER else span.open)
+        written = span.start
+        stack.append(span)
+    while stack:
+        close()
+    out.append(escape(block.text[written:]))
+    return "".join(out)
+
+
+def words(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each word of `text` as mtkit's alignments number them: the words SentencePiece starts with
+    "▁" once it has normalised the text. They are the whitespace-separated tokens but for a few characters: those
+    NFKC turns into spaces (and `SPACED`) separate words, one NFKC starts with a space starts a word, `KEPT` ones
+    do not separate, and a token of `DROPPED` ones is no word."""
+    found = []
+    for match in TOKEN.finditer(text, len(text) - len(text.lstrip()), len(text.rstrip())):  # stripped as model_text does
+        if match.group().isascii() and match.group().isprintable():
+            found.append(match.span())
+            continue
+        start = None
+        for position in range(match.start(), match.end() + 1):
+            boundary = _boundary(text[position]) if position < match.end() else "space"
+            if boundary and start is not None:
+                found.extend([(start, position)] if any(c not in DROPPED for c in text[start:position]) else [])
+                start = None
+            if boundary != "space" and start is None:
+                start = position
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _boundary(char: str) -> str:
+    """ "space" for a character SentencePiece reads as a space, "start" for one that starts a word, else ""."""
+    normal = unicodedata.normalize("NFKC", char)
+    if char in KEPT:
+        return ""
+    if char in SPACED or normal.isspace():
+        return "space"
+    return "start" if normal[:1].isspace() else ""
+
+
+def _contains(outer: Span, inner: Span) -> bool:
+    return outer.start <= inner.start and inner.end <= outer.end
+
+
+def _children(spans: Sequence[Span]) -> dict[int | None, list[int]]:
+    """The spans directly inside each span (None: the block), by containment, in the listed order."""
+    children: dict[int | None, list[int]] = {None: []}
+    stack: list[int] = []
+    for index, span in enumerate(spans):
+        while stack and not _contains(spans[stack[-1]], span):
+            stack.pop()
+        children[stack[-1] if stack else None].append(index)
+        children[index] = []
+        stack.append(index)
+    return children
+
+
+def _aligned_targets(text: str, translation: Translation, target_count: int) -> list[tuple[int, int, set[int]]]:
+    """(start, end, aligned target words) of each source word; pairs past either side's words are left out."""
+    source_words = [(start, end, set[int]()) for start, end in words(text)]
+    for source, target in translation.alignment or []:
+        if source < len(source_words) and target < target_count:
+            source_words[source][2].add(target)
+    return source_words
+
+
+def _wanted_gaps(span: Span, words: Sequence[tuple[int, int, set[int]]], text: str) -> Gaps:
+    """Where a span would go alone: around the hull of its words' targets, else empty after the nearest aligned
+    target of a source word before it."""
+    targets = set().union(*(aligned for start, end, aligned in words if start < span.end and end > span.start))
+    if span.start < span.end and targets:
+        return min(targets), max(targets) + 1
+    before = [aligned for start, _, aligned in words if start < span.start and aligned]
+    position = max(before[-1]) + 1 if before else 0
+    return position, position
+
+
+def _apart(children: Sequence[tuple[int, Gaps]], parent: Gaps) -> list[tuple[int, Gaps]]:
+    """Children clipped inside the parent and kept apart, in the order they are written (an empty one before a
+    sibling that starts where it is)."""
+    low, high = parent
+    clipped = []
+    for child, (start, end) in children:
+        start, end = min(max(start, low), high), max(min(end, high), low)
+        clipped.append((child, (start, end) if start < end else (start, start)))
+    kept, reach = [], low
+    for child, (start, end) in sorted((c for c in clipped if c[1][0] < c[1][1]), key=lambda c: c[1]):
+        start = max(start, reach)
+        kept.append((child, (start, end) if start < end else (reach, reach)))
+        reach = max(reach, end)
+    filled = [gaps for _, gaps in kept if gaps[0] < gaps[1]]
+    for child, (position, _) in (c for c in clipped if c[1][0] == c[1][1]):
+        inside = next((end for start, end in filled if start < position < end), position)
+        kept.append((child, (inside, inside)))
+    return sorted(kept, key=lambda c: (c[1], c[0]))
+
+
+def _char(position: int, words: Sequence[tuple[int, int]], *, end: bool) -> int:
+    """The character offset of a word position: a span's start is its first word's start, its end its last word's end;
+    an empty span sits right after the word before it."""
+    if not words:
+        return 0
+    if end or position >= len(words):
+        return words[position - 1][1] if position > 0 else 0
+    return words[position][0]
