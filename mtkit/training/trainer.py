@@ -50,6 +50,7 @@ from mtkit.runtime import (
     key_compiled_cpu_code_by_vector_width,
     resolve_device,
     retain_freed_memory,
+    return_freed_memory,
     seed_everything,
     set_threads,
     stop_signals_call,
@@ -85,11 +86,15 @@ _FUSED_ADAM_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2
 
 
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
-    """Join the torchrun job if there is one, then set threads, memory reuse, TF32, attention kernels and seed."""
+    """Join the torchrun job if there is one, then set threads, memory reuse (or with train.shard=fsdp on the CPU
+    memory handed back: `runtime.return_freed_memory`), TF32, attention kernels and seed."""
     distributed, device = init_distributed(resolve_device(config.device))
     set_threads(config.threads)
     if device.type == "cpu" and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: off
-        retain_freed_memory()  # no page faults for each update's re-allocated tensors
+        if config.shard == "fsdp":
+            return_freed_memory()  # what the shards save is not kept in the heap's holes
+        else:
+            retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
     avoid_per_shape_attention_plans(device, cudnn=config.cudnn_attention == "true")
     seed_everything(config.seed)
