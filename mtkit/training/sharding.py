@@ -77,8 +77,9 @@ def shard_training(forward: nn.Module, model: EncoderDecoder, *, amp_dtype: torc
 
 @dataclass(frozen=True, kw_only=True)
 class SavedWeights:
-    """What one validation saves of the model: its whole fp32 weights (on rank 0; sharded, empty elsewhere) and
-    last.pt's record of the optimiser: its state, or with train.shard=fsdp the folder of the shards."""
+    """What one validation saves of the model: what a checkpoint holds as its weights (`Lineage.weights`; sharded,
+    the whole fp32 weights on rank 0 and none elsewhere) and last.pt's record of the optimiser: its state, or with
+    train.shard=fsdp the folder of the shards."""
 
     weights: dict[str, Tensor]
     # {"optimizer": state}, or {"sharded": {"folder": "sharded/step_N", "processes": N, "optimizer": whether saved}}
