@@ -510,6 +510,7 @@ def evaluate_command(
     comet_encoder: CometEncoderOption = None,
     comet_precision: Annotated[CometPrecision, typer.Option(help="The COMET model's weights.")] = CometPrecision(COMET.precision),
     shortlist: ShortlistOption = DECODING.shortlist,
+    document_format: DocumentFormatOption = "text",
 ) -> None:
     """Score with sacreBLEU (BLEU, chrF, TER, lowercased BLEU; with signatures) and COMET (--metric), flag problem sentences,
     compare systems with the first by paired significance tests; a multilingual split also direction by direction."""
@@ -521,6 +522,7 @@ def evaluate_command(
         tests=PairedTests(seed=seed, bootstrap_samples=bootstrap_samples, randomisation_trials=randomisation_trials),
         tgt_lang=tgt_lang, src_lang=src_lang, off_target=off_target, fast_paths=True, metric=metric.value if metric else None,
         comet=_comet_options(comet_model, encoder=comet_encoder, device=device, precision=comet_precision),
+        document_format=document_format,
     )  # fmt: skip
     report = evaluate(request)
     typer.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.format())

@@ -68,6 +68,15 @@ FORMATS: dict[str, DocumentFormat] = {
     row.name: row
     for row in (
         DocumentFormat(name="text", module="", help="plain text, one paragraph a line", streams=True),
+        DocumentFormat(name="html", module="html", help="HTML, a page or a fragment: inline tags kept around their words"),
+        DocumentFormat(
+            name="xml", module="xml", help="XML: elements with text translated, inline elements kept around their words"
+        ),
+        DocumentFormat(
+            name="markdown",
+            module="markdown",
+            help="Markdown (CommonMark, tables): paragraphs, headings, list items and cells; code left as it is",
+        ),
         DocumentFormat(name="po", module="po", help="a gettext PO file: msgstr filled and marked fuzzy", units=True),
         DocumentFormat(name="xliff", module="xliff", help="an XLIFF 1.2 or 2.0 file: targets filled, for review", units=True),
     )

@@ -5,14 +5,16 @@ SentencePiece word starts at each "▁", i.e. after whitespace). A tag goes arou
 source words align to; an empty span (an empty element, a placeholder) or a span with no aligned word goes after the
 target word aligned to the nearest source word before it (else at the start). Hulls that cross are repaired so the
 output nests as the source did: a child is clipped inside its parent, siblings are kept apart (the later one starts
-where the earlier ends, or becomes empty there). Bergamot's HTML mode places tags the same way.
+where the earlier ends, or becomes empty there).
 
-Nesting is containment: a span whose characters lie within another's (ties included) is inside it, so spans are
-listed parents first and, among siblings, in the order they are written.
+Nesting is containment: a span whose characters lie within another's is inside it (for an empty span where
+another ends, when it is deeper), so spans are listed parents first and, among siblings, in the order they are
+written.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import re
@@ -36,21 +38,21 @@ def place_spans(block: Block, translation: Translation) -> Block:
     if not block.spans:
         return Block(text=translation.text)
     target_words = words(translation.text)
-    aligned = _aligned_targets(block.text, translation, len(target_words))
-    wanted = [_wanted_gaps(span, aligned, block.text) for span in block.spans]
-    children = _children(block.spans)
+    source_words = _SourceWords(block.text, translation, len(target_words))
+    wanted = [source_words.wanted(span) for span in block.spans]
+    children = span_tree(block.spans)
     placed: list[Span] = []
 
-    def place(parent: int | None, gaps: Gaps, chars: tuple[int, int]) -> None:
+    def place(parent: int | None, gaps: Gaps, chars: tuple[int, int], depth: int) -> None:
         for child, child_gaps in _apart([(c, wanted[c]) for c in children[parent]], gaps):
             start = min(max(_char(child_gaps[0], target_words, end=False), chars[0]), chars[1])
             end = max(min(_char(child_gaps[1], target_words, end=True), chars[1]), start)
             if child_gaps[0] == child_gaps[1]:
                 end = start
-            placed.append(dataclasses.replace(block.spans[child], start=start, end=end))
-            place(child, child_gaps, (start, end))
+            placed.append(dataclasses.replace(block.spans[child], start=start, end=end, depth=depth))
+            place(child, child_gaps, (start, end), depth + 1)
 
-    place(None, (0, len(target_words)), (0, len(translation.text)))
+    place(None, (0, len(target_words)), (0, len(translation.text)), 0)
     return Block(text=translation.text, spans=tuple(placed))
 
 
@@ -77,6 +79,12 @@ def markup(block: Block, *, escape: Callable[[str], str]) -> str:
         close()
     out.append(escape(block.text[written:]))
     return "".join(out)
+
+
+def plain(block: Block) -> str:
+    """The block's text with its placeholders, its tags left out: what a metric compares with a reference."""
+    kept = tuple(span for span in block.spans if span.kind is SpanKind.PLACEHOLDER)
+    return markup(Block(text=block.text, spans=kept), escape=lambda text: text)
 
 
 def words(text: str) -> list[tuple[int, int]]:
@@ -111,12 +119,20 @@ def _boundary(char: str) -> str:
     return "start" if normal[:1].isspace() else ""
 
 
+def clipped(span: Span, *, start: int, end: int) -> Span:
+    """`span` clipped to characters [start, end) of its block and counted from `start` (a block cut from a longer
+    text: the whitespace around its words left out)."""
+    return dataclasses.replace(span, start=min(max(span.start, start), end) - start, end=min(max(span.end, start), end) - start)
+
+
 def _contains(outer: Span, inner: Span) -> bool:
-    return outer.start <= inner.start and inner.end <= outer.end
+    """Whether `inner`, listed after `outer`, is inside it: an empty span where `outer` ends is, when it is deeper."""
+    within = outer.start <= inner.start and inner.end <= outer.end
+    return within and (inner.start < outer.end or inner.depth > outer.depth)
 
 
-def _children(spans: Sequence[Span]) -> dict[int | None, list[int]]:
-    """The spans directly inside each span (None: the block), by containment, in the listed order."""
+def span_tree(spans: Sequence[Span]) -> dict[int | None, list[int]]:
+    """The indices of the spans directly inside each span (None: the block's top level), by containment, in order."""
     children: dict[int | None, list[int]] = {None: []}
     stack: list[int] = []
     for index, span in enumerate(spans):
@@ -128,24 +144,31 @@ def _children(spans: Sequence[Span]) -> dict[int | None, list[int]]:
     return children
 
 
-def _aligned_targets(text: str, translation: Translation, target_count: int) -> list[tuple[int, int, set[int]]]:
-    """(start, end, aligned target words) of each source word; pairs past either side's words are left out."""
-    source_words = [(start, end, set[int]()) for start, end in words(text)]
-    for source, target in translation.alignment or []:
-        if source < len(source_words) and target < target_count:
-            source_words[source][2].add(target)
-    return source_words
+class _SourceWords:
+    """The block's words with the target words aligned to each (pairs past either side's words left out), and where
+    an empty span after each would go; searched by character offset in logarithmic time."""
 
+    def __init__(self, text: str, translation: Translation, target_count: int) -> None:
+        found = words(text)
+        self.starts, self.ends = [start for start, _ in found], [end for _, end in found]
+        self.targets: list[list[int]] = [[] for _ in found]
+        for source, target in translation.alignment or []:
+            if source < len(found) and target < target_count:
+                self.targets[source].append(target)
+        self.after: list[int] = []  # per word: the gap after the last target of the nearest aligned word up to it
+        for aligned in self.targets:
+            self.after.append(max(aligned) + 1 if aligned else self.after[-1] if self.after else 0)
 
-def _wanted_gaps(span: Span, words: Sequence[tuple[int, int, set[int]]], text: str) -> Gaps:
-    """Where a span would go alone: around the hull of its words' targets, else empty after the nearest aligned
-    target of a source word before it."""
-    targets = set().union(*(aligned for start, end, aligned in words if start < span.end and end > span.start))
-    if span.start < span.end and targets:
-        return min(targets), max(targets) + 1
-    before = [aligned for start, _, aligned in words if start < span.start and aligned]
-    position = max(before[-1]) + 1 if before else 0
-    return position, position
+    def wanted(self, span: Span) -> Gaps:
+        """Where a span would go alone: around the hull of its words' targets, else empty after the nearest aligned
+        target of a source word before it."""
+        first, last = bisect.bisect_right(self.ends, span.start), bisect.bisect_left(self.starts, span.end)
+        targets = [target for aligned in self.targets[first:last] for target in aligned]
+        if span.start < span.end and targets:
+            return min(targets), max(targets) + 1
+        before = bisect.bisect_left(self.starts, span.start) - 1
+        position = self.after[before] if before >= 0 else 0
+        return position, position
 
 
 def _apart(children: Sequence[tuple[int, Gaps]], parent: Gaps) -> list[tuple[int, Gaps]]:

@@ -16,6 +16,8 @@ from mtkit.config import Config, bleu_band, direction, split_languages, tag_lang
 from mtkit.data.corpora import iter_split
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
+from mtkit.documents.formats import DocumentLimits
+from mtkit.documents.pipeline import TranslatedDocument, plain_texts, translate_documents
 from mtkit.errors import MtkitError, OptionError
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
@@ -50,6 +52,7 @@ class EvaluateRequest:
     metric: str | None = None  # "comet" or "qe": also a COMET model's score (its row of METRICS), from `comet`
     comet: CometOptions | None = None  # the COMET model that scores `metric`
     shortlist: bool | None = None  # search over the model's vocabulary shortlist (None: when it has one)
+    document_format: str = "text"  # each line a document of this format (documents.formats): scored without its markup
 
 
 @dataclass(kw_only=True)
@@ -280,9 +283,9 @@ def _systems(request: EvaluateRequest) -> _Systems:
     if request.hyps:
         if request.models:
             raise MtkitError("evaluate takes --hyp FILE (translations) or -m RUN (a model to translate with), not both")
-        sources = _sentences(request.src, "--src") if request.src is not None else None
+        sources = _plain(_sentences(request.src, "--src"), request, "--src") if request.src is not None else None
         references = [read_lines(r) for r in request.refs]
-        hypotheses = [_sentences(h, "--hyp") for h in request.hyps]
+        hypotheses = [_plain(_sentences(h, "--hyp"), request, f"--hyp {h}") for h in request.hyps]
         whole = [_Direction(f"into {request.tgt_lang}", request.tgt_lang, 0, len(hypotheses[0]))]
         return _Systems([str(h) for h in request.hyps], hypotheses, sources, references, directions=whole)
     if not request.models:
@@ -304,7 +307,7 @@ def _translated(request: EvaluateRequest) -> _Systems:
     groups = [[model] for model in request.models] if request.compare else [request.models]
     if request.output is not None and len(groups) > 1:
         raise MtkitError("--output writes one system's translations; leave it out with --compare")
-    names, hypotheses, sources, references, recipe, directions = [], [], None, None, None, []
+    names, hypotheses, outputs, sources, references, recipe, directions = [], [], [], None, None, None, []
     for group in groups:
         # a CTranslate2 export carries its recipe too
         translator = Translator.load(group, device=request.device, fast_paths=request.fast_paths)
@@ -312,22 +315,45 @@ def _translated(request: EvaluateRequest) -> _Systems:
             sources, references, directions = _sources_and_references(translator, group[0], request)
             recipe = translator.config
         names.append(" + ".join(str(model) for model in group))
-        translated = []
+        translated, written = [], []
         for way in directions:
             lines = sources[way.start : way.end]
-            translated += translator.translate(
-                lines,
-                beam=request.beam,
-                progress=True,
-                tgt_lang=way.tgt_lang,
-                src_lang=request.src_lang,
-                shortlist=request.shortlist,
-            )
+            if request.document_format == "text":
+                translated += translator.translate(
+                    lines,
+                    beam=request.beam,
+                    progress=True,
+                    tgt_lang=way.tgt_lang,
+                    src_lang=request.src_lang,
+                    shortlist=request.shortlist,
+                )
+            else:
+                documents = _translated_documents(translator, lines, request, tgt_lang=way.tgt_lang)
+                translated += [document.text for document in documents]
+                written += [document.markup for document in documents]
         hypotheses.append(translated)
+        outputs.append(written or translated)
     if request.output is not None:
-        write_lines(hypotheses[0], request.output)
+        write_lines(outputs[0], request.output)
     assert sources is not None and references is not None
-    return _Systems(names, hypotheses, sources, references, recipe, directions)
+    return _Systems(names, hypotheses, _plain(sources, request, "--src"), references, recipe, directions)
+
+
+def _translated_documents(
+    translator: Translator, lines: list[str], request: EvaluateRequest, *, tgt_lang: str | None
+) -> list[TranslatedDocument]:
+    """Each line, a document of `request.document_format`, translated with its markup put back."""
+    decoding = Decoding(beam=request.beam, tgt_lang=tgt_lang, src_lang=request.src_lang, shortlist=request.shortlist)
+    limits = DocumentLimits()
+    return translate_documents(translator, lines, document_format=request.document_format, decoding=decoding, limits=limits)
+
+
+def _plain(lines: list[str], request: EvaluateRequest, option: str) -> list[str]:
+    """Lines as the metrics read them: a document format's without its markup."""
+    if request.document_format == "text":
+        return lines
+    names = [f"{option} line {number}" for number in range(1, len(lines) + 1)]
+    return plain_texts(lines, document_format=request.document_format, names=names, limits=DocumentLimits())
 
 
 def _sources_and_references(

@@ -35,6 +35,8 @@ from mtkit.config import TEMPERATURE
 from mtkit.decoding.options import SEED_LIMIT, Decoding, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Translation, Translator
+from mtkit.documents.formats import FORMATS, DocumentLimits, DocumentTooLarge
+from mtkit.documents.pipeline import DocumentBatch
 from mtkit.errors import MtkitError, OptionError, cli_flag, one_line
 from mtkit.evaluation.comet.options import CometOptions
 from mtkit.evaluation.comet.scorer import CometScorer
@@ -52,6 +54,7 @@ API_KEY_VARIABLE = "MTKIT_API_KEY"
 MOST_NGRAM = 64  # the largest no_repeat_ngram a request may ask for
 MOST_PHRASES = 16  # constraint phrases (alternatives counted) per sentence
 DECODING, SAMPLING = Decoding(), Sampling()  # the defaults of a request's options, stated there once
+FormatName = Literal[tuple(FORMATS)]  # type: ignore[valid-type]  a request's format: a name of documents.formats.FORMATS
 
 
 class TranslateRequest(BaseModel):
@@ -91,6 +94,9 @@ class TranslateRequest(BaseModel):
     )
     shortlist: bool | None = Field(
         DECODING.shortlist, description="Search over the model's vocabulary shortlist (default: when it has one)."
+    )
+    format: FormatName = Field(
+        "text", description="Each text is a document in this format (html, xml...): its markup kept, its words translated."
     )
 
 
@@ -156,6 +162,7 @@ class TranslationService:
     async def translate(self, body: TranslateRequest, request: Request) -> dict[str, Any]:
         """The answer to one request: checked, queued, decoded and reranked within its deadline while its client waits."""
         limits = self.limits
+        body, documents = _documents(body, limits)
         reranker = _reranker(body, self.comet)
         decoding, line_work = _decoding(self.translator, body, limits, reranker)
         deadline = Deadline.after(limits.request_timeout)
@@ -174,7 +181,7 @@ class TranslationService:
             raise HTTPException(503, busy, headers={"Retry-After": "1"}) from None
         except MtkitError as err:
             raise HTTPException(400, worded(err)) from None
-        return _answer(body, found)
+        return _answer(body, found) if documents is None else {"translations": [d.markup for d in documents.written(found)]}
 
 
 def _answer(body: TranslateRequest, found: list[list[Translation]]) -> dict[str, Any]:
@@ -219,12 +226,7 @@ def _decoding(
 ) -> tuple[Decoding, list[int]]:
     """The request's decoding (its candidates with a `reranker`) and each line's work (`Plan.line_work`), checked
     against the limits and the engine before queueing."""
-    if len(body.text) > limits.max_lines:
-        raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
-    characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
-    characters += sum(len(term) for term in _phrases(body))
-    if characters > limits.max_chars:
-        raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
+    _check_size(body, limits)
     if body.prefix is not None and len(body.prefix) != len(body.text):
         raise HTTPException(400, f"{len(body.prefix)} prefixes for {len(body.text)} sentences; give one per sentence")
     _check_constraints(body)
@@ -264,6 +266,41 @@ def _decoding(
             f"{limits.max_work}: send fewer or shorter sentences, or a smaller beam, nbest or candidates",
         )
     return decoding, plan.line_work
+
+
+def _check_size(body: TranslateRequest, limits: ServeLimits) -> None:
+    """The request's lines and characters within the server's limits (413)."""
+    if len(body.text) > limits.max_lines:
+        raise HTTPException(413, f"{len(body.text)} sentences in one request; the limit is {limits.max_lines}")
+    characters = sum(len(line) for line in body.text) + sum(len(p) for p in body.prefix or [])
+    characters += sum(len(term) for term in _phrases(body))
+    if characters > limits.max_chars:
+        raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
+
+
+def _documents(body: TranslateRequest, limits: ServeLimits) -> tuple[TranslateRequest, DocumentBatch | None]:
+    """A request of documents as a request of their blocks' texts (with alignments, to place their markup), and the
+    documents to write the translations back into; a request of text as it is."""
+    if body.format == "text":
+        return body, None
+    for name, given in (("prefix", body.prefix), ("constraints", body.constraints), ("rerank", body.rerank)):
+        if given is not None:
+            raise HTTPException(400, f"{name}: one per sentence, which format {body.format} has not; leave it out")
+    if body.nbest != 1:
+        raise HTTPException(400, f"nbest {body.nbest}: a document is written back with its best translation; leave nbest at 1")
+    _check_size(body, limits)  # the documents themselves, before they are read
+    names = [f"text[{index}]" for index in range(len(body.text))]
+    try:  # bounded by the characters already: depth and tags are the documents' own bounds
+        documents = DocumentBatch.read(body.text, document_format=body.format, names=names, limits=DocumentLimits())
+    except DocumentTooLarge as err:
+        raise HTTPException(413, one_line(err)) from None
+    except MtkitError as err:
+        raise HTTPException(400, one_line(err)) from None
+    if len(documents.texts) > limits.max_lines:
+        blocks = f"{len(documents.texts)} blocks of text"
+        raise HTTPException(413, f"the documents of this request hold {blocks}; the limit is {limits.max_lines} (--max-lines)")
+    alignments = body.alignments or any(block.spans for block in documents.masked)
+    return body.model_copy(update={"text": documents.texts, "alignments": alignments}), documents
 
 
 def worded(err: MtkitError) -> str:

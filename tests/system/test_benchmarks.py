@@ -52,6 +52,9 @@ KEYS = {
                             "beam5_identical"},
     "terminology": {"date", "model", "machine", "device", "matmul_gflop_per_s", "ngrams", "glossary_entries", "glossary",
                     "matmul_gflop_per_s_after"},
+    "tagged_set": {"date", "data", "seed", "aligner", "sentences", "tagged_sentences", "tags", "rows"},
+    "tags": {"date", "model", "set", "machine", "beam", "sentences", "tags", "ways", "forced_reference", "time",
+             "bleu_gap_to_stripped"},
 }  # fmt: skip
 
 

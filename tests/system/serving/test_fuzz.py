@@ -49,6 +49,8 @@ DRAWS = {
     "rerank": st.sampled_from(["mbr", "qe", "MBR", ""]) | ANY_JSON,
     "candidates": st.integers(-3, 80) | NUMBER,
     "mbr_utility": st.sampled_from(["chrf", "comet", "bleu"]) | ANY_JSON,
+    "shortlist": st.booleans() | ANY_JSON,
+    "format": st.sampled_from(["text", "html", "xml", "po", "xliff", "HTML", "markdown", ""]) | ANY_JSON,
 }
 FIELDS = {name: DRAWS.get(name, ANY_JSON) for name in TranslateRequest.model_fields}
 BODY = st.fixed_dictionaries({}, optional=FIELDS) | st.dictionaries(st.text(max_size=10), ANY_JSON, max_size=4)
