@@ -403,6 +403,26 @@ def _comet_key_needs_metric(train: TrainConfig) -> str | None:
     return "it is read with train.validate_metric comet (or qe, reference-free): set that too, or leave this key out"
 
 
+def _what_fsdp_cannot_do(train: TrainConfig) -> str | None:
+    """Sharded training's refusals among the train keys (the ones that need the whole recipe or the job are
+    mtkit.training.sharding's): each keeps whole weights in one process, or is decided by rank 0 alone."""
+    if train.shard != "fsdp":
+        return None
+    refused = {
+        "ema": (train.ema > 0, "set train.ema=0 (the average would be a whole copy of the weights in each process)"),
+        "bf16_weights": (train.bf16_weights == "true", "set train.bf16_weights=auto (on CUDA FSDP computes in bf16 itself)"),
+        "precision": (train.precision == "fp16", "set train.precision=bf16 (fp16's loss scaler sees one shard's gradients)"),
+        # (and so train.cuda_graphs, which replay a compiled step)
+        "compile": (train.compile in ("true", "layers"), "set train.compile=auto (a compiled step is not tried with FSDP)"),
+        "snapshots": (bool(train.snapshots.strip()), "remove train.snapshots (rank 0 alone times them, every rank writes)"),
+        "lora": (train.lora is not None, "remove train.lora (its adapters are not tried with FSDP)"),
+    }
+    for key, (asked, fix) in refused.items():
+        if asked:
+            return f"FSDP cannot take train.{key} as given: {fix}, or set train.shard=none"
+    return None
+
+
 # train.lora.targets: mtkit's own module names of the layers LoRA adapts (mtkit.models.lora)
 LORA_TARGETS = {
     "qkv": "self-attention's query, key and value projections (fused)",
@@ -591,6 +611,9 @@ class TrainConfig:
     tensorboard: bool = False
     # fine-tune: start from this run directory's (or checkpoint's) weights, architecture and tokenizers
     init_from: str | None = None
+    # under torchrun: none, every process holds the whole model (DDP); fsdp, each holds a share of the weights, gradients
+    # and Adam's moments (torch's FSDP2, mtkit.training.sharding), for models bigger than one process's memory
+    shard: str = field(default="none", metadata={**_choice("none", "fsdp"), **_relation(_what_fsdp_cannot_do)})
     # parts of the model not trained: embeddings, encoder, decoder (separated by commas)
     freeze: str = field(
         default="",

@@ -11,6 +11,7 @@ which also says which checkpoint `-m RUN` means.
     RUN/log.jsonl       one JSON record a line: training and validation figures
     RUN/curves.png      the learning curves drawn from log.jsonl
     RUN/tensorboard/    the same figures as TensorBoard events (train.tensorboard)
+    RUN/sharded/step_N/ the model and optimiser shards of train.shard=fsdp that last.pt names (one file per process)
     RUN/train.lock      held by the one training that writes the directory
     RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
     RUN/shortlist.safetensors  the vocabulary shortlist `mtkit shortlist RUN` built (search's output layer, cut)
@@ -77,6 +78,14 @@ class RunFiles:
     @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
+
+    @property
+    def sharded(self) -> Path:
+        return self.path / "sharded"
+
+    def sharded_step(self, step: int) -> Path:
+        """RUN/sharded/step_N: update N's shards (train.shard=fsdp), zero-padded as step_N.pt."""
+        return self.sharded / self.step(step).stem
 
     @property
     def lock(self) -> Path:

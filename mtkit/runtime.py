@@ -59,7 +59,8 @@ FAST_PATHS_VARIABLE = "MTKIT_FAST_PATHS"
 def fast_paths_enabled() -> bool:
     """Whether mtkit may apply its CPU fast paths where they are asked for; `MTKIT_FAST_PATHS=0` turns them all off.
 
-    They are: `retain_freed_memory` (process-wide, glibc's allocator) when training on CPU or loading
+    They are: `retain_freed_memory` (process-wide, glibc's allocator) when training on CPU (or, for sharded
+    training, `return_freed_memory`) or loading
     a model with `fast_paths=True`, and `mtkit.models.packed.pack_linears` (the loaded model's large
     linears, private oneDNN ops) when loading a model with `fast_paths=True`. The front ends ask for
     them (the CLI, the server, the benchmarks; measured in docs/performance.md); a library call that
@@ -82,14 +83,34 @@ def retain_freed_memory() -> bool:
     freed blocks are reused. Only glibc on Linux has `mallopt`; elsewhere this does nothing.
     Returns whether it took effect.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (musl, ...)
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
     m_trim_threshold, m_mmap_max = -1, -4  # from glibc's malloc.h
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+def return_freed_memory() -> bool:
+    """Hand every freed block of a mebibyte or more back to the kernel at once, the opposite of `retain_freed_memory`:
+    for sharded training on the CPU (`train.shard: fsdp`), whose layers' gathered weights and gradients come and go
+    within each update, so that what sharding saves is not kept. glibc serves a block with mmap only from a threshold
+    up, and raises the threshold to the size of each mmap'd block freed (to its DEFAULT_MMAP_THRESHOLD_MAX): the blocks
+    under it come from the heap, where freed blocks of many sizes leave holes that stay resident. A fixed threshold
+    stops the raising. Only glibc on Linux has `mallopt`; elsewhere this does nothing. Returns whether it took effect.
+    """
+    mallopt = _mallopt()
+    m_mmap_threshold = -3  # from glibc's malloc.h; setting it turns the moving threshold off
+    return mallopt is not None and bool(mallopt(m_mmap_threshold, 1 << 20))
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt, or None (not Linux, or another C library: musl, ...)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
 
 
 @contextlib.contextmanager

@@ -102,12 +102,23 @@ def add_language_codes(tokenizers: TokenizerPair, text: str) -> TokenizerPair:
 def load_parent(
     model: EncoderDecoder, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config
 ) -> str | None:
-    """Load a parent's weights into `model`. The prepared data's `tokenizers` (of `config.data_path`) must be the
-    parent's, or extend them (`mtkit prepare --extend-vocab`: new rows start as the mean of their pieces' rows; a new
-    language code of data.new_languages as its named code's row or the mean of every code's).
+    """Load a parent's weights (`parent_weights`) into `model`; returns what a grown vocabulary did, to say (None
+    when the vocabulary is the parent's)."""
+    weights, said = parent_weights(model, payload, parent=parent, tokenizers=tokenizers, config=config)
+    try:
+        load_base_weights(model, weights)  # an adapted model's adapters stay as they were built
+    except RuntimeError as err:
+        raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
+    return said
 
-    Returns what a grown vocabulary did, to say; None when the vocabulary is the parent's.
-    """
+
+def parent_weights(
+    model: EncoderDecoder, payload: dict[str, Any], *, parent: str, tokenizers: TokenizerPair, config: Config
+) -> tuple[dict[str, torch.Tensor], str | None]:
+    """A parent's weights for `model`, and what a grown vocabulary did (None: the parent's vocabulary). The prepared
+    data's `tokenizers` (of `config.data_path`) must be the parent's, or extend them (`mtkit prepare --extend-vocab`:
+    new rows start as the mean of their pieces' rows; a new language code of data.new_languages as its named code's
+    row or the mean of every code's)."""
     weights, theirs = payload["model"], checkpoint_tokenizers(payload)
     if LORA_PARENT in payload:
         raise MtkitError(
@@ -130,11 +141,7 @@ def load_parent(
             f"{config.data_path}: prepared with other tokenizers than the parent {parent}; "
             "run `mtkit prepare RECIPE` again (with train.init_from it copies the parent's)"
         )
-    try:
-        load_base_weights(model, weights)  # an adapted model's adapters stay as they were built
-    except RuntimeError as err:
-        raise MtkitError(f"{parent}: its weights do not fit the recipe's model ({one_line(err, limit=200)})") from None
-    return said
+    return weights, said
 
 
 def extends(child: TokenizerPair, parent: TokenizerPair) -> bool:

@@ -45,7 +45,8 @@ class Levers:
         layer by layer where the model can be (`layered`: mtkit.training.regional.can_compile_by_layer), else whole."""
         cuda = device.type == "cuda"
         budget = parse_duration(config.max_time)
-        compile_auto = cuda and (budget is None or budget >= COMPILE_PAYS_AFTER)
+        # not with train.shard=fsdp, where a compiled step is not tried
+        compile_auto = cuda and config.shard == "none" and (budget is None or budget >= COMPILE_PAYS_AFTER)
 
         def on(value: str, auto: bool) -> bool:
             return auto if value == "auto" else value == "true"

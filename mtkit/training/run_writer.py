@@ -3,7 +3,8 @@ write a training makes there (config.yaml, atomic checkpoint writes of best, las
 step_*.pt, snapshots, the log.jsonl records, the curves), with the repairs a crash may call for once the
 lock is held: killed writes' temporary files removed, and on resume the log cut back to last.pt's step.
 
-Only one process writes it: the single training process, or rank 0 under torchrun. The files' names
+Only one process writes it: the single training process, or rank 0 under torchrun, but for the shards of
+`train.shard=fsdp` (RUN/sharded/step_N, every rank's: `mtkit.training.sharding`), which last.pt names. The files' names
 and which checkpoint `-m RUN` means belong to `mtkit.run_files.RunFiles`.
 """
 
@@ -43,7 +44,9 @@ class Checkpoint:
     tokenizers: TokenizerPair
     weights: dict[str, torch.Tensor]
     progress: dict[str, Any]  # the trainer's Progress as a dict; its step names step_*.pt
-    training_state: dict[str, Any]  # optimizer, scheduler, rng, scaler, ema: last.pt only
+    # optimizer (or, with train.shard=fsdp, sharded: the record of its RUN/sharded folder), scheduler, rng, scaler,
+    # ema: last.pt only
+    training_state: dict[str, Any]
     ema_weights: dict[str, torch.Tensor] | None = None
     lora_parent: dict[str, str] | None = None  # a LoRA run's parent (its weights are the adapters): every file names it
 
@@ -89,10 +92,14 @@ class RunWriter:
             for path in self.files.training_outputs():
                 path.unlink(missing_ok=True)
             shutil.rmtree(self.files.tensorboard, ignore_errors=True)
+            shutil.rmtree(self.files.sharded, ignore_errors=True)
 
     def _remove_leftover_temporaries(self) -> None:
         """Remove the temporary files that killed writes left (checkpoint-sized): under the lock no writer of these
         files is running, so none of them is still being written."""
+        if self.files.sharded.is_dir():  # train.shard=fsdp: the shards last.pt does not name were being written
+            last = read_checkpoint(self.files.last, mmap=True) if self.files.last.is_file() else {}
+            self._remove_shards(keep=last.get("sharded"))
         leftovers = self.files.leftover_temporaries()
         if not leftovers:
             return
@@ -216,6 +223,15 @@ class RunWriter:
         if checkpoint.ema_weights is not None:
             save_checkpoint(checkpoint_payload(config, tokenizers, weights=checkpoint.ema_weights, **extra), self.files.ema)
         save_checkpoint({**weights, **checkpoint.training_state}, self.files.last)
+        if "sharded" in checkpoint.training_state:
+            self._remove_shards(keep=checkpoint.training_state["sharded"])
+
+    def _remove_shards(self, *, keep: dict[str, Any] | None) -> None:
+        """Remove RUN/sharded's folders but the one last.pt names (`keep`, its record; None: all): older updates'
+        shards, and those of a write that never reached last.pt."""
+        for folder in self.files.sharded.iterdir():
+            if keep is None or folder.relative_to(self.path).as_posix() != keep["folder"]:
+                shutil.rmtree(folder)
 
     def snapshot(self, checkpoint: Checkpoint, label: str) -> None:
         """Write the current weights (not the EMA) as at_<label>.pt, atomically; a failed write is one line."""

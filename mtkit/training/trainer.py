@@ -50,6 +50,7 @@ from mtkit.runtime import (
     key_compiled_cpu_code_by_vector_width,
     resolve_device,
     retain_freed_memory,
+    return_freed_memory,
     seed_everything,
     set_threads,
     stop_signals_call,
@@ -69,6 +70,7 @@ from mtkit.training.recompute import recompute_blocks
 from mtkit.training.regional import can_compile_by_layer, compile_by_layer, eager
 from mtkit.training.run_writer import Checkpoint, RunWriter
 from mtkit.training.schedule import schedule_factor
+from mtkit.training.sharding import SavedWeights, check_sharding, hold_model, shard_training
 from mtkit.training.update import UpdateGuard
 from mtkit.training.validation import (
     ValidationMetric,
@@ -84,11 +86,15 @@ _FUSED_ADAM_ON_CPU = tuple(int(part) for part in torch.__version__.split(".")[:2
 
 
 def setup_process(config: TrainConfig) -> tuple[Distributed, torch.device]:
-    """Join the torchrun job if there is one, then set threads, memory reuse, TF32, attention kernels and seed."""
+    """Join the torchrun job if there is one, then set threads, memory reuse (or with train.shard=fsdp on the CPU
+    memory handed back: `runtime.return_freed_memory`), TF32, attention kernels and seed."""
     distributed, device = init_distributed(resolve_device(config.device))
     set_threads(config.threads)
     if device.type == "cpu" and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: off
-        retain_freed_memory()  # no page faults for each update's re-allocated tensors
+        if config.shard == "fsdp":
+            return_freed_memory()  # what the shards save is not kept in the heap's holes
+        else:
+            retain_freed_memory()  # no page faults for each update's re-allocated tensors
     enable_tf32(device)
     avoid_per_shape_attention_plans(device, cudnn=config.cudnn_attention == "true")
     seed_everything(config.seed)
@@ -114,10 +120,10 @@ def training_forward(
     model: EncoderDecoder, config: TrainConfig, *, distributed: Distributed, device: torch.device, levers: Levers
 ) -> torch.nn.Module:
     """The module the training step calls for a batch's summed loss (`TeacherForcing`, or with
-    `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun, and torch.compile'd
-    with the levers' `compile`.
+    `train.fused_loss` `FusedTeacherForcing`), wrapped in DDP under torchrun (or sharded with FSDP:
+    `train.shard`), and torch.compile'd with the levers' `compile`.
 
-    DDP averages gradients over ranks; `Trainer.update` scales the loss so the result equals one
+    DDP and FSDP average gradients over ranks; `Trainer.update` scales the loss so the result equals one
     process over the combined batch. Only this forward and loss are compiled (with dynamic shapes,
     so token-budget batches do not each compile): validation and decoding stay eager.
     """
@@ -129,7 +135,9 @@ def training_forward(
         if fused_loss_on(config, device)
         else TeacherForcing(model, config.label_smoothing, amp_dtype=amp_dtype, fused=levers.compile)
     )
-    if distributed.enabled:
+    if config.shard == "fsdp":
+        forward = shard_training(forward, model, amp_dtype=amp_dtype)
+    elif distributed.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         forward = torch.nn.parallel.DistributedDataParallel(forward, device_ids=device_ids)
     mode = "reduce-overhead" if levers.graphs else None  # CUDA graphs, recorded per batch shape
@@ -212,6 +220,7 @@ class Trainer:
         # when the time not yet in progress.elapsed began; under torchrun, the ranks' largest clock at the last stop check
         self._clock, self._agreed_elapsed = time.monotonic(), 0.0
         self.optimizer, self.scheduler = build_optimizer(self.model, config.train, device=device, elapsed=self.schedule_clock)
+        self.holder = hold_model(self.lineage, self.optimizer, distributed=self.distributed)  # whole, or sharded
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.ema = WeightEMA(self.model, self.train_config.ema) if self.train_config.ema > 0 else None
         self.guard = UpdateGuard(
@@ -223,9 +232,8 @@ class Trainer:
         self.stop_requested = self.diverged = False  # a signal asked to stop; too many non-finite updates in a row
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly from a last.pt payload: weights, optimiser, schedule, progress, RNG, scaler, EMA."""
-        self.lineage.resume(payload)
-        self.optimizer.load_state_dict(payload["optimizer"])
+        """Continue exactly from a last.pt payload: weights and optimiser (`holder`), schedule, progress, RNG, scaler, EMA."""
+        self.holder.restore(payload, last=RunFiles(self.config.run_path).last)
         self.scheduler.load_state_dict(payload["scheduler"])
         self.progress = Progress.resumed(payload["progress"], self.train_config.validate_metric)
         torch.set_rng_state(payload["rng"])
@@ -235,9 +243,9 @@ class Trainer:
             self.ema.load_state_dict(payload["ema"])
 
     def start_from(self, payload: dict[str, Any], parent: str) -> None:
-        """Fine-tuning: the parent's weights (`load_parent`); the optimiser, schedule, progress and data
+        """Fine-tuning: the parent's weights (`holder.load_parent`); the optimiser, schedule, progress and data
         position stay new, and the EMA restarts from these weights."""
-        said = self.lineage.load(payload, parent)
+        said = self.holder.load_parent(payload, parent)
         if said is not None:
             say(said, distributed=self.distributed)
         if isinstance(self.optimizer, MasterWeightOptimizer):
@@ -245,18 +253,18 @@ class Trainer:
         if self.ema is not None:
             self.ema.restart()
 
-    def checkpoint(self) -> Checkpoint:
-        """Everything `--resume` needs: weights, optimiser, schedule, RNG, scaler, EMA and progress."""
+    def checkpoint(self, saved: SavedWeights) -> Checkpoint:
+        """Everything `--resume` needs: the model's `saved` state (`holder.save`), schedule, RNG, scaler, EMA and progress."""
         training_state = {
-            "optimizer": self.optimizer.state_dict(),
+            **saved.record,
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
             **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
         }
         ema = self.ema.weights() if self.ema is not None else None
-        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=self.lineage.weights(self.optimizer),
-                          ema_weights=ema, progress=dataclasses.asdict(self.progress), training_state=training_state,
+        return Checkpoint(config=self.config, tokenizers=self.tokenizers, weights=saved.weights, ema_weights=ema,
+                          progress=dataclasses.asdict(self.progress), training_state=training_state,
                           lora_parent=self.lineage.record)  # fmt: skip
 
     def epoch(self) -> Epoch:
@@ -385,13 +393,14 @@ class Trainer:
         self._settle()  # the step, schedule and EMA saved are exact
         self._add_elapsed()
         progress = self.progress
+        saved = self.holder.save(progress.step)  # sharded: every rank writes its shards; rank 0 gets the whole weights
         if self.run_dir is not None:
-            result = self.validate_model(self.model)
+            result = self.validate_model(self.holder.validating(saved))
             improved = progress.record_validation(result.bleu, result.quality_score)
             scores, elapsed = {**result.record(), **progress.best_record()}, round(progress.elapsed, 1)
             self.run_dir.append_log({"step": progress.step, "epoch": progress.epoch + 1, **scores, "elapsed_s": elapsed})
             say(validation_line(progress, result))
-            self.run_dir.save(self.checkpoint(), best=improved and not self.diverged, keep=self.train_config.keep)
+            self.run_dir.save(self.checkpoint(saved), best=improved and not self.diverged, keep=self.train_config.keep)
             self.run_dir.draw_curves()
         progress.take_early_stopping_state(broadcast_from_main(progress.early_stopping_state(), self.distributed))
 
@@ -401,7 +410,7 @@ class Trainer:
             self._settle()
             _, label = self.snapshots.pop(0)
             assert self.run_dir is not None  # snapshots are only pending with a run directory
-            self.run_dir.snapshot(self.checkpoint(), label)
+            self.run_dir.snapshot(self.checkpoint(self.holder.save(self.progress.step)), label)
             say(f"snapshot after {label} of training (step {self.progress.step}): {self.run_dir.files.snapshot(label)}")
 
     def validate_final_weights(self) -> None:
@@ -421,8 +430,7 @@ class Trainer:
         """Validate `payload`'s weights, store the BLEU (and COMET) in RUN/<stem>.pt, log them next to best.pt's
         and say which -m RUN uses."""
         assert self.run_dir is not None
-        self.model.load_state_dict(payload["model"])  # training is over: the model may hold these weights
-        result = self.validate_model(self.model)
+        result = self.validate_model(self.holder.holding(payload["model"]))  # training is over: any model may hold them
         save_checkpoint(payload | result.weights_record(), self.run_dir.files.weights(stem))
         scores, said = final_weights_report(stem, result, progress=self.progress)
         self.run_dir.append_log({"step": self.progress.step, **(record or {}), **scores})
@@ -509,6 +517,7 @@ def train(config: Config, *, resume: bool = False, overwrite: bool = False) -> P
     former handlers are restored after.
     """
     distributed, device = setup_process(config.train)
+    check_sharding(config, distributed)
     main = distributed.is_main  # rank 0 owns the run directory
     metric = ValidationMetric.load(config.train, device) if main else None  # a wrong COMET model: one line, nothing written
     CompileCache.check_folder(config, device)  # the compiler cache is code: a folder others can write is refused first
@@ -549,6 +558,7 @@ def _start_message(trainer: Trainer) -> None:
     distributed, amp_dtype = trainer.distributed, trainer.amp_dtype
     precision = "fp32" if amp_dtype is None else str(amp_dtype).removeprefix("torch.")
     processes = f", {distributed.world_size} processes" if distributed.enabled else ""
+    processes += ", sharded (FSDP)" if trainer.train_config.shard == "fsdp" else ""
     processes += f"; {trainer.levers.describe()}" if trainer.device.type == "cuda" else ""
     start = f"resuming at step {trainer.progress.step}" if trainer.progress.step else "starting"
     parent, total = trainer.train_config.init_from, trainer.model.num_parameters()

@@ -49,6 +49,8 @@ class UpdateGuard:
         """Unscale (fp16) and clip the gradients; True (a bool tensor, on the device) when the loss and gradient are finite."""
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.clip_norm, error_if_nonfinite=False, foreach=True)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor (train.shard=fsdp): the norm over every rank's shards, replicated
+            grad_norm = grad_norm.full_tensor()
         return torch.isfinite(loss_sum) & torch.isfinite(grad_norm)
 
     def step(self, applied: Tensor, loss_sum: Tensor) -> None:

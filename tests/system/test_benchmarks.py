@@ -43,6 +43,7 @@ KEYS = {
     "rerank": {"date", "machine", "model", "test", "sentences", "candidates", "systems", "paired_tests"},
     "scale": {"machine", "cores", "prepare", "translate", "matmul_gflops"},
     "serve": {"model", "src", "server_options", "server_threads", "machine", "matmul_gflop_per_s", "offline", "serve", "ratio"},
+    "sharded": {"date", "machine", "torch", "memory_gb", "batch_pairs", "length", "shapes"},
     "shortlist": {"date", "machine", "threads", "matmul_gflops", "cap", "repeats", "opus_mt", "nllb_600m", "bleu"},
     "speed": {"recipe", "machine", "decode", "train", "profile"},
     "import_memory": {"date", "machine", "shape", "safetensors_mb", "write_seconds", "import", "peak_over_file",

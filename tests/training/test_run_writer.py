@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -81,6 +82,27 @@ def test_save_writes_best_step_ema_and_last_and_keeps_the_newest_steps(tmp_path)
 def test_save_without_keep_or_ema_writes_only_last(tmp_path):
     RunWriter(tmp_path).save(checkpoint(5), best=False, keep=0)
     assert [p.name for p in tmp_path.glob("*.pt")] == ["last.pt"]
+
+
+def sharded_checkpoint(step: int) -> Checkpoint:
+    """train.shard=fsdp's: last.pt names the folder of its shards instead of holding the optimiser."""
+    record = {"folder": f"sharded/step_{step:08d}", "processes": 2, "optimizer": True}
+    return dataclasses.replace(checkpoint(step), training_state={"sharded": record, "rng": torch.get_rng_state()})
+
+
+def test_only_the_shards_last_pt_names_are_kept_and_overwrite_removes_them(tmp_path):
+    shards = tmp_path / "sharded"
+    run_dir = RunWriter(tmp_path)
+    for step in (10, 20):  # the ranks write their shards, then rank 0 last.pt
+        (shards / f"step_{step:08d}").mkdir(parents=True)
+        run_dir.save(sharded_checkpoint(step), best=False, keep=0)
+    assert [path.name for path in shards.iterdir()] == ["step_00000020"]
+    run_dir.close()
+    (shards / "step_00000030").mkdir()  # written, but killed before last.pt named it
+    RunWriter(tmp_path, resume=True).close()
+    assert [path.name for path in shards.iterdir()] == ["step_00000020"]
+    RunWriter(tmp_path, overwrite=True).close()
+    assert not shards.exists()
 
 
 def test_a_failed_write_is_one_line_that_says_the_previous_checkpoints_are_intact(tmp_path, monkeypatch):
