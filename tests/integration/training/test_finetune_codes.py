@@ -6,6 +6,7 @@ language code (`data.new_languages`) trains, is chosen with --tgt-lang and leave
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -120,7 +121,10 @@ def _assert_exported_generate_is_greedy(run: Path, folder: Path, src_lang: str, 
             forced_bos_token_id=code, bad_words_ids=[[1]], forced_eos_token_id=None,
         )[0]  # fmt: skip
         text = tokenizer.decode(output, skip_special_tokens=True)
-        assert text == best.text if 2 in output[1:].tolist() else best.text.startswith(text.rsplit(" ", 1)[0])
+        # A trained model may write a special token that mtkit's text keeps and transformers' decode leaves out
+        # (mBART's <mask>): it is left out of both.
+        expected = functools.reduce(lambda line, special: line.replace(special, ""), tokenizer.all_special_tokens, best.text)
+        assert text == expected if 2 in output[1:].tolist() else expected.startswith(text.rsplit(" ", 1)[0])
 
 
 def test_a_fine_tuned_run_exports_and_generate_gives_its_greedy_output(child, tmp_path: Path) -> None:
