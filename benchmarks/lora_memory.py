@@ -191,7 +191,7 @@ def measure_shape(task: dict, run: Callable[[dict], dict]) -> dict:
             figures[system] = {"skipped": f"needs about {needed / 1024:.1f} GB, {free / 1024:.1f} GB available"}
             continue
         figures[system] = run({**task, "system": system})
-    lora, full, peft = (figures[system] for system in SYSTEMS)
+    full, lora, peft = (figures[system] for system in ("mtkit full", "mtkit lora", "transformers peft"))
     if "peak_mb" in lora and "peak_mb" in full:
         figures["lora_peak_over_full"] = round(lora["peak_mb"] / full["peak_mb"], 3)
     if "seconds" in lora and "seconds" in peft:

@@ -46,6 +46,7 @@ class CopyEngine(Engine):
                         score=-float(rank),
                         log_prob=-float(rank),
                         links=self._links(prefix, body, rank),
+                        source_links=[len(prefix) + position for position in range(len(source))],  # each to its copy
                     )
                     for rank in range(options.nbest)
                 ]

@@ -80,6 +80,7 @@ class Hypothesis:
     score: float  # length-normalised score used for ranking
     log_prob: float  # total log-probability, EOS included
     links: list[int] | None = None  # per output token, the source token it attends to most (when asked)
+    source_links: list[int] | None = None  # per source token (EOS left out), the output token that attends to it most
     unmet: tuple[int, ...] = ()  # the lexical constraints it lacks (it reached its output cap first)
 
 

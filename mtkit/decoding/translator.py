@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from mtkit.config import Config, DecodeConfig
 from mtkit.data.tokenizer import TokenizerPair, tagged
-from mtkit.decoding.alignment import word_alignment
+from mtkit.decoding.alignment import source_word_alignment, word_alignment
 from mtkit.decoding.ct2_engine import is_ctranslate2_export, load_export
 from mtkit.decoding.engine import (
     Capability,
@@ -66,6 +66,8 @@ class Translation:
     tokens: list[int]
     links: list[int] | None = None  # per token, the line's source token it attends to most (--alignments)
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, 0-based (--alignments)
+    source_links: list[int] | None = None  # per source token, the output token that attends to it most (--alignments)
+    source_alignment: list[tuple[int, int]] | None = None  # the pairs of `source_links`: what places inline tags
     unmet: list[str] = field(default_factory=list)  # constraints it lacks: the output cap came first
 
 
@@ -474,6 +476,7 @@ class Plan:
                     score=h.score,
                     tokens=h.tokens,
                     links=h.links,
+                    source_links=h.source_links,
                     unmet=[terms[j].label for j in h.unmet],
                 )
                 for h in found
@@ -488,6 +491,10 @@ class Plan:
                 for translation in translations:
                     target_pieces = tokenizers.tgt.id_to_piece(translation.tokens)
                     translation.alignment = word_alignment(source_pieces, target_pieces, links=translation.links or [])
+                    if translation.source_links is not None:
+                        translation.source_alignment = source_word_alignment(
+                            source_pieces, target_pieces, source_links=translation.source_links
+                        )
         return lines
 
 
@@ -543,15 +550,19 @@ def _join(parts: list[list[Translation]], source_lengths: list[int], between: li
     translations = []
     for rank in range(max(len(p) for p in parts)):
         chosen = [p[rank] if rank < len(p) else p[0] for p in parts]
-        links = None
+        links = source_links = None
         if all(t.links is not None for t in chosen):
             links = [link + offset for t, offset in zip(chosen, offsets, strict=True) for link in t.links or []]
+        if all(t.source_links is not None for t in chosen):  # they point into the joined tokens
+            starts = [sum(len(t.tokens) for t in chosen[:n]) for n in range(len(chosen))]
+            source_links = [link + start for t, start in zip(chosen, starts, strict=True) for link in t.source_links or []]
         translations.append(
             Translation(
                 text=joined([t.text for t in chosen], between),
                 score=sum(t.score for t in chosen),
                 tokens=[token for t in chosen for token in t.tokens],
                 links=links,
+                source_links=source_links,
                 unmet=[term for t in chosen for term in t.unmet],
             )
         )

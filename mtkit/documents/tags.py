@@ -152,7 +152,8 @@ class _SourceWords:
         found = words(text)
         self.starts, self.ends = [start for start, _ in found], [end for _, end in found]
         self.targets: list[list[int]] = [[] for _ in found]
-        for source, target in translation.alignment or []:
+        pairs = translation.source_alignment if translation.source_alignment is not None else translation.alignment
+        for source, target in pairs or []:
             if source < len(found) and target < target_count:
                 self.targets[source].append(target)
         self.after: list[int] = []  # per word: the gap after the last target of the nearest aligned word up to it

@@ -121,6 +121,7 @@ def test_a_constraint_without_a_source_term_in_a_cut_paragraph_says_how_to_place
 def test_word_alignments_number_the_words_of_the_whole_line():
     found = copy_translator().translate_nbest(["Ein Hund.  Zwei Katzen."], Decoding(beam=2, alignments=True), splitter=SPLITTER)
     assert found[0][0].alignment == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert found[0][0].source_alignment == [(0, 0), (1, 1), (2, 2), (3, 3)]  # the second sentence's point past the first's
 
 
 def test_a_sentence_longer_than_max_input_tokens_is_cut_again_and_counted_as_such():

@@ -57,6 +57,13 @@ def test_a_tag_goes_around_the_words_its_words_align_to() -> None:
     assert placed('<a href="x">a b</a> c', "B A C", [(0, 1), (1, 0), (2, 2)]) == '<a href="x">B A</a> C'
 
 
+def test_the_source_to_target_links_place_the_tags_where_there_are_some() -> None:
+    translation = Translation(
+        text="c b a", score=0.0, tokens=[], alignment=[(0, 0), (1, 1), (2, 2)], source_alignment=reversed_pairs(3)
+    )
+    assert markup(place_spans(tagged("<b>a</b> b c"), translation), escape=lambda text: text) == "c b <b>a</b>"
+
+
 def test_a_hull_covers_the_words_between_aligned_ones() -> None:
     assert placed("<b>a b</b> c", "A C B", [(0, 0), (1, 2), (2, 1)]) == "<b>A C B</b>"
 
