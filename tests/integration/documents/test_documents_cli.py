@@ -12,10 +12,10 @@ from mtkit.documents.pipeline import translate_documents
 
 
 def anti_diagonal(translator: Translator, lines: list[str]) -> list[bool]:
-    """Whether the model aligns each line's words exactly to their mirror images."""
+    """Whether the model links each line's words exactly to their mirror images (the links that place tags)."""
     found = translator.translate_nbest(lines, Decoding(alignments=True))
     mirrored = [[(len(line.split()) - 1 - j, j) for j in range(len(line.split()))] for line in lines]
-    return [best.alignment == pairs for pairs, [best] in zip(mirrored, found, strict=True)]
+    return [best.source_alignment == pairs for pairs, [best] in zip(mirrored, found, strict=True)]
 
 
 def test_a_tag_goes_around_the_word_it_marked_wherever_the_alignment_is_exact(reverse_run):
