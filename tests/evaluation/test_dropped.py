@@ -27,6 +27,11 @@ def test_a_sentence_no_output_word_aligns_to_is_dropped():
     assert dropped_sentences([2, 2], [(1, 0), (2, 1)], first_word=1) == [1]  # word 0 is the language tag
 
 
+def test_a_sentence_only_a_stray_output_word_aligns_to_is_dropped():
+    assert dropped_sentences([3, 4], [(0, 0), (1, 1), (2, 2), (5, 3)]) == [1]  # 1 of 4 words: a stray link
+    assert dropped_sentences([3, 4], [(0, 0), (1, 1), (2, 2), (4, 3), (5, 4)]) == []  # 2 of 4: translated
+
+
 def test_the_words_of_each_sentence_are_counted_as_alignments_number_them():
     translator = copy_translator()
     assert sentence_words(translator, LineParts(("Ein Hund.", "Zwei kleine Katzen."), ("", " ", ""))) == [2, 3]
