@@ -135,5 +135,5 @@ def check_retranslate(row: DocumentFormat, *, retranslate: bool) -> None:
 def format_named(name: str) -> DocumentFormat:
     """The row of `name`; one line naming the valid names when there is none."""
     if name not in FORMATS:
-        raise MtkitError(f"format {name!r} is not one of mtkit's: give one of {', '.join(FORMATS)}")
+        raise MtkitError(f"--format {name!r}: not a format mtkit reads; give one of {', '.join(FORMATS)}")
     return FORMATS[name]

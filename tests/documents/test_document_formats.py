@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mtkit.documents.formats import DocumentLimits, DocumentTooLarge, check_shape, check_size, document_text
+from mtkit.documents.formats import (
+    FORMATS,
+    DocumentLimits,
+    DocumentTooLarge,
+    check_shape,
+    check_size,
+    document_text,
+    format_named,
+)
 from mtkit.errors import MtkitError
 
 
@@ -37,3 +45,9 @@ def test_sizes_past_the_limits_are_refused() -> None:
         check_shape(name="page.html", depth=1, tags=6, limits=limits)
     with pytest.raises(DocumentTooLarge, match="page.html: 11 bytes"):
         document_text(b"x" * 11, name="page.html", limits=limits)
+
+
+def test_an_unknown_format_is_one_line_naming_the_option_and_the_formats() -> None:
+    with pytest.raises(MtkitError, match=r"^--format 'docx': not a format mtkit reads; give one of text, html") as found:
+        format_named("docx")
+    assert all(name in str(found.value) for name in FORMATS) and "\n" not in str(found.value)
