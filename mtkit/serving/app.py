@@ -378,6 +378,7 @@ async def _unless_gone(request: Request, pending: Any, deadline: Deadline) -> li
     if task.done():
         return task.result()
     task.cancel()
+    await asyncio.wait({task})  # its cancellation handled (queued chunks dropped, a reranking told to stop) first
     if gone.done() and not gone.cancelled():
         raise HTTPException(499, "the client closed the connection")
     limit = deadline.limit
