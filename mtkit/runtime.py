@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ def set_threads_per_worker(workers: int) -> None:
 
 
 FAST_PATHS_VARIABLE = "MTKIT_FAST_PATHS"
+FAST_PATHS_SETTINGS = ("0", "1", "packed", "plain")
 
 
 def fast_paths_enabled() -> bool:
@@ -62,15 +64,33 @@ def fast_paths_enabled() -> bool:
     They are: `retain_freed_memory` (process-wide, glibc's allocator) when training on CPU (or, for sharded
     training, `return_freed_memory`) or loading
     a model with `fast_paths=True`, and `mtkit.models.packed.pack_linears` (the loaded model's large
-    linears, private oneDNN ops) when loading a model with `fast_paths=True`. The front ends ask for
+    linears, private oneDNN ops) when loading a model with `fast_paths=True`, for the weight shapes that
+    a measurement on this machine found faster packed (`mtkit.models.fast_paths`). The front ends ask for
     them (the CLI, the server, the benchmarks; measured in docs/performance.md); a library call that
     does not ask leaves the process as it is. The variable wins over the argument: set it to 0 to
     debug, or when mtkit runs inside another program whose allocator settings it should not change.
     """
-    value = os.environ.get(FAST_PATHS_VARIABLE, "1").strip()
-    if value not in ("0", "1", ""):
-        raise MtkitError(f"{FAST_PATHS_VARIABLE}={value!r}: give 0 (fast paths off) or 1 (on, the default)")
-    return value != "0"
+    return fast_paths_setting() != "0"
+
+
+def fast_paths_setting() -> str:
+    """`MTKIT_FAST_PATHS`: 0 (off), 1 (on, packing where measured faster: the default, also unset or empty),
+    `packed` or `plain` (on, with the large linears always or never packed: the user's word over the measurement)."""
+    value = os.environ.get(FAST_PATHS_VARIABLE, "1").strip() or "1"
+    if value not in FAST_PATHS_SETTINGS:
+        raise MtkitError(
+            f"{FAST_PATHS_VARIABLE}={value!r}: give 0 (fast paths off) or 1 (on, the default), "
+            "or packed or plain (on, large linears always or never packed)"
+        )
+    return value
+
+
+def user_cache_folder(name: str) -> Path:
+    """mtkit's cache folder `name` for this user: $MTKIT_CACHE_DIR/NAME, else $XDG_CACHE_HOME/mtkit/NAME, else
+    ~/.cache/mtkit/NAME (compiled code, the fast paths' measurements)."""
+    if root := os.environ.get("MTKIT_CACHE_DIR"):
+        return Path(root) / name
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtkit" / name
 
 
 def retain_freed_memory() -> bool:

@@ -59,15 +59,16 @@ def test_the_private_onednn_ops_packing_uses_are_in_this_torch():
     torch.testing.assert_close(product, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
-def test_mtkit_fast_paths_takes_0_or_1_and_names_a_bad_value(monkeypatch):
+def test_mtkit_fast_paths_takes_0_1_packed_or_plain_and_names_a_bad_value(monkeypatch):
     from mtkit.errors import MtkitError
-    from mtkit.runtime import fast_paths_enabled
+    from mtkit.runtime import fast_paths_enabled, fast_paths_setting
 
-    for value, enabled in (("0", False), ("1", True), ("", True)):
+    settings = [("0", False, "0"), ("1", True, "1"), ("", True, "1"), (" packed", True, "packed"), ("plain", True, "plain")]
+    for value, enabled, setting in settings:
         monkeypatch.setenv("MTKIT_FAST_PATHS", value)
-        assert fast_paths_enabled() is enabled
+        assert (fast_paths_enabled(), fast_paths_setting()) == (enabled, setting)
     monkeypatch.setenv("MTKIT_FAST_PATHS", "off")
-    with pytest.raises(MtkitError, match=r"MTKIT_FAST_PATHS='off': give 0 \(fast paths off\) or 1"):
+    with pytest.raises(MtkitError, match=r"MTKIT_FAST_PATHS='off': give 0 \(fast paths off\) or 1 .*, or packed or plain"):
         fast_paths_enabled()
 
 

@@ -49,7 +49,7 @@ from mtkit.decoding.terminology.terms import Term, as_terms, encode_term, place_
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
-from mtkit.models.packed import pack_linears
+from mtkit.models.fast_paths import pack_where_faster
 from mtkit.options import EngineName
 from mtkit.run_files import RunFiles
 from mtkit.runtime import fast_paths_enabled, resolve_device, retain_freed_memory
@@ -511,7 +511,7 @@ def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> Loade
     engine = PyTorchEngine(model.eval(), resolve_device(device), shortlist=shortlist)
     if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
-        pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN
+        pack_where_faster(engine.model)  # on CPU, large weights laid out once for oneDNN, where measured faster here
     return LoadedModel(engine=engine, tokenizers=tokenizers, decode=config.decode, normalize=config.data.normalize, config=config,
                        directory=RunFiles.of(paths[0]).path)  # fmt: skip
 

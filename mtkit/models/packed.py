@@ -11,10 +11,13 @@ output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`
 the same parameters and state dict, plus the laid-out copy of its weight (memory: docs/performance.md).
 The copy is used only where it is exact to use it: no autograd, float32 on CPU, and the weight
 unchanged since it was packed (a model trained after loading falls back to `F.linear`). torch
-builds without oneDNN leave the model as it is.
+builds without oneDNN leave the model as it is. Which weight shapes a loaded model has packed is measured
+once per machine (`mtkit.models.fast_paths`): the gain depends on the CPU.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -39,13 +42,18 @@ class PackedLinear(nn.Linear):
             or x.numel() == 0
         ):
             return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(-1, x.size(-1))  # (rows, in)
-        rows = flat.size(0)
-        padded = row_bucket(rows)
-        if padded > rows:
-            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.size(1))])
-        product = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")  # (padded, out)
-        return product[:rows].view(*x.shape[:-1], product.size(1))
+        return packed_product(x, self.packed, self.bias)
+
+
+def packed_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """x (..., in) -> (..., out): the product with a weight laid out by `pack_weight`, rows padded to `row_bucket`."""
+    flat = x.reshape(-1, x.size(-1))  # (rows, in)
+    rows = flat.size(0)
+    padded = row_bucket(rows)
+    if padded > rows:
+        flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.size(1))])
+    product = torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")  # (padded, out)
+    return product[:rows].view(*x.shape[:-1], product.size(1))
 
 
 def row_bucket(rows: int) -> int:
@@ -59,23 +67,37 @@ def row_bucket(rows: int) -> int:
     return -(-rows // step) * step
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Make every large float32 CPU `nn.Linear` of `model` a `PackedLinear`; returns how many were packed.
+def pack_weight(weight: Tensor) -> Tensor:
+    """`weight` (out, in) laid out once for oneDNN (for `packed_product`); RuntimeError or AttributeError from
+    an older or reduced oneDNN build."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
 
-    It changes the class of those module objects (never `nn.Linear` itself), so it is for a model
-    its caller built and owns: `Translator.load` calls it, with `fast_paths=True`, on the models it
-    loaded. Nothing changes when this torch has no oneDNN (the model then runs as before).
-    """
+
+def packable_linears(model: nn.Module) -> list[nn.Linear]:
+    """The plain `nn.Linear` modules of `model` that `pack_linears` may pack: large, float32, on the CPU
+    (none when this torch has no oneDNN)."""
     if not torch.backends.mkldnn.is_available():
-        return 0
-    linears = [
+        return []
+    return [
         m
         for m in model.modules()
         if type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.is_cpu and m.weight.numel() >= SMALLEST
     ]
+
+
+def pack_linears(model: nn.Module, *, where: Callable[[nn.Linear], bool] | None = None) -> int:
+    """Make every large float32 CPU `nn.Linear` of `model` (those `where` accepts, if given) a `PackedLinear`;
+    returns how many were packed.
+
+    It changes the class of those module objects (never `nn.Linear` itself), so it is for a model
+    its caller built and owns: `Translator.load` calls it, with `fast_paths=True`, on the models it
+    loaded, through `mtkit.models.fast_paths.pack_where_faster` (the shapes packing runs faster on this
+    machine). Nothing changes when this torch has no oneDNN (the model then runs as before).
+    """
+    linears = [m for m in packable_linears(model) if where is None or where(m)]
     for module in linears:
         try:
-            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), ROWS_HINT)
+            packed = pack_weight(module.weight)
         except (RuntimeError, AttributeError):  # an older or reduced oneDNN build: keep the plain layer
             return linears.index(module)
         module.__class__ = PackedLinear

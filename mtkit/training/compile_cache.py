@@ -25,6 +25,7 @@ import torch
 
 from mtkit.config import Config
 from mtkit.errors import MtkitError
+from mtkit.runtime import user_cache_folder
 from mtkit.textio import say, write_file
 from mtkit.training.levers import Levers
 
@@ -40,9 +41,7 @@ def cache_folder(config: Config) -> Path:
 
 def default_folder() -> Path:
     """`auto`'s folder: $MTKIT_CACHE_DIR/compile, else $XDG_CACHE_HOME/mtkit/compile, else ~/.cache/mtkit/compile."""
-    if root := os.environ.get("MTKIT_CACHE_DIR"):
-        return Path(root) / "compile"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtkit" / "compile"
+    return user_cache_folder("compile")
 
 
 class CompileCache:

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 
 @pytest.fixture(autouse=True)
 def pack_small_weights(monkeypatch):
-    """The test models are tiny: pack every linear, not only those of a million weights and more."""
+    """The test models are tiny: pack every linear, not only those of a million weights and more, whatever a
+    measurement on this machine would choose (tests/models/test_fast_paths.py)."""
     monkeypatch.setattr(packed_module, "SMALLEST", 0)
+    monkeypatch.setenv("MTKIT_FAST_PATHS", "packed")
 
 
 def test_a_loaded_translator_decodes_with_packed_weights(reverse_run):
