@@ -36,6 +36,8 @@ from mtkit.models.base import EncoderDecoder
 from mtkit.runtime import autocast
 
 CHUNK_ELEMENTS = 1 << 24  # logits of one chunk of the output layer's rows (64 MB of fp32)
+# all_gather_into_tensor under the name torch 2.13 gives it (the old one deprecated there); older torch has the old
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,12 +65,12 @@ def gather_rows(x: Tensor, group: Any) -> tuple[Tensor, list[int]]:
     """Every process's `x` (n_p, ...) one after another in rank order (sum of n_p, ...), and each process's n_p."""
     size = dist.get_world_size(group)
     counts = torch.empty(size, dtype=torch.long, device=x.device)
-    dist.all_gather_into_tensor(counts, torch.tensor([x.size(0)], device=x.device), group=group)
+    _all_gather(counts, torch.tensor([x.size(0)], device=x.device), group=group)
     sizes = counts.tolist()
     longest = max(sizes)
     padded = x if x.size(0) == longest else torch.cat([x, x.new_zeros((longest - x.size(0), *x.shape[1:]))])
     every = x.new_empty((size * longest, *x.shape[1:]))
-    dist.all_gather_into_tensor(every, padded.contiguous(), group=group)
+    _all_gather(every, padded.contiguous(), group=group)
     if min(sizes) < longest:
         every = torch.cat([every[p * longest : p * longest + n] for p, n in enumerate(sizes)])
     return every, sizes
