@@ -119,6 +119,8 @@ class ShardedRowsEmbedding(nn.Module):
 
 
 class _Lookup(torch.autograd.Function):
+    """The vectors of this process's ids (n,) from every process's rows of the sharded weight; gradient into its rows."""
+
     @staticmethod
     def forward(ctx, ids: Tensor, weight: nn.Parameter, rows: Rows, padding_idx: int | None) -> Tensor:  # type: ignore[override]
         local = weight.to_local()  # (V_p, D)
@@ -141,8 +143,8 @@ class _Lookup(torch.autograd.Function):
             own, index = rows.local(every)
             if ctx.padding_idx is not None:
                 own &= every != ctx.padding_idx
-            target = rows_gradient(weight)
-            target.index_add_(0, index[own], grads[own].to(target.dtype), alpha=1.0 / dist.get_world_size(rows.group))
+            rows_grad = rows_gradient(weight)
+            rows_grad.index_add_(0, index[own], grads[own].to(rows_grad.dtype), alpha=1.0 / dist.get_world_size(rows.group))
         return None, None, None, None
 
 
