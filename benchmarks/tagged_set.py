@@ -27,19 +27,18 @@ import html
 import importlib.metadata
 import random
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import common
+from mtkit.data import word_alignment
 from mtkit.textio import file_lines, write_file
 
-TOKEN = re.compile(r"\w+|[^\w\s]")  # a word or one punctuation mark: the tokenisation of alignment and scoring
+TOKEN = word_alignment.TOKEN  # a word or one punctuation mark: the tokenisation of alignment and scoring
 WORD = re.compile(r"\w+")
 TAG_NAMES = ("b", "i", "a")
 MAX_SPAN = 3
-NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
-Links = set[tuple[int, int]]
+Links = word_alignment.Links
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,46 +61,10 @@ def token_spans(text: str) -> list[tuple[int, int]]:
 
 def eflomal_links(sources: list[str], targets: list[str], *, last: int, quick: bool = False) -> list[Links]:
     """The token alignments (source token, target token) of the `last` pairs, eflomal having aligned all of them
-    (it learns from every pair), its two directions joined (`quick`: one sampler and a tenth of its iterations, for
-    the smoke mode)."""
-    from eflomal import Aligner
-
-    def lines(texts: list[str]) -> list[str]:
-        return [" ".join(TOKEN.findall(text)) + "\n" for text in texts]
-
-    with tempfile.TemporaryDirectory(prefix="mtkit-eflomal-") as scratch:
-        forward, reverse = Path(scratch) / "forward", Path(scratch) / "reverse"
-        aligner = Aligner(n_samplers=1, rel_iterations=0.1) if quick else Aligner()
-        aligner.align(lines(sources), lines(targets), links_filename_fwd=str(forward), links_filename_rev=str(reverse))
-        pairs = list(zip(read(forward), read(reverse), strict=True))[len(sources) - last :]
-        return [symmetrize(pharaoh(one), pharaoh(other)) for one, other in pairs]
-
-
-def pharaoh(line: str) -> Links:
-    return {(int(i), int(j)) for i, _, j in (pair.partition("-") for pair in line.split())}
-
-
-def symmetrize(forward: Links, reverse: Links) -> Links:
-    """grow-diag-final-and (Koehn et al., 2005): the links both directions agree on, grown into their neighbours
-    from either direction that align a word not yet aligned, then the rest of either whose two words are both free."""
-    union, links = forward | reverse, forward & reverse
-
-    def free(i: int, j: int) -> bool:
-        return all(i != a for a, _ in links) or all(j != b for _, b in links)
-
-    grew = True
-    while grew:
-        grew = False
-        for i, j in sorted(links):
-            for di, dj in NEIGHBOURS:
-                link = (i + di, j + dj)
-                if link in union and link not in links and free(*link):
-                    links.add(link)
-                    grew = True
-    for i, j in sorted(forward - links) + sorted(reverse - links):
-        if all(i != a for a, _ in links) and all(j != b for _, b in links):
-            links.add((i, j))
-    return links
+    (it learns from every pair), its two directions joined (`quick`: one sampler and fewer iterations, for the smoke
+    mode)."""
+    found = word_alignment.eflomal_links([TOKEN.findall(t) for t in sources], [TOKEN.findall(t) for t in targets], quick=quick)
+    return [word_alignment.symmetrized(forward, reverse) for forward, reverse in found[len(sources) - last :]]
 
 
 def counterpart(links: Links, start: int, end: int) -> tuple[int, int] | None:

@@ -5,7 +5,9 @@
 
 The set's source document (NAME.source.html as tagged_set writes it: one <p> a caption) is translated
   (a) by mtkit's html format: read into blocks, `pipeline.translate_blocks` (one caption a block, --split-by lines),
-      the tags placed over the words their source words align to, the document written back;
+      the tags placed over the words their source words align to, the document written back: aligned by eflomal
+      with the run's word priors (`mtkit priors RUN`) when it has them, and again (mtkit_attention) by the model's
+      attention;
   (b) with the tags stripped: the plain captions (what translating the untagged source gives);
   (c) naively: each caption's tagged HTML given to the model as text.
 For (a) and (c): the share of captions whose output is well-formed (every tag closed in order, no stray closing
@@ -37,6 +39,7 @@ from benchmarks import common, tagged_set
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
 from mtkit.documents import pipeline
+from mtkit.documents.aligner import TagAligner, aligner_of
 from mtkit.documents.blocks import Block, Span
 from mtkit.documents.formats import DocumentLimits, format_named, read_document
 from mtkit.documents.tags import markup, place_spans
@@ -161,6 +164,7 @@ def mtkit_way(translator: Translator, document_text: str, decoding: Decoding) ->
     with contextlib.ExitStack() as timing:
         for name in STAGE_STEPS:
             timing.enter_context(timed_calls(pipeline, name, seconds))
+        timing.enter_context(timed_calls(TagAligner, "links", seconds))
         start = time.perf_counter()
         translated = pipeline.translate_blocks(translator, document.blocks, decoding=decoding, split_by=SplitBy.LINES)
         seconds["blocks"] = time.perf_counter() - start
@@ -172,20 +176,21 @@ def mtkit_way(translator: Translator, document_text: str, decoding: Decoding) ->
 
 def time_shares(seconds: dict[str, float]) -> dict:
     """Each step's seconds, and the share of the stage's own work (parse, mask, place, render) in the whole."""
-    overhead = seconds["parse"] + sum(seconds[name] for name in STAGE_STEPS) + seconds["render"]
+    overhead = seconds["parse"] + sum(seconds[name] for name in (*STAGE_STEPS, "links")) + seconds["render"]
     whole = seconds["parse"] + seconds["blocks"] + seconds["render"]
     return {**{name: round(value, 4) for name, value in seconds.items()}, "stage_share": overhead / whole}
 
 
-def forced_placement(translator: Translator, rows: Sequence[dict], decoding: Decoding) -> dict:
-    """Placement with the reference forced as the output: the tags placed over it by its alignments, against the
-    set's spans (tags not placed on the reference's words count as misses)."""
+def forced_placement(translator: Translator, rows: Sequence[dict], decoding: Decoding, aligner: TagAligner | None) -> dict:
+    """Placement with the reference forced as the output: the tags placed over it by `aligner` (else the model's
+    alignments), against the set's spans (tags not placed on the reference's words count as misses)."""
     blocks = [source_block(row) for row in rows]
     aligned = dataclasses.replace(decoding, alignments=True)
     found = translator.translate_nbest([block.text for block in blocks], aligned, prefixes=[row["reference"] for row in rows])
+    links = aligner.links([(b.text, best[0].text) for b, best in zip(blocks, found, strict=True)]) if aligner else None
     fragments = []
-    for block, best in zip(blocks, found, strict=True):
-        placed = place_spans(block, best[0])
+    for n, (block, best) in enumerate(zip(blocks, found, strict=True)):
+        placed = place_spans(block, best[0], token_links=links[n] if links is not None else None)
         fragments.append(read_fragment(render_html(placed)))
     figures = tag_figures(fragments, rows)
     return {key: figures[key] for key in ("tags_kept", "placement_exact", "placement_overlap_f1")}
@@ -212,10 +217,14 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     references = [row["reference"] for row in rows]
     decoding = Decoding(beam=args.beam)
     translator.translate_nbest([row["source"] for row in rows[:16]], decoding)  # warm-up
+    aligner = aligner_of(translator.directory)  # the run's word priors (`mtkit priors`), if it has them
     outputs, seconds = mtkit_way(translator, document_text, decoding)
     if len(outputs) != len(rows):
         raise SystemExit(f"tags: {len(outputs)} paragraphs came back for {len(rows)} captions")
     mtkit = [read_fragment(output) for output in outputs]
+    directory, translator.directory = translator.directory, None  # the model's attention places the tags
+    attention = [read_fragment(output) for output in mtkit_way(translator, document_text, decoding)[0]]
+    translator.directory = directory
     stripped = [best[0].text for best in translator.translate_nbest([row["source"] for row in rows], decoding)]
     naive = [read_fragment(best[0].text) for best in translator.translate_nbest(lines, decoding)]
     report = {
@@ -229,10 +238,12 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "tags": sum(len(row["tags"]) for row in rows),
         "ways": {
             "mtkit": {**tag_figures(mtkit, rows), "bleu": bleu([f.text for f in mtkit], references)},
+            "mtkit_attention": {**tag_figures(attention, rows), "bleu": bleu([f.text for f in attention], references)},
             "stripped": {"tags_kept": 0.0, "bleu": bleu(stripped, references)},
             "naive": {**tag_figures(naive, rows), "bleu": bleu([f.text for f in naive], references)},
         },
-        "forced_reference": forced_placement(translator, rows, decoding),
+        "aligner": "eflomal with the run's word priors" if aligner is not None else "the model's attention",
+        "forced_reference": forced_placement(translator, rows, decoding, aligner),
         "time": time_shares(seconds),
     }
     report["bleu_gap_to_stripped"] = report["ways"]["mtkit"]["bleu"] - report["ways"]["stripped"]["bleu"]
@@ -270,6 +281,7 @@ def print_table(report: dict) -> None:
             figures.append(f"placement {100 * row['placement_exact']:.1f}% (overlap F1 {row['placement_overlap_f1']:.2f})")
         print(f"{name:9} " + ", ".join(figures))
     forced = report["forced_reference"]
+    print(f"tags placed by {report['aligner']}")
     print(f"reference forced: placement {100 * forced['placement_exact']:.1f}% (overlap F1 {forced['placement_overlap_f1']:.2f})")
     gap, share = report["bleu_gap_to_stripped"], 100 * report["time"]["stage_share"]
     print(f"BLEU gap to the stripped way {gap:+.2f}; the stage's time share {share:.1f}%")

@@ -384,6 +384,28 @@ def shortlist_command(
     typer.echo(describe(shortlist, path), err=True)
 
 
+@app.command("priors")
+def priors_command(
+    run: Annotated[Path, typer.Argument(help="Run directory whose word-alignment priors to build.")],
+    lines: Annotated[int, typer.Option(min=1, help="Training pairs aligned at most (a seeded sample).")] = SHORTLIST.lines,
+    src: Annotated[
+        Optional[Path], typer.Option(help="With --tgt: a parallel corpus to align instead of the run's prepared training data.")
+    ] = None,
+    tgt: Annotated[Optional[Path], typer.Option(help="With --src: its translations, one per line.")] = None,
+) -> None:
+    """Build RUN/word_priors.txt: eflomal's word-alignment priors from the run's training corpus. translate, evaluate
+    and serve then place the inline tags of a document (--format html, xml, markdown, xliff) by eflomal's alignment
+    of each sentence with its translation, guided by them, instead of the model's attention."""
+    from mtkit.decoding.shortlist import build_word_priors
+    from mtkit.documents.aligner import save_priors
+
+    path = RunFiles.of(run).word_priors
+    typer.echo(f"mtkit priors: aligning up to {lines} pairs with eflomal", err=True)
+    priors, info = build_word_priors(run, ShortlistBuild(lines=lines, src=src, tgt=tgt))
+    save_priors(path, priors, info)
+    typer.echo(f"{path}: priors of {info['lines']} pairs, {priors.count(chr(10))} lines", err=True)
+
+
 LIMITS = ServeLimits()  # the server's defaults, stated once
 BatchLines = Annotated[
     int,

@@ -15,6 +15,7 @@ which also says which checkpoint `-m RUN` means.
     RUN/train.lock      held by the one training that writes the directory
     RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
     RUN/shortlist.safetensors  the vocabulary shortlist `mtkit shortlist RUN` built (search's output layer, cut)
+    RUN/word_priors.txt        eflomal's word-alignment priors `mtkit priors RUN` built (they place inline tags)
 
 Which checkpoint `-m RUN` means is decided here (`RunFiles.chosen_weights`, `checkpoint_file`); the
 validation score it compares is read from the checkpoints by `mtkit.models.checkpoint.resolve_checkpoint`,
@@ -99,6 +100,10 @@ class RunFiles:
     def shortlist(self) -> Path:
         return self.path / "shortlist.safetensors"
 
+    @property
+    def word_priors(self) -> Path:
+        return self.path / "word_priors.txt"
+
     def weights(self, stem: str) -> Path:
         """RUN/<stem>.pt: best, last, ema or average."""
         return self.path / f"{stem}.pt"
@@ -116,9 +121,9 @@ class RunFiles:
         return self.path / f"at_{label}.pt"
 
     def training_outputs(self) -> list[Path]:
-        """What a training writes besides config.yaml and the TensorBoard folder, and the shortlist built from its
-        data: what `--overwrite` deletes."""
-        named = [self.last, self.best, self.ema, self.average, self.log, self.curves, self.shortlist]
+        """What a training writes besides config.yaml and the TensorBoard folder, and the shortlist and priors built
+        from its data: what `--overwrite` deletes."""
+        named = [self.last, self.best, self.ema, self.average, self.log, self.curves, self.shortlist, self.word_priors]
         return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
 
     def leftover_temporaries(self) -> list[Path]:

@@ -1,4 +1,4 @@
-"""benchmarks/tagged_set.py: the alignments' symmetrisation, which spans have a counterpart, and the set its smoke
+"""benchmarks/tagged_set.py: which spans have a counterpart, and the set its smoke
 mode builds (the tag benchmark that reads it runs in tests/system/test_benchmarks.py)."""
 
 from __future__ import annotations
@@ -10,15 +10,7 @@ import re
 from pathlib import Path
 
 from benchmarks.common import smoke_corpus
-from benchmarks.tagged_set import TOKEN, build, counterpart, draw_tags, side_path, symmetrize
-
-
-def test_grow_diag_final_and_keeps_agreement_and_grows_next_to_it() -> None:
-    forward = {(0, 0), (1, 1), (4, 4)}
-    reverse = {(0, 0), (0, 3), (4, 5)}
-    # (1, 1) grows from (0, 0), its neighbour; (4, 4) comes in at the end, both its words free; (0, 3) and (4, 5)
-    # never do: their source words are taken by then
-    assert symmetrize(forward, reverse) == {(0, 0), (1, 1), (4, 4)}
+from benchmarks.tagged_set import TOKEN, build, counterpart, draw_tags, side_path
 
 
 def test_a_counterpart_is_contiguous_and_consistent() -> None:

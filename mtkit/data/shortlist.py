@@ -16,13 +16,13 @@ their source's shortlist.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from mtkit.data.word_alignment import eflomal_links
 from mtkit.errors import MtkitError
 from mtkit.textio import write_file
 
@@ -96,24 +96,8 @@ def _check_ids(path: Path, candidates: np.ndarray, frequent: np.ndarray, *, src_
 def align_pieces(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """eflomal's word alignments of each pair of id sequences, both directions joined: per pair (links, 2) of
     (source position, target position). Pairs with an empty side get no links."""
-    try:
-        import eflomal
-    except ImportError:
-        raise MtkitError("building a shortlist needs the eflomal aligner: pip install 'mtkit[align]'") from None
-
-    kept = [n for n, (source, target) in enumerate(zip(sources, targets, strict=True)) if source and target]
-    found = [np.zeros((0, 2), dtype=np.int64) for _ in sources]
-    if not kept:
-        return found
-    as_text = [" ".join(map(str, sources[n])) for n in kept], [" ".join(map(str, targets[n])) for n in kept]
-    with tempfile.TemporaryDirectory(prefix="mtkit-align-") as scratch:
-        forward, reverse = Path(scratch, "forward"), Path(scratch, "reverse")
-        eflomal.Aligner().align(*as_text, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
-        lines = zip(forward.read_text().splitlines(), reverse.read_text().splitlines(), strict=True)
-        for n, (ahead, back) in zip(kept, lines, strict=True):
-            links = {tuple(map(int, link.split("-"))) for link in f"{ahead} {back}".split()}
-            found[n] = np.array(sorted(links), dtype=np.int64).reshape(-1, 2)
-    return found
+    found = eflomal_links([list(map(str, source)) for source in sources], [list(map(str, target)) for target in targets])
+    return [np.array(sorted(ahead | back), dtype=np.int64).reshape(-1, 2) for ahead, back in found]
 
 
 def shortlist_from_links(

@@ -406,7 +406,8 @@ def load_export(directory: Path | str, device: str = "cpu", *, compute_type: str
         alignment_layer=manifest.get("alignment_layer"),
         vocabulary_map=(directory / VOCABULARY_MAP).is_file(),
     )
-    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=given.data.normalize, config=recipe)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=decode, normalize=given.data.normalize, config=recipe,
+                       directory=Path(directory))  # fmt: skip
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

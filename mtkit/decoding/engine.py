@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -295,6 +296,7 @@ class LoadedModel:
     decode: DecodeConfig
     normalize: str = "NFC"
     config: Config | None = None  # the training recipe, when loaded from a run or an export
+    directory: Path | None = None  # the run or export directory it was loaded from: its other files (word priors)
 
 
 def output_cap(source_length: int, decode: DecodeConfig, *, max_positions: int) -> int:

@@ -7,10 +7,14 @@ as the model's own and computes only those rows of its output layer (`mtkit.mode
 Each step's log-probabilities are normalised over the batch's vocabulary (as Marian's shortlists and
 CTranslate2's vocabulary map do), so a hypothesis's score is the model's given that vocabulary; `mtkit score`
 never uses a shortlist.
+
+`mtkit priors RUN` reads the same training pairs for eflomal's word-alignment priors (`build_word_priors`), with
+which the documents stage places inline tags.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from itertools import islice
@@ -24,6 +28,7 @@ from mtkit.config import Config, config_from_dict
 from mtkit.data.shortlist import MOST_K, Shortlist, align_pieces, shortlist_from_links
 from mtkit.data.store import load_prepared
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizerPair
+from mtkit.data.word_alignment import TOKEN, corpus_priors
 from mtkit.decoding.options import ShortlistBuild
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.base import DecoderState, EncoderDecoder, OutputRows, padding_hint
@@ -40,9 +45,7 @@ def build_shortlist(run: Path, build: ShortlistBuild) -> Shortlist:
     `build.lines`), or of the parallel corpus `build.src`/`build.tgt`; its coverage of the validation references."""
     if not 1 <= build.k <= MOST_K:
         raise OptionError("k", "{k} {value}: give 1 to {most}, such as 100", value=build.k, most=MOST_K)
-    payload = read_checkpoint(run, mmap=True)  # the tokenizers and recipe; the weights stay on disk
-    config = config_from_dict(payload["config"], source=str(run), saved=True)
-    tokenizers = checkpoint_tokenizers(payload)
+    config, tokenizers = _recipe(run)
     sources, targets = _pairs(run, config, tokenizers, build)
     shortlist = shortlist_from_links(
         sources,
@@ -58,6 +61,22 @@ def build_shortlist(run: Path, build: ShortlistBuild) -> Shortlist:
     size = float(np.mean([len(shortlist.pieces([source])) for source in (valid or (sources, targets))[0][:1000]] or [0]))
     info = shortlist.info | {"coverage": coverage, "mean_size": round(size, 1), "aligner": "eflomal"}
     return replace(shortlist, info=info)
+
+
+def build_word_priors(run: Path, build: ShortlistBuild) -> tuple[str, dict[str, str | int]]:
+    """eflomal's word-alignment priors (`word_alignment.corpus_priors`) of the pairs a shortlist of `run` aligns
+    (`build.lines` of its prepared training data, or `build.src`/`build.tgt`), as text; and how they were built."""
+    config, tokenizers = _recipe(run)
+    sources, targets = _pairs(run, config, tokenizers, build)
+    texts = [tokenizers.src.decode(ids) for ids in sources], [tokenizers.tgt.decode(ids) for ids in targets]
+    info = {"lines": len(sources), "aligner": f"eflomal {importlib.metadata.version('eflomal')}", "tokens": TOKEN.pattern}
+    return corpus_priors(*texts), info
+
+
+def _recipe(run: Path) -> tuple[Config, TokenizerPair]:
+    """The recipe and tokenizers of run directory `run` (its weights stay on disk)."""
+    payload = read_checkpoint(run, mmap=True)
+    return config_from_dict(payload["config"], source=str(run), saved=True), checkpoint_tokenizers(payload)
 
 
 def special_ids(tokenizers: TokenizerPair) -> list[int]:

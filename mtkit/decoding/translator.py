@@ -51,6 +51,7 @@ from mtkit.models.checkpoint import load_model
 from mtkit.models.ensemble import Ensemble, check_same_vocabularies
 from mtkit.models.packed import pack_linears
 from mtkit.options import EngineName
+from mtkit.run_files import RunFiles
 from mtkit.runtime import fast_paths_enabled, resolve_device, retain_freed_memory
 from mtkit.textio import model_text
 
@@ -82,12 +83,11 @@ class Translator:
         decode: DecodeConfig,
         normalize: str = "NFC",
         config: Config | None = None,
+        directory: Path | None = None,
     ) -> None:
-        self.engine = engine
-        self.tokenizers = tokenizers
-        self.decode = decode
-        self.normalize = normalize
+        self.engine, self.tokenizers, self.decode, self.normalize = engine, tokenizers, decode, normalize
         self.config = config  # the training recipe, when loaded from a run or an export
+        self.directory = directory  # the run or export directory it was loaded from, if any
         self.languages = Languages(config, tokenizers)
 
     @classmethod
@@ -118,7 +118,8 @@ class Translator:
     @classmethod
     def over(cls, loaded: LoadedModel) -> Translator:
         """A translator over a loaded engine (`ct2_engine.load_export`, or checkpoints)."""
-        return cls(loaded.engine, loaded.tokenizers, decode=loaded.decode, normalize=loaded.normalize, config=loaded.config)
+        return cls(loaded.engine, loaded.tokenizers, decode=loaded.decode, normalize=loaded.normalize, config=loaded.config,
+                   directory=loaded.directory)  # fmt: skip
 
     def require(self, capability: Capability, option: str) -> None:
         """One clear error when `option` needs a capability this engine lacks."""
@@ -511,7 +512,8 @@ def _load_checkpoints(paths: list[Path], device: str, fast_paths: bool) -> Loade
     if fast_paths and fast_paths_enabled():  # MTKIT_FAST_PATHS=0: neither, even when asked
         retain_freed_memory()  # each step's (rows x vocabulary) log-probabilities are not page-faulted in again
         pack_linears(engine.model)  # on CPU, large weights laid out once for oneDNN
-    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=config.decode, normalize=config.data.normalize, config=config)
+    return LoadedModel(engine=engine, tokenizers=tokenizers, decode=config.decode, normalize=config.data.normalize, config=config,
+                       directory=RunFiles.of(paths[0]).path)  # fmt: skip
 
 
 def split_points(pieces: Sequence[str], limit: int) -> list[int]:

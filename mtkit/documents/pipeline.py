@@ -3,8 +3,9 @@
 1. placeholders are masked (`placeholders`), so the model never sees or changes them;
 2. each block is cut into sentences (`sentences`, with --split-by sentences) that are translated together, and
    rebuilt with the block's own spacing;
-3. with markup, the translations carry word alignments and each span is put back around the target words its
-   source words align to (`tags`); placeholders come back exactly, once per occurrence.
+3. with markup, each span is put back around the target words its source words align to (`tags`): aligned by
+   eflomal with the run's priors where it has them (`aligner`), else by the model's attention; placeholders come
+   back exactly, once per occurrence.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translation, Translator
+from mtkit.documents.aligner import TagAligner, aligner_of
 from mtkit.documents.blocks import Block
 from mtkit.documents.formats import Document, DocumentLimits, check_size, format_named, read_document
 from mtkit.documents.placeholders import mask_placeholders, space_placeholders
@@ -43,19 +45,31 @@ def translate_blocks(
     translator: Translator, blocks: Sequence[Block], *, decoding: Decoding, split_by: SplitBy | None = None
 ) -> list[Block]:
     """Each block translated, its spans placed over the translation (each exactly once)."""
-    masked = [mask_placeholders(block) for block in blocks]
-    found = translate_texts(translator, [block.text for block in masked], decoding=aligned(decoding, masked), split_by=split_by)
-    return placed(masked, found)
+    masked, aligner = [mask_placeholders(block) for block in blocks], aligner_of(translator.directory)
+    decoding = aligned(decoding, masked, aligner)
+    found = translate_texts(translator, [block.text for block in masked], decoding=decoding, split_by=split_by)
+    return placed(masked, found, aligner=aligner)
 
 
-def aligned(decoding: Decoding, masked: Sequence[Block]) -> Decoding:
-    """`decoding`, with word alignments when a block has spans to place."""
-    return dataclasses.replace(decoding, alignments=True) if any(block.spans for block in masked) else decoding
+def aligned(decoding: Decoding, masked: Sequence[Block], aligner: TagAligner | None) -> Decoding:
+    """`decoding`, with the model's word alignments when a block has spans to place and no aligner places them."""
+    if aligner is None and any(block.spans for block in masked):
+        return dataclasses.replace(decoding, alignments=True)
+    return decoding
 
 
-def placed(masked: Sequence[Block], found: Sequence[Sequence[Translation]]) -> list[Block]:
-    """Each block's spans placed over its best translation."""
-    return [space_placeholders(place_spans(block, best[0])) for block, best in zip(masked, found, strict=True)]
+def placed(masked: Sequence[Block], found: Sequence[Sequence[Translation]], *, aligner: TagAligner | None) -> list[Block]:
+    """Each block's spans placed over its best translation, by `aligner`'s links (all blocks' in one call) or the
+    translation's own alignment."""
+    best = [translations[0] for translations in found]
+    tagged = [n for n, block in enumerate(masked) if block.spans]
+    links: dict[int, list[tuple[int, int]]] = {}
+    if aligner is not None and tagged:
+        links = dict(zip(tagged, aligner.links([(masked[n].text, best[n].text) for n in tagged]), strict=True))
+    return [
+        space_placeholders(place_spans(block, translation, token_links=links.get(n)))
+        for n, (block, translation) in enumerate(zip(masked, best, strict=True))
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +101,10 @@ class DocumentBatch:
     def texts(self) -> list[str]:
         return [block.text for block in self.masked]
 
-    def written(self, found: Sequence[Sequence[Translation]]) -> list[TranslatedDocument]:
-        """Each document with `found`, the translations of `texts` in order, in place of its blocks."""
-        blocks, out, start = placed(self.masked, found), [], 0
+    def written(self, found: Sequence[Sequence[Translation]], *, aligner: TagAligner | None) -> list[TranslatedDocument]:
+        """Each document with `found`, the translations of `texts` in order, in place of its blocks (tags placed by
+        `aligner`, else by the translations' alignments)."""
+        blocks, out, start = placed(self.masked, found, aligner=aligner), [], 0
         for document in self.documents:
             mine = blocks[start : start + len(document.blocks)]
             out.append(TranslatedDocument(markup=document.render(mine), text=" ".join(map(plain, mine))))
@@ -111,9 +126,10 @@ def translate_documents(
     (`split_by`, `language`: as `translate_texts` reads them)."""
     names = [f"document {number}" for number in range(1, len(sources) + 1)]
     batch = DocumentBatch.read(sources, document_format=document_format, names=names, limits=limits)
-    decoding = aligned(decoding, batch.masked)
-    found = translate_texts(translator, batch.texts, decoding=decoding, split_by=split_by, language=language)
-    return batch.written(found)
+    aligner = aligner_of(translator.directory)
+    found = translate_texts(translator, batch.texts, decoding=aligned(decoding, batch.masked, aligner), split_by=split_by,
+                            language=language)  # fmt: skip
+    return batch.written(found, aligner=aligner)
 
 
 def plain_texts(sources: Sequence[str], *, document_format: str, names: Sequence[str], limits: DocumentLimits) -> list[str]:

@@ -1,7 +1,9 @@
 """Inline markup put back over a translation by its word alignments, and a block written out with its markup.
 
 Words are the block's whitespace-separated tokens: those of mtkit's alignments (`decoding.alignment`, where a
-SentencePiece word starts at each "▁", i.e. after whitespace). A tag goes around the hull of the target words its
+SentencePiece word starts at each "▁", i.e. after whitespace). With an aligner's links (`documents.aligner`, eflomal
+guided by the run's priors) they are finer: `tokens`, each word cut into its words and punctuation marks, so a tag
+around "Hut" in "Hut," can go around "hat" in "hat,". A tag goes around the hull of the target words its
 source words align to; an empty span (an empty element, a placeholder) or a span with no aligned word goes after the
 target word aligned to the nearest source word before it (else at the start). Hulls that cross are repaired so the
 output nests as the source did: a child is clipped inside its parent, siblings are kept apart (the later one starts
@@ -21,10 +23,12 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
+from mtkit.data import word_alignment
 from mtkit.decoding.translator import Translation
 from mtkit.documents.blocks import Block, Span, SpanKind
 
 TOKEN = re.compile(r"(?:\S|[\x0b\x1c-\x1f\x85])+")
+TOKEN_IN_WORD = word_alignment.TOKEN
 # How SentencePiece's default normaliser (nmt_nfkc) cuts words where Python's str.split does not: characters it turns
 # into a space, Python whitespace that does not separate words, and control characters it drops.
 SPACED = frozenset("\u061c\u200b\u200c\u200e\u200f\u2581\ufeff\ufffd")
@@ -33,12 +37,21 @@ DROPPED = frozenset([*map(chr, range(0x01, 0x09)), "\x0b", *map(chr, range(0x0E,
 Gaps = tuple[int, int]  # a span over target words [start, end) in word positions; start == end: empty, before word `start`
 
 
-def place_spans(block: Block, translation: Translation) -> Block:
-    """The translated block: `translation`'s text with every span of `block` placed over it exactly once."""
+def place_spans(block: Block, translation: Translation, *, token_links: Sequence[tuple[int, int]] | None = None) -> Block:
+    """The translated block: `translation`'s text with every span of `block` placed over it exactly once.
+
+    token_links: (source token, target token) pairs of `tokens` of the two texts, from an aligner
+    (`documents.aligner`); None: the translation's own word alignment, from the model's attention.
+    """
     if not block.spans:
         return Block(text=translation.text)
-    target_words = words(translation.text)
-    source_words = _SourceWords(block.text, translation, len(target_words))
+    if token_links is not None:
+        target_words = tokens(translation.text)
+        source_words = _SourceWords(tokens(block.text), token_links, len(target_words))
+    else:
+        target_words = words(translation.text)
+        pairs = translation.source_alignment if translation.source_alignment is not None else translation.alignment
+        source_words = _SourceWords(words(block.text), pairs or [], len(target_words))
     wanted = [source_words.wanted(span) for span in block.spans]
     children = span_tree(block.spans)
     placed: list[Span] = []
@@ -108,6 +121,12 @@ def words(text: str) -> list[tuple[int, int]]:
     return found
 
 
+def tokens(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each token of `text` that word alignment reads (`word_alignment.TOKEN`: a word or one
+    punctuation mark), within the words of `words`."""
+    return [match.span() for start, end in words(text) for match in TOKEN_IN_WORD.finditer(text, start, end)]
+
+
 @functools.lru_cache(maxsize=4096)
 def _boundary(char: str) -> str:
     """ "space" for a character SentencePiece reads as a space, "start" for one that starts a word, else ""."""
@@ -148,12 +167,10 @@ class _SourceWords:
     """The block's words with the target words aligned to each (pairs past either side's words left out), and where
     an empty span after each would go; searched by character offset in logarithmic time."""
 
-    def __init__(self, text: str, translation: Translation, target_count: int) -> None:
-        found = words(text)
+    def __init__(self, found: Sequence[tuple[int, int]], pairs: Sequence[tuple[int, int]], target_count: int) -> None:
         self.starts, self.ends = [start for start, _ in found], [end for _, end in found]
         self.targets: list[list[int]] = [[] for _ in found]
-        pairs = translation.source_alignment if translation.source_alignment is not None else translation.alignment
-        for source, target in pairs or []:
+        for source, target in pairs:
             if source < len(found) and target < target_count:
                 self.targets[source].append(target)
         self.after: list[int] = []  # per word: the gap after the last target of the nearest aligned word up to it

@@ -12,6 +12,7 @@ puts its language codes in front of the source and forces the target's, as with 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -34,6 +35,7 @@ from mtkit.importers.names import depths
 from mtkit.models.checkpoint import load_model, resolve_checkpoint
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
 from mtkit.options import Quantization
+from mtkit.run_files import RunFiles
 from mtkit.textio import write_file
 
 FORMAT = "mtkit-ctranslate2-1"
@@ -69,6 +71,9 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
         shortlist = load_run_shortlist(model_path, tokenizers)
         if shortlist is not None:
             write_file(staging / VOCABULARY_MAP, vocabulary_map(shortlist, tokenizers))
+        priors = RunFiles.of(model_path).word_priors
+        if priors.is_file():  # what places a document's inline tags, as in the run
+            shutil.copyfile(priors, staging / priors.name)
         manifest = _manifest(config, resolve_checkpoint(model_path), quantization, positions)
         write_file(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return output_dir

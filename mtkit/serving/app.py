@@ -35,6 +35,7 @@ from mtkit.config import TEMPERATURE
 from mtkit.decoding.options import SEED_LIMIT, Decoding, Sampling
 from mtkit.decoding.terminology.terms import Term, as_terms
 from mtkit.decoding.translator import Translation, Translator
+from mtkit.documents.aligner import aligner_of
 from mtkit.documents.formats import FORMATS, DocumentLimits, DocumentTooLarge
 from mtkit.documents.pipeline import DocumentBatch
 from mtkit.documents.sentences import SentenceSplitter, sentence_splitter
@@ -150,6 +151,7 @@ class TranslationService:
 
     def __init__(self, translator: Translator, limits: ServeLimits, *, comet: CometScorer | None = None) -> None:
         self.translator, self.limits, self.comet = translator, limits, comet
+        self.aligner = aligner_of(translator.directory)  # what places a document's tags, else the model's attention
         self.batcher = Batcher(translator, max_wait=limits.max_wait_ms / 1000, max_queue=limits.max_queue,
                                workers=limits.workers, batch_lines=limits.batch_lines, chunk_work=limits.chunk_work)  # fmt: skip
         self.reranks = RerankJobs(limits.max_reranks)
@@ -168,7 +170,7 @@ class TranslationService:
     async def translate(self, body: TranslateRequest, request: Request) -> dict[str, Any]:
         """The answer to one request: checked, queued, decoded and reranked within its deadline while its client waits."""
         limits = self.limits
-        body, documents = _documents(body, limits)
+        body, documents = _documents(body, limits, placed_by_model=self.aligner is None)
         reranker = _reranker(body, self.comet)
         decoding, splitter, line_work = _decoding(self.translator, body, limits, reranker)
         deadline = Deadline.after(limits.request_timeout)
@@ -187,7 +189,10 @@ class TranslationService:
             raise HTTPException(503, busy, headers={"Retry-After": "1"}) from None
         except MtkitError as err:
             raise HTTPException(400, worded(err)) from None
-        return _answer(body, found) if documents is None else {"translations": [d.markup for d in documents.written(found)]}
+        if documents is None:
+            return _answer(body, found)
+        written = await asyncio.to_thread(documents.written, found, aligner=self.aligner)  # eflomal runs off the loop
+        return {"translations": [document.markup for document in written]}
 
 
 def _answer(body: TranslateRequest, found: list[list[Translation]]) -> dict[str, Any]:
@@ -286,9 +291,11 @@ def _check_size(body: TranslateRequest, limits: ServeLimits) -> None:
         raise HTTPException(413, f"{characters} characters in one request; the limit is {limits.max_chars}")
 
 
-def _documents(body: TranslateRequest, limits: ServeLimits) -> tuple[TranslateRequest, DocumentBatch | None]:
-    """A request of documents as a request of their blocks' texts (with alignments, to place their markup), and the
-    documents to write the translations back into; a request of text as it is."""
+def _documents(
+    body: TranslateRequest, limits: ServeLimits, *, placed_by_model: bool
+) -> tuple[TranslateRequest, DocumentBatch | None]:
+    """A request of documents as a request of their blocks' texts (with alignments where the model's place their
+    markup), and the documents to write the translations back into; a request of text as it is."""
     if body.format == "text":
         return body, None
     for name, given in (("prefix", body.prefix), ("constraints", body.constraints), ("rerank", body.rerank)):
@@ -307,7 +314,7 @@ def _documents(body: TranslateRequest, limits: ServeLimits) -> tuple[TranslateRe
     if len(documents.texts) > limits.max_lines:
         blocks = f"{len(documents.texts)} blocks of text"
         raise HTTPException(413, f"the documents of this request hold {blocks}; the limit is {limits.max_lines} (--max-lines)")
-    alignments = body.alignments or any(block.spans for block in documents.masked)
+    alignments = body.alignments or (placed_by_model and any(block.spans for block in documents.masked))
     return body.model_copy(update={"text": documents.texts, "alignments": alignments}), documents
 
 

@@ -22,6 +22,7 @@ class StubTranslator:
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.decode, self.config = DecodeConfig(), None  # what the sentence splitter reads: decode.split_by, src_lang
+        self.directory = None  # no run: no word priors, the translation's alignment places tags
 
     def translate_nbest(self, texts: Sequence[str], decoding: Decoding, *, splitter: object = None) -> list[list[Translation]]:
         self.texts += texts

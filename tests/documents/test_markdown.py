@@ -170,6 +170,8 @@ def test_empty_emphasis_is_left_out() -> None:
 class ReversingTranslator:
     """A stand-in for a model: each text's words in reverse order, word i aligned to word n-1-i."""
 
+    directory = None  # no run, no word priors: the translation's alignment places tags
+
     def translate_nbest(self, texts: list[str], decoding: object = None, **_: object) -> list[list[Translation]]:
         found = []
         for text in texts:

@@ -12,15 +12,17 @@ LIMITS = ServeLimits(max_lines=4, max_chars=200)
 
 def refused(limits: ServeLimits = LIMITS, **fields: object) -> HTTPException:
     with pytest.raises(HTTPException) as caught:
-        _documents(TranslateRequest(**fields), limits)
+        _documents(TranslateRequest(**fields), limits, placed_by_model=True)
     assert "\n" not in caught.value.detail
     return caught.value
 
 
-def test_a_request_of_documents_is_one_of_their_blocks_with_alignments() -> None:
-    body, documents = _documents(TranslateRequest(text=["<p>a <b>b</b></p><p>c</p>", "<h1>d</h1>"], format="html"), LIMITS)
+def test_a_request_of_documents_is_one_of_their_blocks_with_alignments_where_the_model_places_tags() -> None:
+    request = TranslateRequest(text=["<p>a <b>b</b></p><p>c</p>", "<h1>d</h1>"], format="html")
+    body, documents = _documents(request, LIMITS, placed_by_model=True)
     assert body.text == ["a b", "c", "d"] and body.alignments and documents is not None
-    assert _documents(TranslateRequest(text=["<p>a</p>"]), LIMITS)[1] is None  # text: as it is
+    assert not _documents(request, LIMITS, placed_by_model=False)[0].alignments  # an aligner places them: no attention
+    assert _documents(TranslateRequest(text=["<p>a</p>"]), LIMITS, placed_by_model=True)[1] is None  # text: as it is
 
 
 def test_documents_past_the_bounds_are_413() -> None:

@@ -49,13 +49,14 @@ KEYS = {
     "import_memory": {"date", "machine", "shape", "safetensors_mb", "write_seconds", "import", "peak_over_file",
                       "growth_over_file"},
     "lora_memory": {"date", "machine", "versions", "batch_pairs", "length", "rank", "shapes"},
+    "lora_quality": {"date", "machine", "parent", "children", "tests", "gain_kept"},
     "gpu_check": {"machine", "parts", "matmul_tflop_per_s", "speed", "profile", "parity", "compile", "big_compiled"},
     "transformers_export": {"date", "model", "form", "sentences", "max_log_prob_gap", "greedy_identical", "beam5_bleu",
                             "beam5_identical"},
     "terminology": {"date", "model", "machine", "device", "matmul_gflop_per_s", "ngrams", "glossary_entries", "glossary",
                     "matmul_gflop_per_s_after"},
     "tagged_set": {"date", "data", "seed", "aligner", "sentences", "tagged_sentences", "tags", "rows"},
-    "tags": {"date", "model", "set", "machine", "beam", "sentences", "tags", "ways", "forced_reference", "time",
+    "tags": {"date", "model", "set", "machine", "beam", "sentences", "tags", "ways", "aligner", "forced_reference", "time",
              "bleu_gap_to_stripped"},
 }  # fmt: skip
 
