@@ -56,11 +56,25 @@ def check_sharding(config: Config, distributed: Distributed) -> None:
             f"train.shard=fsdp shards a Transformer layer by layer; a model.arch={config.model.arch} model has no "
             "repeated layers to shard: set train.shard=none"
         )
+    if not _fsdp_ignores_params():
+        raise MtkitError(
+            f"train.shard=fsdp keeps the vocabulary's rows sharded beside FSDP, which needs fully_shard's ignored_params "
+            f"(torch {torch.__version__} lacks it): install a newer torch (the Makefile's pin), or set train.shard=none"
+        )
     if config.data.lang_tag == "code":
         raise MtkitError(
             "train.shard=fsdp cannot train a model with language codes (data.lang_tag: code): its one </s> row is kept "
             "by a gradient hook that FSDP's sharded weights do not run; set train.shard=none"
         )
+
+
+def _fsdp_ignores_params() -> bool:
+    """Whether this torch's `fully_shard` takes `ignored_params` (what keeps the vocabulary's rows apart)."""
+    import inspect
+
+    from torch.distributed.fsdp import fully_shard
+
+    return "ignored_params" in inspect.signature(fully_shard).parameters
 
 
 def shard_training(forward: nn.Module, model: EncoderDecoder, *, amp_dtype: torch.dtype | None) -> nn.Module:
