@@ -9,9 +9,9 @@ Each process builds mtkit's Transformer at the shape (random weights, tied embed
 Adam) to warm up, then one timed update, and reports its peak RSS. Both systems learn from the same random
 pairs (`--batch-pairs` of `--length` tokens a side): the one process from all of them, each FSDP process from its
 half, as torchrun's ranks share a batch. A shape whose estimated need on this machine (16 bytes a parameter for
-the weights, gradient and Adam's two moments; with FSDP, each process's half of them plus the whole root group
-of embeddings and norms, unsharded with its gradient during the update) is over `--memory-gb` is skipped, and
-said. Every run is a process (or a torchrun job) of its own, one after another. Prints the figures and writes
+the weights, gradient and Adam's two moments; with FSDP, each process's half of them plus the largest layer,
+gathered whole with its gradient while it computes: the vocabulary's tables stay sharded) is over `--memory-gb`
+is skipped, and said. Every run is a process (or a torchrun job) of its own, one after another. Prints the figures and writes
 JSON. `--smoke`: a tiny shape, in seconds.
 """
 
@@ -62,8 +62,8 @@ def estimated_gb(shape: dict, processes: int) -> float:
     with torch.device("meta"):
         model = build(shape)
     total = model.num_parameters()
-    root = total - sum(p.numel() for block in model.repeated_blocks() for p in block.parameters())
-    need = BYTES_A_PARAMETER * total if processes == 1 else BYTES_A_PARAMETER * total + processes * 8 * root
+    largest = max(sum(p.numel() for p in block.parameters()) for block in model.repeated_blocks())
+    need = BYTES_A_PARAMETER * total if processes == 1 else BYTES_A_PARAMETER * total + processes * 8 * largest
     return round(need / 1e9, 1)
 
 

@@ -361,6 +361,15 @@ def score_command(
         )
 
 
+# What `mtkit shortlist` and `mtkit priors` align: the run's prepared training pairs, or a corpus given
+AlignedLines = Annotated[int, typer.Option("--lines", min=1, help="Training pairs aligned at most (a seeded sample).")]
+AlignedSrc = Annotated[
+    Optional[Path],
+    typer.Option("--src", help="With --tgt: a parallel corpus to align instead of the run's prepared training data."),
+]
+AlignedTgt = Annotated[Optional[Path], typer.Option("--tgt", help="With --src: its translations, one per line.")]
+
+
 @app.command("shortlist")
 def shortlist_command(
     run: Annotated[Path, typer.Argument(help="Run directory whose vocabulary shortlist to build.")],
@@ -368,11 +377,9 @@ def shortlist_command(
     frequent: Annotated[
         int, typer.Option(min=0, help="The most frequent target pieces, kept in every batch.")
     ] = SHORTLIST.frequent,
-    lines: Annotated[int, typer.Option(min=1, help="Training pairs aligned at most (a seeded sample).")] = SHORTLIST.lines,
-    src: Annotated[
-        Optional[Path], typer.Option(help="With --tgt: a parallel corpus to align instead of the run's prepared training data.")
-    ] = None,
-    tgt: Annotated[Optional[Path], typer.Option(help="With --src: its translations, one per line.")] = None,
+    lines: AlignedLines = SHORTLIST.lines,
+    src: AlignedSrc = None,
+    tgt: AlignedTgt = None,
 ) -> None:
     """Build RUN/shortlist.safetensors from eflomal word alignments: per source piece its K likeliest target pieces.
     translate, evaluate and serve then compute only those rows of the output layer (--no-shortlist: all)."""
@@ -387,11 +394,9 @@ def shortlist_command(
 @app.command("priors")
 def priors_command(
     run: Annotated[Path, typer.Argument(help="Run directory whose word-alignment priors to build.")],
-    lines: Annotated[int, typer.Option(min=1, help="Training pairs aligned at most (a seeded sample).")] = SHORTLIST.lines,
-    src: Annotated[
-        Optional[Path], typer.Option(help="With --tgt: a parallel corpus to align instead of the run's prepared training data.")
-    ] = None,
-    tgt: Annotated[Optional[Path], typer.Option(help="With --src: its translations, one per line.")] = None,
+    lines: AlignedLines = SHORTLIST.lines,
+    src: AlignedSrc = None,
+    tgt: AlignedTgt = None,
 ) -> None:
     """Build RUN/word_priors.txt: eflomal's word-alignment priors from the run's training corpus. translate, evaluate
     and serve then place the inline tags of a document (--format html, xml, markdown, xliff) by eflomal's alignment

@@ -94,10 +94,10 @@ def text_tokens(text: str) -> list[str]:
 
 def corpus_priors(sources: Sequence[str], targets: Sequence[str]) -> str:
     """eflomal's priors text (lexical, fertility and jump counts) from its alignment of a parallel corpus."""
+    source_tokens, target_tokens = [text_tokens(s) for s in sources], [text_tokens(t) for t in targets]
+    links = eflomal_links(source_tokens, target_tokens)  # without eflomal: the one-line error
     from eflomal import calculate_priors, write_priors
 
-    source_tokens, target_tokens = [text_tokens(s) for s in sources], [text_tokens(t) for t in targets]
-    links = eflomal_links(source_tokens, target_tokens)
     text = io.StringIO()
     write_priors(
         text,

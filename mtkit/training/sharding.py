@@ -2,8 +2,9 @@
 under torchrun), where torch's FSDP2 holds each process's share of the weights, gradients and Adam's moments,
 and the whole model exists only layer by layer, while it computes.
 
-`shard_training` shards each repeated layer (`EncoderDecoder.repeated_blocks`), then the training forward
-module as the root (the embeddings, norms and output layer: the tied weights stay in one group), computing in
+`shard_training` shards each repeated layer (`EncoderDecoder.repeated_blocks`), shares the rows of the
+embeddings and the output layer among the processes (`mtkit.training.vocabulary_shards`: FSDP would gather those
+tables whole), then shards the training forward module as the root (the norms, an output bias), computing in
 bf16 on CUDA (FSDP's MixedPrecisionPolicy; fp32 gradients reduced) and in fp32 on the CPU (gloo, for the tests).
 The trainer holds its model through `hold_model`: a `WholeModel` (one process, DDP) or a `ShardedModel`, which
 gives the whole weights (rank 0 writes best.pt and last.pt in mtkit's usual format, which every other command
@@ -37,6 +38,7 @@ from mtkit.models.checkpoint import model_with_weights
 from mtkit.run_files import RunFiles
 from mtkit.training.finetune import Lineage, parent_weights
 from mtkit.training.master_weights import MasterWeightOptimizer
+from mtkit.training.vocabulary_shards import ShardedTeacherForcing, shard_vocabulary
 
 
 def check_sharding(config: Config, distributed: Distributed) -> None:
@@ -54,6 +56,11 @@ def check_sharding(config: Config, distributed: Distributed) -> None:
             f"train.shard=fsdp shards a Transformer layer by layer; a model.arch={config.model.arch} model has no "
             "repeated layers to shard: set train.shard=none"
         )
+    if not _fsdp_ignores_params():
+        raise MtkitError(
+            f"train.shard=fsdp keeps the vocabulary's rows sharded beside FSDP, which needs fully_shard's ignored_params "
+            f"(torch {torch.__version__} lacks it): install a newer torch (the Makefile's pin), or set train.shard=none"
+        )
     if config.data.lang_tag == "code":
         raise MtkitError(
             "train.shard=fsdp cannot train a model with language codes (data.lang_tag: code): its one </s> row is kept "
@@ -61,18 +68,34 @@ def check_sharding(config: Config, distributed: Distributed) -> None:
         )
 
 
+def _fsdp_ignores_params() -> bool:
+    """Whether this torch's `fully_shard` takes `ignored_params` (what keeps the vocabulary's rows apart)."""
+    import inspect
+
+    from torch.distributed.fsdp import fully_shard
+
+    return "ignored_params" in inspect.signature(fully_shard).parameters
+
+
 def shard_training(forward: nn.Module, model: EncoderDecoder, *, amp_dtype: torch.dtype | None) -> nn.Module:
-    """Shard `model`'s repeated layers, then `forward` (the module the step calls, which holds `model`) as the
-    root, in place; `forward`, now an FSDP module. bf16 `amp_dtype` (CUDA) computes with bf16 copies of each
+    """Shard `model`'s repeated layers and its vocabulary's rows (`vocabulary_shards`), in place; the module the
+    step calls, computing `forward`'s loss (its label smoothing) with the output layer's rows sharded, sharded
+    itself as the root (the norms, the output bias). bf16 `amp_dtype` (CUDA) computes with bf16 copies of each
     layer's weights and reduces fp32 gradients."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     bf16 = amp_dtype == torch.bfloat16
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    device = next(model.parameters()).device
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))  # FSDP's own default, shared with the rows
     for block in model.repeated_blocks():
-        fully_shard(block, mp_policy=policy)
-    fully_shard(forward, mp_policy=policy)
-    return forward
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    tables = shard_vocabulary(model, mesh, dtype=policy.param_dtype)
+    root = ShardedTeacherForcing(model, forward.label_smoothing, amp_dtype=amp_dtype)
+    fully_shard(root, mesh=mesh, mp_policy=policy, ignored_params=tables)
+    return root
 
 
 @dataclass(frozen=True, kw_only=True)

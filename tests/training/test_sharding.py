@@ -12,6 +12,7 @@ from mtkit.config import config_from_dict
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.models.transformer import Transformer
+from mtkit.training import sharding
 from mtkit.training.finetune import Lineage
 from mtkit.training.levers import Levers
 from mtkit.training.sharding import ShardedModel, WholeModel, check_sharding
@@ -54,6 +55,13 @@ def test_what_needs_the_job_or_the_whole_recipe_is_refused_before_training(recip
         check_sharding(config, distributed)
     assert "\n" not in str(refused.value) and str(refused.value).endswith("set train.shard=none")
     check_sharding(config_from_dict(recipe), distributed)  # unsharded: nothing to refuse
+
+
+def test_a_torch_whose_fully_shard_cannot_leave_the_vocabulary_apart_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(sharding, "_fsdp_ignores_params", lambda: False)
+    with pytest.raises(MtkitError, match=r"needs fully_shard's ignored_params \(torch .* lacks it\): install a newer") as refused:
+        check_sharding(config_from_dict({"train": {"shard": "fsdp"}}), TWO_PROCESSES)
+    assert "\n" not in str(refused.value)
 
 
 def tiny_model() -> Transformer:
