@@ -2,7 +2,7 @@
 
 FSDP gathers a unit's whole weights for its forward and backward and holds their whole gradient until it is
 reduced. For the embeddings and the output layer that is the largest thing in each process (NLLB's tied table of
-256,206 rows is 1 GB of fp32, used three times an update, and each use's gradient is as large), so here each
+256,206 rows, used three times an update, each use's gradient as large), so here each
 process keeps only its rows of each table, a DTensor sharded by rows as FSDP shards a weight (checkpoints, the
 optimiser and the clipping see it as they see FSDP's), and the tokens travel instead, as Megatron's
 vocabulary-parallel layers do:
