@@ -171,6 +171,21 @@ class _Gradients:
         return [grad for grad in (hidden, self.weight, self.bias) if grad is not None]
 
 
+def final_states(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_mask: Tensor,
+    tgt_in: Tensor,
+    *,
+    src_padded: bool | None,
+    amp_dtype: torch.dtype | None,
+) -> Tensor:
+    """The model's teacher-forced final states (B, T, D), before its output layer, under autocast to `amp_dtype`."""
+    with autocast(src.device, amp_dtype):
+        memory = model.encode(src, src_mask, src_padded=src_padded)
+        return model.final_states(tgt_in, memory, src_mask=src_mask, src_padded=src_padded)
+
+
 class FusedTeacherForcing(nn.Module):
     """The summed label-smoothed loss of one batch, as `TeacherForcing` computes it, with the output
     layer fused into the loss: the model's teacher-forced final states under autocast to
@@ -183,9 +198,7 @@ class FusedTeacherForcing(nn.Module):
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
     ) -> Tensor:
-        with autocast(src.device, self.amp_dtype):
-            memory = self.model.encode(src, src_mask, src_padded=src_padded)
-            hidden = self.model.final_states(tgt_in, memory, src_mask=src_mask, src_padded=src_padded)  # (B, T, D)
+        hidden = final_states(self.model, src, src_mask, tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
         output = self.model.output
         return output_layer_loss(
             hidden,
