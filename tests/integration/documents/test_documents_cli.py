@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import torch
 from helpers import REVERSE_PROBES, assert_one_line_error, cli_output, invoke, reverse, write_text_lines
 
 from mtkit.decoding.options import Decoding
@@ -84,18 +85,24 @@ def test_bad_documents_are_refused_in_one_line_before_any_work(reverse_run, tmp_
     assert_one_line_error(invoke("translate", "-m", reverse_run.run_path, "-i", binary, "--format", "html"), "a binary file")
 
 
-def test_with_the_runs_word_priors_every_tag_goes_around_the_word_it_marked(reverse_run, tmp_path):
+def test_with_the_runs_word_priors_every_tag_goes_around_the_word_it_marked_in_both_engines(reverse_run, tmp_path):
     pytest.importorskip("eflomal")
+    pytest.importorskip("ctranslate2")
     run = tmp_path / "run"  # a copy: the shared run stays without priors
     shutil.copytree(reverse_run.run_path, run, ignore=shutil.ignore_patterns("*.lock", "step_*"))
     invoke("priors", run)
     assert (run / "word_priors.txt").read_text(encoding="utf-8").startswith("# mtkit word priors {")
-    translator = Translator.load(run, device="cpu")
+    invoke("export", "-m", run, "--format", "ctranslate2", "-o", tmp_path / "ct2")
+    assert (tmp_path / "ct2" / "word_priors.txt").read_bytes() == (run / "word_priors.txt").read_bytes()
     lines = (reverse_run.data_path.parent / "raw/valid.src").read_text(encoding="utf-8").splitlines()[:30]
     tagged = [f"<p>{line.split()[0]} <b>{line.split()[1]}</b> {' '.join(line.split()[2:])}</p>" for line in lines]
-    found = translate_documents(translator, tagged, document_format="html", decoding=Decoding(), limits=DocumentLimits())
-    for line, document in zip(lines, found, strict=True):
-        words = reverse(line).split()
-        words[-2] = f"<b>{words[-2]}</b>"
-        assert document.markup == f"<p>{' '.join(words)}</p>" or document.text != reverse(line)
-    assert sum(document.text == reverse(line) for line, document in zip(lines, found, strict=True)) >= 27
+    threads = torch.get_num_threads()  # CTranslate2's loading sets torch's to the machine's
+    for model in (run, tmp_path / "ct2"):  # both engines
+        translator = Translator.load(model, device="cpu")
+        torch.set_num_threads(threads)
+        found = translate_documents(translator, tagged, document_format="html", decoding=Decoding(), limits=DocumentLimits())
+        for line, document in zip(lines, found, strict=True):
+            words = reverse(line).split()
+            words[-2] = f"<b>{words[-2]}</b>"
+            assert document.markup == f"<p>{' '.join(words)}</p>" or document.text != reverse(line)
+        assert sum(document.text == reverse(line) for line, document in zip(lines, found, strict=True)) >= 27
