@@ -4,7 +4,8 @@
         [--out benchmarks/results/lora_quality.json] [--skip-training] [--smoke]
 
 1. The parent: recipes/tatoeba/general_en_fr.yaml for `--parent-steps` updates (its own 3,500 by default; another
-   count trains runs/tatoeba_general_en_fr_<N>), resumed if interrupted, reused if done.
+   count trains runs/tatoeba_general_en_fr_<N>), resumed if interrupted, reused if done; the children go in
+   runs/lora_quality/.
 2. Its children, each for the same `--steps` updates of recipes/tatoeba/captions_finetune.yaml (5,000 caption pairs,
    a step budget instead of its 10 minutes): every weight fine-tuned at the recipe's learning rate, and LoRA at
    each of `--ranks` (alpha twice the rank, the attention projections: train.lora's default targets) at
@@ -41,7 +42,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/lora_quality.json"))
     parser.add_argument("--skip-training", action="store_true", help="score the runs as they are")
     common.add_smoke_options(parser)
-    parser.set_defaults(tests=TESTS, parent_overrides=[], child_overrides=[], runs=Path("runs"))
+    parser.set_defaults(
+        tests=TESTS, parent_overrides=[], child_overrides=[], parent_runs=Path("runs"), runs=Path("runs/lora_quality")
+    )
     return parser.parse_args()
 
 
@@ -50,7 +53,7 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
     corpus = common.smoke_corpus(work)
     splits = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
     data = [f"data.{key}={{src: {corpus}/{name}.en.gz, tgt: {corpus}/{name}.fr.gz}}" for key, name in splits.items()]
-    args.runs, args.steps, args.ranks = work / "lora_quality", 10, "2"
+    args.runs, args.parent_runs, args.steps, args.ranks = work / "lora_quality", work / "lora_quality", 10, "2"
     args.parent_overrides = [*data, *common.SMOKE_TRAIN, "tokenizer.vocab_size=300", *common.SMOKE_MODEL]
     args.child_overrides = [*data, *common.SMOKE_TRAIN]
     args.tests = {
@@ -93,11 +96,11 @@ def run_study(args: argparse.Namespace) -> dict:
     """Train the parent and its children (unless --skip-training), score them, and the share of the gain kept."""
     commands = MtkitCommands(in_process=args.smoke)
     suffix = "" if args.parent_steps == PARENT_STEPS else f"_{args.parent_steps}"
-    parent = args.runs / f"tatoeba_general_en_fr{suffix}"
+    parent = args.parent_runs / f"tatoeba_general_en_fr{suffix}"
     kids = children(args, parent)
     if not args.skip_training:
         parent_overrides = [*args.parent_overrides, f"train.max_steps={args.parent_steps}", f"run_dir={parent}",
-                            f"data_dir={args.runs / 'tatoeba_data'}"]  # fmt: skip
+                            f"data_dir={args.parent_runs / 'tatoeba_data'}"]  # fmt: skip
         train(commands, PARENT, parent, parent_overrides)
         for name, overrides in kids.items():
             train(commands, CHILD, args.runs / name, overrides)
