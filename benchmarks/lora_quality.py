@@ -1,6 +1,7 @@
 """LoRA against full fine-tuning, in quality: a general Tatoeba en->fr parent adapted to Multi30k captions.
 
     python -m benchmarks.lora_quality [--parent-steps 3500] [--steps 400] [--ranks 8,32,128] [--lora-lr 0.002]
+        [--lora-targets qkv,query,key_value,out,inner,outer]
         [--out benchmarks/results/lora_quality.json] [--skip-training] [--smoke]
 
 1. The parent: recipes/tatoeba/general_en_fr.yaml for `--parent-steps` updates (its own 3,500 by default; another
@@ -8,8 +9,8 @@
    runs/lora_quality/.
 2. Its children, each for the same `--steps` updates of recipes/tatoeba/captions_finetune.yaml (5,000 caption pairs,
    a step budget instead of its 10 minutes): every weight fine-tuned at the recipe's learning rate, and LoRA at
-   each of `--ranks` (alpha twice the rank, the attention projections: train.lora's default targets) at
-   `--lora-lr`, which adapters need higher than full fine-tuning does.
+   each of `--ranks` (alpha twice the rank; `--lora-targets`, else train.lora's default: the attention projections)
+   at `--lora-lr`, which adapters need higher than full fine-tuning does.
 3. Every model scored on Multi30k test2016 (the new domain) and on Tatoeba's test set (the parent's domain: what
    is kept), beam 5, by `mtkit evaluate --compare` with full fine-tuning first, so each LoRA child gets paired
    bootstrap and approximate-randomisation p-values against it.
@@ -39,6 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=400, help="updates of every child")
     parser.add_argument("--ranks", default="8,32,128")
     parser.add_argument("--lora-lr", type=float, default=0.002)
+    parser.add_argument("--lora-targets", default=None, help="train.lora.targets, comma-separated (default: the key's)")
     parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/lora_quality.json"))
     parser.add_argument("--skip-training", action="store_true", help="score the runs as they are")
     common.add_smoke_options(parser)
@@ -71,8 +73,11 @@ def children(args: argparse.Namespace, parent: Path) -> dict[str, list[str]]:
         f"train.max_steps={args.steps}",
     ]
     found = {"full": []}
+    targets = f", targets: [{args.lora_targets}]" if args.lora_targets else ""
+    named = f"_{args.lora_targets.replace(',', '_')}" if args.lora_targets else ""
     for rank in (int(rank) for rank in args.ranks.split(",")):
-        found[f"lora_r{rank}"] = [f"train.lr={args.lora_lr}", f"train.lora={{rank: {rank}, alpha: {2 * rank}}}"]
+        lora = f"train.lora={{rank: {rank}, alpha: {2 * rank}{targets}}}"
+        found[f"lora_r{rank}{named}"] = [f"train.lr={args.lora_lr}", lora]
     return {
         name: [*common_overrides, *extra, f"run_dir={args.runs / name}", f"data_dir={args.runs / 'captions_data'}"]
         for name, extra in found.items()
