@@ -407,7 +407,7 @@ def priors_command(
     path = RunFiles.of(run).word_priors
     typer.echo(f"mtkit priors: aligning up to {lines} pairs with eflomal", err=True)
     priors, info = build_word_priors(run, ShortlistBuild(lines=lines, src=src, tgt=tgt))
-    save_priors(path, priors, info)
+    save_priors(path, priors, info=info)
     typer.echo(f"{path}: priors of {info['lines']} pairs, {priors.count(chr(10))} lines", err=True)
 
 

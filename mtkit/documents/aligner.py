@@ -87,7 +87,7 @@ class TagAligner:
         return out.getvalue()
 
 
-def save_priors(path: Path, priors: str, info: dict) -> None:
+def save_priors(path: Path, priors: str, *, info: dict) -> None:
     """RUN/word_priors.txt: the header line, then eflomal's priors, written atomically."""
     write_file(path, f"{HEADER}{json.dumps(info)}\n{priors}")
 

@@ -46,12 +46,12 @@ def translate_blocks(
 ) -> list[Block]:
     """Each block translated, its spans placed over the translation (each exactly once)."""
     masked, aligner = [mask_placeholders(block) for block in blocks], aligner_of(translator.directory)
-    decoding = aligned(decoding, masked, aligner)
+    decoding = aligned(decoding, masked, aligner=aligner)
     found = translate_texts(translator, [block.text for block in masked], decoding=decoding, split_by=split_by)
     return placed(masked, found, aligner=aligner)
 
 
-def aligned(decoding: Decoding, masked: Sequence[Block], aligner: TagAligner | None) -> Decoding:
+def aligned(decoding: Decoding, masked: Sequence[Block], *, aligner: TagAligner | None) -> Decoding:
     """`decoding`, with the model's word alignments when a block has spans to place and no aligner places them."""
     if aligner is None and any(block.spans for block in masked):
         return dataclasses.replace(decoding, alignments=True)
@@ -127,7 +127,7 @@ def translate_documents(
     names = [f"document {number}" for number in range(1, len(sources) + 1)]
     batch = DocumentBatch.read(sources, document_format=document_format, names=names, limits=limits)
     aligner = aligner_of(translator.directory)
-    found = translate_texts(translator, batch.texts, decoding=aligned(decoding, batch.masked, aligner), split_by=split_by,
+    found = translate_texts(translator, batch.texts, decoding=aligned(decoding, batch.masked, aligner=aligner), split_by=split_by,
                             language=language)  # fmt: skip
     return batch.written(found, aligner=aligner)
 

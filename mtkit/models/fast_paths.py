@@ -91,7 +91,7 @@ def measure_packing(linear: nn.Linear, *, clock: Callable[[], float] = time.perf
     with torch.no_grad():
         plain_s, packed_s = fastest_in_turns(
             lambda: [F.linear(x, weight, bias) for x in inputs],
-            lambda: [packed_product(x, packed, bias) for x in inputs],
+            lambda: [packed_product(x, packed, bias=bias) for x in inputs],
             clock=clock,
         )
     return packed_s < MARGIN * plain_s

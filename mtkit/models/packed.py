@@ -42,10 +42,10 @@ class PackedLinear(nn.Linear):
             or x.numel() == 0
         ):
             return F.linear(x, self.weight, self.bias)
-        return packed_product(x, self.packed, self.bias)
+        return packed_product(x, self.packed, bias=self.bias)
 
 
-def packed_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+def packed_product(x: Tensor, packed: Tensor, *, bias: Tensor | None) -> Tensor:
     """x (..., in) -> (..., out): the product with a weight laid out by `pack_weight`, rows padded to `row_bucket`."""
     flat = x.reshape(-1, x.size(-1))  # (rows, in)
     rows = flat.size(0)

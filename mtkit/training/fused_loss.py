@@ -174,9 +174,9 @@ class _Gradients:
 def final_states(
     model: EncoderDecoder,
     src: Tensor,
+    *,
     src_mask: Tensor,
     tgt_in: Tensor,
-    *,
     src_padded: bool | None,
     amp_dtype: torch.dtype | None,
 ) -> Tensor:
@@ -198,7 +198,7 @@ class FusedTeacherForcing(nn.Module):
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
     ) -> Tensor:
-        hidden = final_states(self.model, src, src_mask, tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
+        hidden = final_states(self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
         output = self.model.output
         return output_layer_loss(
             hidden,

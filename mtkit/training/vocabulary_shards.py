@@ -161,7 +161,7 @@ class ShardedTeacherForcing(nn.Module):
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
     ) -> Tensor:
-        hidden = final_states(self.model, src, src_mask, tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
+        hidden = final_states(self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
         output, flat = self.model.output, hidden.reshape(-1, hidden.size(-1))
         dtype = self.amp_dtype or torch.promote_types(hidden.dtype, output.weight.dtype)
         settings = {"rows": self.rows, "smoothing": self.label_smoothing, "dtype": dtype}

@@ -53,7 +53,7 @@ class UnalignedReverser:
 @pytest.fixture
 def priors_run(tmp_path: Path) -> Path:
     pytest.importorskip("eflomal")
-    save_priors(tmp_path / "word_priors.txt", corpus_priors(*made_up_corpus(300)), {"lines": 300})
+    save_priors(tmp_path / "word_priors.txt", corpus_priors(*made_up_corpus(300)), info={"lines": 300})
     return tmp_path
 
 

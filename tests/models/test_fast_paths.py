@@ -162,9 +162,9 @@ def fake_costs(monkeypatch, *, plain: float, packed: float) -> SimpleNamespace:
     clock = SimpleNamespace(now=0.0)
 
     def charged(function, cost):
-        def run(*arguments):
+        def run(*arguments, **options):
             clock.now += cost
-            return function(*arguments)
+            return function(*arguments, **options)
 
         return run
 
