@@ -30,6 +30,7 @@ import importlib.metadata
 import platform
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -70,6 +71,22 @@ def parameters(shape: dict) -> int:
     with torch.device("meta"):
         model = build_model(model_config(shape), shape["vocab"], tgt_vocab_size=shape["vocab"], share_vocab=True)
     return model.num_parameters()
+
+
+def bare_products(task: dict) -> dict:
+    """The matrix products of one LoRA update of `task`'s shape and batch, each timed bare at its shape (fp32, the best
+    of 4): the forward's and the activations' gradients' (the frozen weights get none), their seconds and GFLOP."""
+    shape, tokens = task["shape"], task["batch_pairs"] * task["length"]
+    d, ffn = shape["d_model"], shape["ffn"]
+    layer = [(d, 3 * d), (d, d), (d, ffn), (ffn, d)]  # an encoder layer's; a decoder layer adds cross-attention's
+    shapes = layer * shape["layers"] + (layer + [(d, d), (d, 2 * d), (d, d)]) * shape["layers"] + [(d, shape["vocab"])]
+    timed = {}
+    for rows, columns in set(shapes):
+        x, weight, grad = torch.randn(tokens, rows), torch.randn(rows, columns), torch.randn(tokens, columns)
+        products = (partial(torch.matmul, x, weight), partial(torch.matmul, grad, weight.t()))
+        timed[rows, columns] = sum(min(turns.timed(product) for _ in range(4)) for product in products)  # a warm-up
+    flops = sum(4 * tokens * rows * columns for rows, columns in shapes)
+    return {"seconds": round(sum(timed[s] for s in shapes), 3), "gflop": round(flops / 1e9, 1)}
 
 
 def batch(task: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,6 +216,7 @@ def measure_shape(task: dict, run: Callable[[dict], dict]) -> dict:
         figures["lora_peak_over_full"] = round(lora["peak_mb"] / full["peak_mb"], 3)
     if "seconds" in lora and "seconds" in peft:
         figures["lora_speed_over_peft"] = round(peft["seconds"] / lora["seconds"], 2)
+    figures["bare_products"] = bare_products(task)  # what an update cannot do without, for its time
     return figures
 
 
@@ -210,6 +228,8 @@ def report_shape(name: str, figures: dict) -> None:
             print(f"  {system:<20} skipped: {row['skipped']}")
             continue
         print(f"  {system:<20} update {row['seconds']:8.3f} s, peak RSS {row['peak_mb']:8.0f} MB ({row['built_mb']:.0f} built)")
+    bare = figures["bare_products"]
+    print(f"  the update's matrix products alone: {bare['seconds']:.3f} s ({bare['gflop']} GFLOP)")
     if "lora_peak_over_full" in figures:
         print(f"  mtkit lora's peak / mtkit full's: {figures['lora_peak_over_full']:.3f}")
     if "lora_speed_over_peft" in figures:
