@@ -171,7 +171,7 @@ class _Gradients:
         return [grad for grad in (hidden, self.weight, self.bias) if grad is not None]
 
 
-def final_states(
+def teacher_forced_states(
     model: EncoderDecoder,
     src: Tensor,
     *,
@@ -198,7 +198,9 @@ class FusedTeacherForcing(nn.Module):
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
     ) -> Tensor:
-        hidden = final_states(self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
+        hidden = teacher_forced_states(
+            self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype
+        )
         output = self.model.output
         return output_layer_loss(
             hidden,

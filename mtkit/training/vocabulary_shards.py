@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 
 from mtkit.data.tokenizer import PAD_ID
 from mtkit.models.base import EncoderDecoder
-from mtkit.training.fused_loss import final_states
+from mtkit.training.fused_loss import teacher_forced_states
 
 CHUNK_ELEMENTS = 1 << 24  # logits of one chunk of the output layer's rows (64 MB of fp32)
 # all_gather_into_tensor under the name torch 2.13 gives it (the old one deprecated there); older torch has the old
@@ -161,7 +161,9 @@ class ShardedTeacherForcing(nn.Module):
     def forward(
         self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor, *, src_padded: bool | None = None
     ) -> Tensor:
-        hidden = final_states(self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype)
+        hidden = teacher_forced_states(
+            self.model, src, src_mask=src_mask, tgt_in=tgt_in, src_padded=src_padded, amp_dtype=self.amp_dtype
+        )
         output, flat = self.model.output, hidden.reshape(-1, hidden.size(-1))
         dtype = self.amp_dtype or torch.promote_types(hidden.dtype, output.weight.dtype)
         settings = {"rows": self.rows, "smoothing": self.label_smoothing, "dtype": dtype}
