@@ -25,6 +25,7 @@ KEYS = {
     "adaptation": {"date", "machine", "models"},
     "budget": {"date", "machine", "matmul_gflop_per_s", "rows"},
     "comet_speed": {"machine", "checkpoint", "sentences", "sentences_per_s", "system_scores", "ratio_mtkit_over_comet"},
+    "decode_steps": {"date", "model", "machine", "sentences", "cap", "greedy", "beam5"},
     "distill": {"date", "machine", "matmul_gflop_per_s", "teacher", "students", "sentences", "rounds", "rows"},
     "multilingual": {"supervised", "zero_shot"},
     "nllb": {"date", "machine", "threads", "matmul_gflops", "versions", "model", "sentences", "batch", "cap", "repeats",
