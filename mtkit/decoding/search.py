@@ -22,7 +22,7 @@ with `SearchStopped`, the server's way to free a worker whose client has gone or
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -140,25 +140,38 @@ def greedy_search(
     log_prob = torch.zeros(batch_size, device=src.device)  # (A,)
     state: DecoderState = {}
     results: list[Hypothesis | None] = [None] * batch_size
-    step = 0
+    step, earliest_cap = 0, _earliest_cap(max_len)
     while sentence.numel() > 0:
         _check(stop)
         log_probs, state = _next_log_probs(model, tokens, memory, src_mask, state, banned, src_padded)  # (A, V)
         if constraints is not None:
             log_probs = constraints.apply(log_probs, tokens, sentence=sentence, step=step)
-        next_token = (log_probs.argmax(dim=1) if pick is None else pick(log_probs)).masked_fill(max_len <= step, eos_id)
+        next_token = log_probs.argmax(dim=1) if pick is None else pick(log_probs)  # (A,)
+        next_token = _eos_at_cap(next_token, max_len, step=step, earliest_cap=earliest_cap, eos_id=eos_id)
         log_prob = log_prob + log_probs.gather(1, next_token.unsqueeze(1)).squeeze(1)
         tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
         done = next_token.eq(eos_id)  # (A,)
-        for row in done.nonzero().flatten().tolist():
-            results[int(sentence[row])] = _hypothesis(tokens[row, 1:-1].tolist(), log_prob[row].item(), alpha)
         if done.any():
+            _record_greedy(results, sentence[done], tokens[done], log_prob[done], alpha)
             keep = (~done).nonzero().flatten()  # (A',)
             sentence, max_len, tokens, log_prob = (x.index_select(0, keep) for x in (sentence, max_len, tokens, log_prob))
             memory, src_mask = memory.index_select(0, keep), src_mask.index_select(0, keep)
             state = model.reorder_state(state, keep)
+            earliest_cap = _earliest_cap(max_len)
         step += 1
     return [result for result in results if result is not None]  # all set: max_len ends every sentence
+
+
+def _eos_at_cap(next_token: Tensor, max_len: Tensor, *, step: int, earliest_cap: int, eos_id: int) -> Tensor:
+    """next_token (A,) with EOS in every sentence at its output cap max_len (A,); none is before `earliest_cap`."""
+    return next_token if step < earliest_cap else next_token.masked_fill(max_len <= step, eos_id)
+
+
+def _record_greedy(results: list[Hypothesis | None], sentence: Tensor, tokens: Tensor, log_prob: Tensor, alpha: float) -> None:
+    """The finished rows' hypotheses into `results`, all at once: their input indices (F,), tokens (F, 2 + step)
+    from BOS to EOS, and total log-probabilities (F,)."""
+    for index, row, total in zip(sentence.tolist(), tokens[:, 1:-1].tolist(), log_prob.tolist(), strict=True):
+        results[index] = _hypothesis(row, total, alpha)
 
 
 @dataclass
@@ -176,6 +189,7 @@ class _Beams:
     terms: Terms | None = None  # lexical constraints of the active sentences
     marks: TermState | None = None  # (A, K) where each beam stands with them
     src_padded: bool | None = None  # some source row is padded (None: not known); dropping rows keeps it
+    earliest_cap: int = 0  # min(max_len): no sentence reaches its output cap before this step
 
 
 @torch.inference_mode()
@@ -205,11 +219,27 @@ def beam_search(
         raise MtkitError(f"beam_size={beam_size}, nbest={nbest}: need beam_size >= 1 and 1 <= nbest <= beam_size")
     batch_size, device = src.size(0), src.device
     memory = model.encode(src, src_mask, **padding_hint(src_padded=src_padded))  # (B, S, D)
+    beams = _start_beams(memory, src_mask, max_len=max_len, beam_size=beam_size, bos_id=bos_id, terms=terms)
+    beams.src_padded = src_padded
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    banned, step = torch.tensor(list(options.never), device=device), 0
+    while beams.sentence.numel() > 0:
+        _check(stop)
+        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints, banned)
+        step += 1
+    return [sorted(hypotheses, key=lambda h: (len(h.unmet), -h.score))[:nbest] for hypotheses in finished]
+
+
+def _start_beams(
+    memory: Tensor, src_mask: Tensor, *, max_len: Tensor, beam_size: int, bos_id: int, terms: Terms | None
+) -> _Beams:
+    """The first step's beams of memory (B, S, D): K rows a sentence, each BOS alone."""
+    batch_size, device = memory.size(0), memory.device
     rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B*K,)
     # Only beam 0 is alive at the first step, so the K beams do not start as K copies.
     running = torch.full((batch_size, beam_size), float("-inf"), device=device)  # (B, K)
     running[:, 0] = 0.0
-    beams = _Beams(
+    return _Beams(
         sentence=torch.arange(batch_size, device=device),
         max_len=max_len,
         num_finished=torch.zeros(batch_size, dtype=torch.long, device=device),
@@ -220,15 +250,8 @@ def beam_search(
         state={},
         terms=terms,
         marks=TermState.start(terms, beam_size) if terms is not None else None,
-        src_padded=src_padded,
+        earliest_cap=_earliest_cap(max_len),
     )
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-    banned, step = torch.tensor(list(options.never), device=device), 0
-    while beams.sentence.numel() > 0:
-        _check(stop)
-        beams = _advance_beams(model, beams, step, alpha, eos_id, finished, constraints, banned)
-        step += 1
-    return [sorted(hypotheses, key=lambda h: (len(h.unmet), -h.score))[:nbest] for hypotheses in finished]
 
 
 def _advance_beams(
@@ -246,58 +269,73 @@ def _advance_beams(
     log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned, beams.src_padded)
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, sentence=beams.sentence.repeat_interleave(beam_size), step=step)
-    at_limit = beams.max_len <= step  # (A,)
+    # (A,) sentences at their output cap; not computed (None) before the first cap, unless constraints need it
+    at_limit = beams.max_len <= step if step >= beams.earliest_cap or beams.terms is not None else None
     log_probs = log_probs.view(active, beam_size, -1)  # (A, K, V)
     terms = beams.terms.fit(log_probs.size(2)) if beams.terms is not None else None
-    if terms is not None and beams.marks is not None:
+    if terms is not None and beams.marks is not None and at_limit is not None:
         log_probs = hold_end(terms, beams.marks, log_probs=log_probs, at_limit=at_limit, eos_id=eos_id)
     # The step's log-probabilities are this function's own: the totals are added in place (with a
     # vocabulary of 58,000 pieces, each pass over them costs about as much as a decoder layer).
-    totals = _force_eos(log_probs, at_limit, eos_id).add_(beams.running.unsqueeze(2))
+    totals = (log_probs if at_limit is None else _force_eos(log_probs, at_limit, eos_id)).add_(beams.running.unsqueeze(2))
     if terms is not None and beams.marks is not None:
         scores, beam_index, token, marks = allocate(terms, beams.marks, totals=totals)  # (A, C) in allocation order
     else:
         (scores, beam_index, token), marks = _best_candidates(totals), None  # (A, 2K)
-    offsets = torch.arange(active, device=token.device).unsqueeze(1) * beam_size  # (A, 1)
-    rows = offsets + beam_index  # (A, C) row in beams.tokens of each candidate's beam
+    rows = beam_index + torch.arange(0, active * beam_size, beam_size, device=token.device).unsqueeze(1)  # (A, C) beam rows
 
     # 1. As in fairseq, an EOS candidate is finalised only if it ranks among the top K.
-    is_final = token[:, :beam_size].eq(eos_id) & scores[:, :beam_size].isfinite()  # (A, K)
+    ends = token.eq(eos_id)  # (A, C)
+    is_final = ends[:, :beam_size] & scores[:, :beam_size].isfinite()  # (A, K)
     _record_finished(finished, beams, rows, scores, is_final, alpha, (terms, marks) if terms is not None else None)
     num_finished = beams.num_finished + is_final.sum(dim=1)  # (A,)
 
     # 2. The best K candidates that do not end in EOS continue (a stable sort keeps score order).
-    order = torch.sort(token.eq(eos_id).int(), dim=1, stable=True).indices[:, :beam_size]  # (A, K)
+    order = torch.sort(ends.int(), dim=1, stable=True).indices[:, :beam_size]  # (A, K)
     running, rows, token = scores.gather(1, order), rows.gather(1, order), token.gather(1, order)  # (A, K)
-    done = (beams.max_len <= step) | (num_finished >= beam_size) | running.isneginf().all(dim=1)  # (A,)
+    done = (num_finished >= beam_size) | running.isneginf().all(dim=1)  # (A,)
+    if at_limit is not None:
+        done |= at_limit
     kept = _Beams(beams.sentence, beams.max_len, num_finished, running, beams.tokens, beams.memory, beams.src_mask, state)
     kept.terms, kept.marks = terms, marks.take(order) if marks is not None else None
-    kept.src_padded = beams.src_padded
-    return _without_finished(model, kept, rows, token, (~done).nonzero().flatten())
+    kept.src_padded, kept.earliest_cap = beams.src_padded, beams.earliest_cap
+    return _without_finished(model, kept, rows, token, done)
 
 
-def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token: Tensor, keep: Tensor) -> _Beams:
-    """The next step's beams: sentences `keep` (A',), each beam row `rows` (A, K) extended by `token` (A, K);
-    finished sentences leave the batch, and the kept beams are reordered in every cached tensor."""
-    active, beam_size = rows.shape
+def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token: Tensor, done: Tensor) -> _Beams:
+    """The next step's beams: each beam row `rows` (A, K) extended by `token` (A, K); the sentences `done` (A,)
+    leave the batch, and the kept beams are reordered in every cached tensor."""
+    beam_size = rows.size(1)
+    if not done.any():  # the usual step: every sentence stays, only its beams move
+        rows, token = rows.flatten(), token.flatten()  # (A*K,)
+        return replace(
+            beams,
+            tokens=torch.cat([beams.tokens.index_select(0, rows), token.unsqueeze(1)], dim=1),  # (A*K, 2 + step)
+            state=model.reorder_state(beams.state, rows, keep_memory=True),
+        )
+    keep = (~done).nonzero().flatten()  # (A',)
     rows, token = rows.index_select(0, keep).flatten(), token.index_select(0, keep).flatten()  # (A'*K,)
-    memory, src_mask = beams.memory, beams.src_mask
-    if keep.numel() < active:
-        offsets = keep.unsqueeze(1) * beam_size + torch.arange(beam_size, device=keep.device)  # (A', K)
-        memory, src_mask = memory.index_select(0, offsets.flatten()), src_mask.index_select(0, offsets.flatten())
+    offsets = (keep.unsqueeze(1) * beam_size + torch.arange(beam_size, device=keep.device)).flatten()  # (A'*K,)
+    max_len = beams.max_len.index_select(0, keep)
     return _Beams(
         sentence=beams.sentence.index_select(0, keep),
-        max_len=beams.max_len.index_select(0, keep),
+        max_len=max_len,
         num_finished=beams.num_finished.index_select(0, keep),
         running=beams.running.index_select(0, keep),
         tokens=torch.cat([beams.tokens.index_select(0, rows), token.unsqueeze(1)], dim=1),  # (A'*K, 2 + step)
-        memory=memory,
-        src_mask=src_mask,
-        state=model.reorder_state(beams.state, rows, keep_memory=keep.numel() == active),  # no sentence left: beams moved
+        memory=beams.memory.index_select(0, offsets),
+        src_mask=beams.src_mask.index_select(0, offsets),
+        state=model.reorder_state(beams.state, rows),
         terms=beams.terms.select(keep) if beams.terms is not None else None,
         marks=beams.marks.select(keep) if beams.marks is not None else None,
         src_padded=beams.src_padded,
+        earliest_cap=_earliest_cap(max_len),
     )
+
+
+def _earliest_cap(max_len: Tensor) -> int:
+    """The first step at which a sentence of max_len (A,) reaches its output cap (0 when there is none)."""
+    return int(max_len.min()) if max_len.numel() else 0
 
 
 def _next_log_probs(
@@ -319,7 +357,8 @@ def _next_log_probs(
         tokens[:, -1:], memory, src_mask=src_mask, state=state, **padding_hint(src_padded=src_padded)
     )  # (rows, 1, V)
     assert new_state is not None, "incremental decoding must return a state dict"
-    log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), a new tensor
+    last = logits[:, -1]  # (rows, V)
+    log_probs = torch.log_softmax(last if last.dtype == torch.float32 else last.float(), dim=-1)  # (rows, V), a new tensor
     return log_probs.index_fill_(1, banned, float("-inf")), new_state
 
 
@@ -347,10 +386,15 @@ def _record_finished(
     rows and scores (A, C) give each candidate's beam row and total log-probability, `constrained`
     the terms and where each candidate stands with them; the loop runs over the finalised candidates only.
     """
+    found = is_final.nonzero().tolist()  # [[active index, candidate], ...] in row-major order, as masks select
+    if not found:
+        return
     sentence = beams.sentence.tolist()
-    for active_index, candidate in is_final.nonzero().tolist():
-        tokens = beams.tokens[rows[active_index, candidate], 1:].tolist()
-        hypothesis = _hypothesis(tokens, scores[active_index, candidate].item(), alpha)
+    beam_size = is_final.size(1)
+    tokens = beams.tokens.index_select(0, rows[:, :beam_size][is_final])[:, 1:].tolist()  # (F, step) without BOS
+    totals = scores[:, :beam_size][is_final].tolist()  # (F,)
+    for (active_index, candidate), hypothesis_tokens, total in zip(found, tokens, totals, strict=True):
+        hypothesis = _hypothesis(hypothesis_tokens, total, alpha)
         if constrained is not None:
             hypothesis.unmet = constrained[1].unmet(constrained[0], active_index, beam=candidate)
         finished[sentence[active_index]].append(hypothesis)

@@ -37,6 +37,7 @@ reordering the beams of each sentence can leave them as they are.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -168,6 +169,7 @@ def project(output: nn.Linear, x: Tensor, *, output_rows: OutputRows | None) -> 
     return output(x) if output_rows is None else output_rows.project(output, x)
 
 
+@functools.lru_cache(maxsize=1024)
 def memory_entry(key: str) -> bool:
     """Whether a cached entry is computed from the memory alone: by convention its name (after any
     layer or ensemble-member prefix, `0.` or `1:`) starts with `cross_`, e.g. `3.cross_k`."""

@@ -1,4 +1,5 @@
-"""Greedy and beam search, driven by a stub model whose probabilities are written by hand."""
+"""Greedy and beam search, driven by a stub model whose probabilities are written by hand, and a Transformer's
+cached decoding against decoding the whole prefix at every step."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from mtkit.decoding.search import (
 )
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState, EncoderDecoder
+from mtkit.models.ensemble import Ensemble
+from mtkit.models.transformer import Transformer
 
 X, Y = 4, 5  # the two content tokens of the stub's vocabulary (ids 0..5)
 VOCAB_SIZE = 6
@@ -316,3 +319,54 @@ def test_a_stop_ends_the_search_before_the_next_step(beam_size: int):
         with pytest.raises(SearchStopped):
             search(stop)
         assert stop.asked == 3  # two steps were taken, the third never began
+
+
+class FullPrefix(EncoderDecoder):
+    """The straightforward reference of incremental decoding: `model` decoding the whole prefix teacher-forced at
+    every step, with no cache (its state holds only the prefix, reordered like any cached tensor)."""
+
+    def __init__(self, model: EncoderDecoder) -> None:
+        super().__init__()
+        self.model = model
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        return self.model.encode(src, src_mask)
+
+    def decode(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, state: DecoderState | None = None
+    ) -> tuple[Tensor, DecoderState | None]:
+        assert state is not None
+        prefix = torch.cat([state["prefix"], tgt], dim=1) if "prefix" in state else tgt  # (B, t)
+        logits, _ = self.model.decode(prefix, memory, src_mask=src_mask, state=None)  # (B, t, V)
+        return logits[:, -tgt.size(1) :], {"prefix": prefix}
+
+    def reorder_state(self, state: DecoderState, order: Tensor, *, keep_memory: bool = False) -> DecoderState:
+        return {"prefix": state["prefix"][order]}  # its own, so that the reference never shares the model's
+
+
+def random_transformers(count: int) -> list[Transformer]:
+    """Small random Transformers in float64, so that incremental and full-prefix decoding agree far below any gap
+    between two candidates' scores."""
+    torch.manual_seed(5)
+    shape = dict(layers=2, d_model=32, heads=4, ffn_dim=48, dropout=0.0)
+    return [Transformer(24, 24, **shape).double().eval() for _ in range(count)]
+
+
+@pytest.mark.parametrize("members", [1, 2])
+@pytest.mark.parametrize("options", [SearchOptions(length_penalty=0.6), SearchOptions(beam=4, nbest=4, length_penalty=1.0)])
+def test_cached_decoding_finds_what_decoding_the_whole_prefix_finds(members: int, options: SearchOptions):
+    """The decoder's cache (self-attention keys and values, the source's, their reordering as beams move and
+    sentences finish) changes no hypothesis: the same tokens and scores as recomputing every prefix."""
+    models = random_transformers(members)
+    model = models[0] if members == 1 else Ensemble(models)
+    torch.manual_seed(6)
+    src, src_mask = sources(*(torch.randint(4, 24, (length,)).tolist() for length in [6, 2, 9, 4, 1, 7]))
+    max_len = torch.tensor([3, 8, 12, 1, 6, 9])
+    search = greedy_search if options.beam == 1 else beam_search
+    found = search(model, src, src_mask=src_mask, max_len=max_len, options=options)
+    reference = search(FullPrefix(model), src, src_mask=src_mask, max_len=max_len, options=options)
+    hypotheses = [[h] if isinstance(h, Hypothesis) else h for h in found]
+    expected = [[h] if isinstance(h, Hypothesis) else h for h in reference]
+    assert [[h.tokens for h in row] for row in hypotheses] == [[h.tokens for h in row] for row in expected]
+    assert [h.log_prob for row in hypotheses for h in row] == pytest.approx([h.log_prob for row in expected for h in row])
+    assert len({len(h.tokens) for row in hypotheses for h in row}) > 2  # sentences end at different steps
