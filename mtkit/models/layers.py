@@ -233,8 +233,10 @@ class SelfAttention(MultiHeadAttention):
     def forward(self, x: Tensor, key_bias: Tensor | None = None, cache: DecoderState | None = None, prefix: str = "") -> Tensor:
         """x (B, T, D) -> (B, T, D). key_bias (B, 1, 1, T): `key_padding_bias` or a bool mask, True on real
         tokens (encoder only; None: no padding)."""
-        query, key, value = self.qkv(x).chunk(3, dim=-1)
-        query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)  # (B, H, T, Dh)
+        batch, length, _ = x.shape
+        # One view of the fused projection gives all three, each (B, H, T, Dh), as three splits would (same strides)
+        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        query, key, value = qkv.unbind(0)
         if cache is None:
             return self.attend(query, key, value=value, mask=key_bias, causal=self.causal)
         past = cache.get(prefix + "self_k")
