@@ -228,10 +228,9 @@ class PyTorchEngine(Engine):
 
     def _source(self, sources: list[list[int]]) -> tuple[Tensor, Tensor]:
         """(B, S) padded ids with EOS, and their mask."""
-        src = torch.full((len(sources), max(len(s) for s in sources) + 1), PAD_ID, dtype=torch.long)  # (B, S)
-        for row, source in enumerate(sources):
-            src[row, : len(source) + 1] = torch.tensor([*source, EOS_ID])
-        src = src.to(self.device)
+        width = max(len(s) for s in sources) + 1
+        rows = [[*source, EOS_ID] + [PAD_ID] * (width - len(source) - 1) for source in sources]
+        src = torch.tensor(rows, dtype=torch.long, device=self.device)  # (B, S): one tensor made, not one a sentence
         return src, src.ne(PAD_ID)
 
     def _sample(

@@ -4,11 +4,13 @@ cached decoding against decoding the whole prefix at every step."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtkit.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decoding.search import (
@@ -370,3 +372,44 @@ def test_cached_decoding_finds_what_decoding_the_whole_prefix_finds(members: int
     assert [[h.tokens for h in row] for row in hypotheses] == [[h.tokens for h in row] for row in expected]
     assert [h.log_prob for row in hypotheses for h in row] == pytest.approx([h.log_prob for row in expected for h in row])
     assert len({len(h.tokens) for row in hypotheses for h in row}) > 2  # sentences end at different steps
+
+
+class SearchOps(TorchDispatchMode):
+    """Counts the aten ops a search dispatches outside the model's `encode` and `decode` (its bookkeeping), and
+    the steps (calls of `decode`)."""
+
+    def __init__(self, model: EncoderDecoder) -> None:
+        super().__init__()
+        self.ops, self.steps, self.in_model = 0, 0, False
+        self.encode, self.decode = model.encode, model.decode
+        model.encode, model.decode = self.counted(self.encode), self.counted(self.decode, step=True)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
+        self.ops += not self.in_model
+        return func(*args, **(kwargs or {}))
+
+    def counted(self, method: Callable, *, step: bool = False) -> Callable:
+        def call(*arguments, **options):  # noqa: ANN002, ANN003, ANN202 - the model's own signature
+            self.steps, self.in_model = self.steps + step, True
+            try:
+                return method(*arguments, **options)
+            finally:
+                self.in_model = False
+
+        return call
+
+
+@pytest.mark.parametrize(("beam", "most_per_step"), [(1, 36), (4, 90)])  # each was 44 and 146 before
+def test_the_search_bookkeeping_takes_a_bounded_number_of_ops_per_step(beam: int, most_per_step: int):
+    """The search's own work per step is a few dozen small ops whatever the batch: no op per hypothesis or
+    sentence, nothing reselected while every sentence stays (on a small model each op costs about as much as one
+    of its kernels). The bounds leave room for another torch's ops, not for a loop."""
+    [model] = random_transformers(1)
+    torch.manual_seed(6)
+    src, src_mask = sources(*(torch.randint(4, 24, (length,)).tolist() for length in [6, 2, 9, 4, 1, 7] * 4))
+    max_len = torch.tensor([3, 8, 12, 1, 6, 9] * 4)
+    counter = SearchOps(model)
+    search = greedy_search if beam == 1 else beam_search
+    with counter:
+        search(model, src, src_mask=src_mask, max_len=max_len, options=SearchOptions(beam=beam, nbest=beam))
+    assert counter.ops / counter.steps <= most_per_step
