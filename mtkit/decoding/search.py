@@ -266,7 +266,7 @@ def _advance_beams(
 ) -> _Beams:
     """One beam-search step: extend, finalise EOS candidates, keep the best K, drop finished sentences."""
     active, beam_size = beams.running.shape
-    log_probs, state = _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned, beams.src_padded)
+    log_probs, state = _beam_log_probs(model, beams, banned, step=step)  # (A*K, V)
     if constraints is not None:
         log_probs = constraints.apply(log_probs, beams.tokens, sentence=beams.sentence.repeat_interleave(beam_size), step=step)
     # (A,) sentences at their output cap; not computed (None) before the first cap, unless constraints need it
@@ -300,6 +300,23 @@ def _advance_beams(
     kept.terms, kept.marks = terms, marks.take(order) if marks is not None else None
     kept.src_padded, kept.earliest_cap = beams.src_padded, beams.earliest_cap
     return _without_finished(model, kept, rows, token, done)
+
+
+def _beam_log_probs(model: EncoderDecoder, beams: _Beams, banned: Tensor, *, step: int) -> tuple[Tensor, DecoderState]:
+    """Every beam's next-token log-probabilities (A*K, V) and the model's new state.
+
+    At step 0 every beam holds BOS alone and only beam 0 of each sentence is alive, so the model decodes one row a
+    sentence (the cross-attention's keys and values of a source are projected once, not K times), and its
+    log-probabilities and state are repeated for the K beams.
+    """
+    if step > 0:
+        return _next_log_probs(model, beams.tokens, beams.memory, beams.src_mask, beams.state, banned, beams.src_padded)
+    beam_size = beams.running.size(1)
+    first = torch.arange(0, beams.tokens.size(0), beam_size, device=beams.tokens.device)  # (A,) beam 0 of each sentence
+    memory, src_mask = beams.memory.index_select(0, first), beams.src_mask.index_select(0, first)
+    log_probs, state = _next_log_probs(model, beams.tokens[first], memory, src_mask, beams.state, banned, beams.src_padded)
+    repeat = torch.arange(first.numel(), device=first.device).repeat_interleave(beam_size)  # (A*K,)
+    return log_probs.index_select(0, repeat), model.reorder_state(state, repeat)
 
 
 def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token: Tensor, done: Tensor) -> _Beams:

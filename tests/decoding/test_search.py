@@ -189,8 +189,9 @@ def test_greedy_batch_equals_one_sentence_at_a_time_and_shrinks():
 def test_beam_batch_equals_one_sentence_at_a_time_and_shrinks():
     model = HandModel()
     batch = run_beam(model, *sources(*BATCH_ROWS), max_len=BATCH_MAX_LEN, beam_size=2, alpha=0.5, nbest=2)
-    # Rows are sentences x 2 beams: KEY_LIMIT leaves after step 1, KEY_BEAM and KEY_LENGTH after step 2.
-    assert model.batch_sizes == [8, 8, 6, 2, 2, 2, 2]
+    # Rows are sentences x 2 beams (one a sentence at step 0, where only beam 0 is alive): KEY_LIMIT leaves after
+    # step 1, KEY_BEAM and KEY_LENGTH after step 2.
+    assert model.batch_sizes == [4, 8, 6, 2, 2, 2, 2]
     alone = [
         run_beam(model, *sources(row), max_len=[limit], beam_size=2, alpha=0.5, nbest=2)[0]
         for row, limit in zip(BATCH_ROWS, BATCH_MAX_LEN, strict=True)
