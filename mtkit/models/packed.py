@@ -6,8 +6,8 @@ call. A decoding step multiplies a few hundred rows at most, and for a large out
 laid out once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's freezing does on
 CPU) runs faster (`benchmarks/packed.py`; the figures are in docs/performance.md).
 
-`pack_linears` turns every large `nn.Linear` of a loaded model (a million weights or more: the
-output layer, and feed-forward layers from d_model 512 up) into a `PackedLinear`: the same module,
+`pack_linears` turns every large `nn.Linear` of a loaded model (65,536 weights or more: the output
+layer, and every layer from d_model 256 up) into a `PackedLinear`: the same module,
 the same parameters and state dict, plus the laid-out copy of its weight (memory: docs/performance.md).
 The copy is used only where it is exact to use it: no autograd, float32 on CPU, and the weight
 unchanged since it was packed (a model trained after loading falls back to `F.linear`). torch
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROWS_HINT = 64  # the rows per product oneDNN lays the weight out for: decoding steps multiply 16-300
-SMALLEST = 1 << 20  # weights with fewer entries gain little or lose (d_model 256 or 512 squares)
+SMALLEST = 1 << 16  # a d_model 256 square: smaller weights gain little; larger ones are measured (`fast_paths`)
 
 
 class PackedLinear(nn.Linear):

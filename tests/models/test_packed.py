@@ -9,14 +9,16 @@ from helpers import random_batch, small_transformer
 from torch import nn
 
 from mtkit.models import packed as packed_module
-from mtkit.models.packed import PackedLinear, pack_linears, row_bucket
+from mtkit.models.packed import PackedLinear, pack_linears, packable_linears, row_bucket
+from mtkit.models.transformer import Transformer
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+SMALLEST = packed_module.SMALLEST  # as the package sets it, before the fixture below lowers it
 
 
 @pytest.fixture(autouse=True)
 def pack_small_weights(monkeypatch):
-    """The test models are tiny: pack every linear, not only those of a million weights and more."""
+    """The test models are tiny: pack every linear, not only those of `SMALLEST` weights and more."""
     monkeypatch.setattr(packed_module, "SMALLEST", 0)
 
 
@@ -60,6 +62,15 @@ def test_a_small_weight_is_left_as_it_is(monkeypatch):
     big = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.numel() > 64 * 64]
     assert pack_linears(model) == len(big) == 2 * 3 + 2 * 4  # encoder: qkv, ffn x 2; decoder: also cross key/value
     assert all(isinstance(m, PackedLinear) == (m in big) for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_every_linear_of_a_d_model_256_transformer_is_measured_for_packing(monkeypatch):
+    """At the Multi30k models' width every layer's product is a candidate: the per-machine measurement
+    (`mtkit.models.fast_paths`) decides which run faster packed, not a size fixed for every machine."""
+    monkeypatch.setattr(packed_module, "SMALLEST", SMALLEST)
+    model = Transformer(1000, 1000, layers=1, d_model=256, heads=4, ffn_dim=1024)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert packable_linears(model) == linears and len(linears) == 12  # encoder 4, decoder 7, output 1
 
 
 def test_packing_keeps_parameters_state_dict_and_tied_weights():
