@@ -1,16 +1,16 @@
-"""Where a decoding step of a small model goes: aten ops per step and the profiler's shares, greedy and beam 5.
+"""Where a decoding step of a small model goes: ops per step and the profiler's shares, greedy and beam 5.
 
     python -m benchmarks.decode_steps --model RUN_DIR [--sentences 200] [--cap 100] [--lang de] [--top 15]
-        [--output benchmarks/results/decode_steps.json] [--smoke]
+        [--threads 0] [--output benchmarks/results/decode_steps.json] [--smoke]
 
 Loads the run as every front end does (`Translator.load(..., fast_paths=True)`) and translates the first
 --sentences Multi30k test2016 sources (German unless --lang), every output capped at --cap pieces as `make peers`
 caps them, at beam 5 and greedy, each once unprofiled (the warm-up) and once under torch.profiler. For each search
 it reports the decoder steps (calls of the model's `decode`), the output pieces (EOS counted once a sentence, as
-speed.py counts), and per step: the aten ops called from Python (top-level: no aten op above them), split into
+speed.py counts), and per step: the ops (aten's, oneDNN's) called from Python (top-level: no op above them), split into
 those inside the model's `decode` and those of the search around it (and the pipeline's, a few per batch), and
-every aten op dispatched (nested ones included). Then the profiler's self-CPU time by op (the --top largest,
-as shares), and the share of the profiled wall time spent outside any aten op (Python: search bookkeeping,
+every op dispatched (nested ones included). Then the profiler's self-CPU time by op (the --top largest,
+as shares), and the share of the profiled wall time spent outside any op (Python: search bookkeeping,
 module calls, the pipeline). Op counts do not depend on the machine's load; the shares roughly; the seconds do
 (reported only beside the counts, not to compare).
 `--smoke` (no --model needed): the tiny model on 10 sentences.
@@ -50,17 +50,22 @@ class StepCounter:
             return self.decode(*args, **kwargs)
 
 
+def is_op(event: FunctionEvent) -> bool:
+    """Whether a profiler event is an operator (aten::, mkldnn::, ...), not a label such as `STEP_LABEL`."""
+    return "::" in event.name
+
+
 def op_counts(events: list[FunctionEvent]) -> dict[str, int]:
-    """Top-level aten ops (no aten op above them), split into those inside `STEP_LABEL` and the rest, and every
-    aten op; with the top-level ops' CPU time (µs), which leaves the rest of the wall time to Python."""
+    """Top-level ops (no op above them), split into those inside `STEP_LABEL` and the rest, and every op; with the
+    top-level ops' CPU time (µs), which leaves the rest of the wall time to Python."""
     counts = Counter()
     top_level_us = 0.0
     for event in events:
-        if not event.name.startswith("aten::"):
+        if not is_op(event):
             continue
         counts["all"] += 1
         parent, in_step = event.cpu_parent, False
-        while parent is not None and not parent.name.startswith("aten::"):
+        while parent is not None and not is_op(parent):
             in_step = in_step or parent.name == STEP_LABEL
             parent = parent.cpu_parent
         if parent is None:
@@ -97,7 +102,7 @@ def measure_search(translator: Translator, sources: list[str], beam: int, top: i
     return {
         "steps": steps,
         "output_pieces": sum(len(h[0].tokens) + 1 for h in found),
-        "aten_ops_per_step": {
+        "ops_per_step": {
             "top_level": round((counts["top_level_decode"] + counts["top_level_search"]) / steps, 1),
             "in_decode": round(counts["top_level_decode"] / steps, 1),
             "outside_decode": round(counts["top_level_search"] / steps, 1),
@@ -116,6 +121,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cap", type=int, default=100, help="most output pieces of every sentence (make peers: 100)")
     parser.add_argument("--lang", default="de", help="source language of the test2016 sentences (de, en, fr, cs)")
     parser.add_argument("--top", type=int, default=15, help="ops listed by self-CPU time")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core, as make peers runs)")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/decode_steps.json"))
     common.add_smoke_options(parser)
     parser.set_defaults(data=DATA)  # --smoke reads the tests' slice
@@ -132,7 +138,7 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     """Greedy and beam 5 of the same sentences, each measured by `measure_search`."""
-    set_threads(0)
+    set_threads(args.threads)
     sources = common.first_lines(args.data / f"test_2016_flickr.{args.lang}.gz", args.sentences)
     translator = Translator.load(args.model, device="cpu", fast_paths=True)
     translator.decode = replace(translator.decode, max_len_a=0.0, max_len_b=args.cap)
@@ -146,10 +152,10 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 def print_report(report: dict) -> None:
     for name in ("greedy", "beam5"):
         found = report[name]
-        ops = found["aten_ops_per_step"]
-        print(f"{name}: {found['steps']} steps, {found['output_pieces']} output pieces; aten ops per step "
+        ops = found["ops_per_step"]
+        print(f"{name}: {found['steps']} steps, {found['output_pieces']} output pieces; ops per step "
               f"{ops['top_level']} top-level ({ops['in_decode']} in decode, {ops['outside_decode']} outside), "
-              f"{ops['all_nested']} with nested ones; Python outside aten ops {found['python_share']:.1%}")  # fmt: skip
+              f"{ops['all_nested']} with nested ones; Python outside ops {found['python_share']:.1%}")  # fmt: skip
         for op, share in found["self_cpu_share"].items():
             print(f"    {share:7.1%}  {op}")
 
