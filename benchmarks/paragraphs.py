@@ -7,9 +7,10 @@ The first `--sentences` test2016 captions are joined, in order, into paragraphs 
 with `--seed`), one paragraph a line, the captions joined by a space; their references are joined alike. Reported:
 - the splitter's boundary recovery on the joined sources: the share of true boundaries (where a caption ends) it
   finds, also among those after a caption that ends with a full stop, question or exclamation mark, and the
-  boundaries it finds that are not true ones;
-- BLEU against the joined references of the paragraphs translated with `--split-by sentences`, with
-  `--split-by lines` (each paragraph whole, as before splitting existed) and sentence by sentence (each caption
+  boundaries it finds that are not true ones; with the run's sentence ends (`mtkit priors RUN`) when it has them,
+  and by sentencex's rules alone;
+- BLEU against the joined references of the paragraphs translated with `--split-by sentences`, with the rules
+  alone, with `--split-by lines` (each paragraph whole, as before splitting existed) and sentence by sentence (each caption
   on its own line, its translations joined), with the outputs' length over the sentence-by-sentence one;
 - dropped sentences: paragraphs whose translation has fewer sentences (by the target language's splitter) than the
   source paragraph (by the source's), and paragraphs `mtkit evaluate`'s dropped flag marks (a source sentence no
@@ -34,7 +35,7 @@ from benchmarks import common
 from mtkit.decoding.line_parts import LineParts
 from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translation, Translator
-from mtkit.documents.sentences import SentenceSplitter, split_sentences
+from mtkit.documents.sentences import SentenceSplitter, source_splitter, split_sentences
 from mtkit.evaluation.dropped import dropped_lines
 from mtkit.evaluation.metrics import bleu
 from mtkit.options import SplitBy
@@ -77,14 +78,14 @@ def boundaries(parts: LineParts) -> set[int]:
     return found
 
 
-def boundary_recovery(captions: list[str], sizes: list[int], language: str) -> dict:
-    """How many of the true boundaries of the joined paragraphs the splitter finds, and how many it adds."""
+def boundary_recovery(captions: list[str], sizes: list[int], splitter: SentenceSplitter) -> dict:
+    """How many of the true boundaries of the joined paragraphs `splitter` finds, and how many it adds."""
     true_found = after_stop = after_stop_found = false = total = start = 0
     for size in sizes:
         group = captions[start : start + size]
         start += size
         true = {len(" ".join(group[: k + 1])) + 1: group[k].rstrip().endswith(STOPS) for k in range(size - 1)}
-        found = boundaries(split_sentences(" ".join(group), language))
+        found = boundaries(splitter.cut(" ".join(group)))
         total += len(true)
         true_found += len(found & set(true))
         after_stop += sum(true.values())
@@ -110,12 +111,18 @@ def translated(
 
 
 def dropped(
-    translator: Translator, paragraphs: list[str], *, beam: int, splitter: SentenceSplitter | None, languages: tuple[str, str]
+    translator: Translator,
+    paragraphs: list[str],
+    *,
+    beam: int,
+    splitter: SentenceSplitter | None,
+    counted: tuple[SentenceSplitter, str],
 ) -> dict:
-    """Paragraphs translated with fewer sentences than they have, and those the dropped flag marks (untimed)."""
-    source, target = languages
+    """Paragraphs translated with fewer sentences than they have (by `counted`: the source's splitter, the target's
+    language), and those the dropped flag marks (untimed)."""
+    source, target = counted
     outputs, _ = translated(translator, paragraphs, beam=beam, splitter=splitter, aligned=True)
-    cut = [split_sentences(paragraph, source) for paragraph in paragraphs]
+    cut = [source.cut(paragraph) for paragraph in paragraphs]
     fewer = sum(len(split_sentences(out.text, target).parts) < len(parts.parts) for out, parts in zip(outputs, cut, strict=True))
     tagged = translator.leads(Decoding())[0] is not None
     flagged = sum(dropped_lines(translator, cut, best=outputs, tagged=tagged))
@@ -129,7 +136,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     references = read(args.data / f"test_2016_flickr.{args.tgt}.gz")[: args.sentences]
     sizes = paragraph_sizes(len(captions), args.seed)
     paragraphs, joined_references = joined(captions, sizes), joined(references, sizes)
-    splitter = SentenceSplitter(args.src)
+    splitter = source_splitter(translator, language=args.src)  # with the run's sentence ends when it has them
+    rules = SentenceSplitter(splitter.language)
     translator.translate(captions[:16], beam=args.beam)  # warm-up
     device = getattr(translator.engine, "device", torch.device("cpu"))
     report: dict = {
@@ -141,16 +149,20 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "matmul_gflop_per_s": common.matmul_flops_per_s(device, smoke=args.smoke) / 1e9,
         "captions": len(captions),
         "paragraphs": len(paragraphs),
-        "boundaries": boundary_recovery(captions, sizes, args.src),
+        "sentence_ends": splitter.ends is not None,
+        "boundaries": boundary_recovery(captions, sizes, splitter),
+        "boundaries_by_rules_alone": boundary_recovery(captions, sizes, rules),
     }
     one_per_line, first = translated(translator, captions, beam=args.beam, splitter=None)
     cut, seconds = translated(translator, paragraphs, beam=args.beam, splitter=splitter)
     _, last = translated(translator, captions, beam=args.beam, splitter=None)
     whole, _ = translated(translator, paragraphs, beam=args.beam, splitter=None)
+    by_rules, _ = translated(translator, paragraphs, beam=args.beam, splitter=rules)
     by_sentence = joined([t.text for t in one_per_line], sizes)
     report["bleu"] = {
         "sentence_by_sentence": bleu(by_sentence, joined_references),
         SplitBy.SENTENCES.value: bleu([t.text for t in cut], joined_references),
+        "sentences_by_rules_alone": bleu([t.text for t in by_rules], joined_references),
         SplitBy.LINES.value: bleu([t.text for t in whole], joined_references),
     }
     length = sum(map(len, by_sentence))
@@ -158,9 +170,9 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         SplitBy.SENTENCES.value: sum(len(t.text) for t in cut) / length,
         SplitBy.LINES.value: sum(len(t.text) for t in whole) / length,
     }
-    languages = (args.src, args.tgt)
+    counted = (splitter, args.tgt)
     report["dropped"] = {
-        name: dropped(translator, paragraphs, beam=args.beam, splitter=chosen, languages=languages)
+        name: dropped(translator, paragraphs, beam=args.beam, splitter=chosen, counted=counted)
         for name, chosen in ((SplitBy.SENTENCES.value, splitter), (SplitBy.LINES.value, None))
     }
     report["speed"] = {
@@ -198,12 +210,15 @@ def tiny_arguments(args: argparse.Namespace, work: Path) -> None:
 
 
 def print_table(report: dict) -> None:
-    found = report["boundaries"]
-    print(
-        f"{report['captions']} captions in {report['paragraphs']} paragraphs; the splitter found {found['found']} of "
-        f"{found['true']} boundaries ({100 * found['recovered']:.1f}%; {100 * found['recovered_after_stop']:.1f}% of the "
-        f"{found['after_stop']} after a full stop), and {found['false']} false ones"
-    )
+    print(f"{report['captions']} captions in {report['paragraphs']} paragraphs")
+    for key, name in (("boundaries", "the splitter"), ("boundaries_by_rules_alone", "the rules alone")):
+        found = report[key]
+        print(
+            f"{name} found {found['found']} of {found['true']} boundaries ({100 * found['recovered']:.1f}%; "
+            f"{100 * found['recovered_after_stop']:.1f}% of the {found['after_stop']} after a full stop), and "
+            f"{found['false']} false ones"
+        )
+    print(f"the run's sentence ends (mtkit priors): {'used' if report['sentence_ends'] else 'none'}")
     lengths = report["length_over_sentence_by_sentence"]
     for name, score in report["bleu"].items():
         lost = report["dropped"].get(name)

@@ -398,17 +398,24 @@ def priors_command(
     src: AlignedSrc = None,
     tgt: AlignedTgt = None,
 ) -> None:
-    """Build RUN/word_priors.txt: eflomal's word-alignment priors from the run's training corpus. translate, evaluate
-    and serve then place the inline tags of a document (--format html, xml, markdown, xliff) by eflomal's alignment
-    of each sentence with its translation, guided by them, instead of the model's attention."""
-    from mtkit.decoding.shortlist import build_word_priors
+    """Build what the documents stage learns from the run's training corpus. RUN/word_priors.txt: eflomal's
+    word-alignment priors; translate, evaluate and serve then place the inline tags of a document (--format html,
+    xml, markdown, xliff) by eflomal's alignment of each sentence with its translation, guided by them, instead of the
+    model's attention. RUN/sentence_ends.tsv: which words end and start the corpus's sentences; --split-by sentences
+    then also cuts a paragraph where a sentence ends without punctuation."""
+    from mtkit.decoding.shortlist import build_word_priors, corpus_texts
     from mtkit.documents.aligner import save_priors
+    from mtkit.documents.sentence_ends import SentenceEnds, save_sentence_ends
 
-    path = RunFiles.of(run).word_priors
-    typer.echo(f"mtkit priors: aligning up to {lines} pairs with eflomal", err=True)
-    priors, info = build_word_priors(run, ShortlistBuild(lines=lines, src=src, tgt=tgt))
-    save_priors(path, priors, info=info)
-    typer.echo(f"{path}: priors of {info['lines']} pairs, {priors.count(chr(10))} lines", err=True)
+    files = RunFiles.of(run)
+    sources, targets = corpus_texts(run, ShortlistBuild(lines=lines, src=src, tgt=tgt))
+    ends = SentenceEnds.learn(sources, info={"lines": len(sources)})
+    save_sentence_ends(files.sentence_ends, ends)
+    typer.echo(f"{files.sentence_ends}: word pairs of {len(sources)} sentences, {len(ends.pairs)} lines", err=True)
+    typer.echo(f"mtkit priors: aligning {len(sources)} pairs with eflomal", err=True)
+    priors, info = build_word_priors(sources, targets)
+    save_priors(files.word_priors, priors, info=info)
+    typer.echo(f"{files.word_priors}: priors of {info['lines']} pairs, {priors.count(chr(10))} lines", err=True)
 
 
 LIMITS = ServeLimits()  # the server's defaults, stated once

@@ -16,6 +16,7 @@ which also says which checkpoint `-m RUN` means.
     RUN/scores.json     the test/valid scores `mtkit evaluate -m RUN --split` recorded (`mtkit serve`'s /info)
     RUN/shortlist.safetensors  the vocabulary shortlist `mtkit shortlist RUN` built (search's output layer, cut)
     RUN/word_priors.txt        eflomal's word-alignment priors `mtkit priors RUN` built (they place inline tags)
+    RUN/sentence_ends.tsv      where the corpus's sentences start and end, built with them (unpunctuated ends)
 
 Which checkpoint `-m RUN` means is decided here (`RunFiles.chosen_weights`, `checkpoint_file`); the
 validation score it compares is read from the checkpoints by `mtkit.models.checkpoint.resolve_checkpoint`,
@@ -104,6 +105,10 @@ class RunFiles:
     def word_priors(self) -> Path:
         return self.path / "word_priors.txt"
 
+    @property
+    def sentence_ends(self) -> Path:
+        return self.path / "sentence_ends.tsv"
+
     def weights(self, stem: str) -> Path:
         """RUN/<stem>.pt: best, last, ema or average."""
         return self.path / f"{stem}.pt"
@@ -124,6 +129,7 @@ class RunFiles:
         """What a training writes besides config.yaml and the TensorBoard folder, and the shortlist and priors built
         from its data: what `--overwrite` deletes."""
         named = [self.last, self.best, self.ema, self.average, self.log, self.curves, self.shortlist, self.word_priors]
+        named.append(self.sentence_ends)
         return [*self.steps(), *sorted(self.path.glob("at_*.pt")), *named]
 
     def leftover_temporaries(self) -> list[Path]:

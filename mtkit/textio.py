@@ -211,6 +211,18 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
+def read_bounded_text(path: Path, *, most_bytes: int, fix: str) -> str:
+    """A UTF-8 file that mtkit wrote beside a model, its size checked before it is read: too large, or not UTF-8,
+    is one line naming it and `fix`."""
+    size = path.stat().st_size
+    if size > most_bytes:
+        raise MtkitError(f"{path}: {size} bytes, more than the {most_bytes} such a file may hold; {fix}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise MtkitError(f"{path}: not UTF-8 text at byte {err.start}; {fix}") from None
+
+
 def read_lines(path: Path, bad_bytes: str = "error", *, fix: str = "") -> list[str]:
     """Read a UTF-8 text file (.gz fine) as one string per line."""
     return [text for _, text in file_lines(Path(path), bad_bytes, fix=fix)]

@@ -8,8 +8,8 @@ Each step's log-probabilities are normalised over the batch's vocabulary (as Mar
 CTranslate2's vocabulary map do), so a hypothesis's score is the model's given that vocabulary; `mtkit score`
 never uses a shortlist.
 
-`mtkit priors RUN` reads the same training pairs for eflomal's word-alignment priors (`build_word_priors`), with
-which the documents stage places inline tags.
+`mtkit priors RUN` reads the same training pairs (`corpus_texts`) for eflomal's word-alignment priors
+(`build_word_priors`), with which the documents stage places inline tags, and for where sentences end.
 """
 
 from __future__ import annotations
@@ -63,14 +63,19 @@ def build_shortlist(run: Path, build: ShortlistBuild) -> Shortlist:
     return replace(shortlist, info=info)
 
 
-def build_word_priors(run: Path, build: ShortlistBuild) -> tuple[str, dict[str, str | int]]:
-    """eflomal's word-alignment priors (`word_alignment.corpus_priors`) of the pairs a shortlist of `run` aligns
-    (`build.lines` of its prepared training data, or `build.src`/`build.tgt`), as text; and how they were built."""
+def corpus_texts(run: Path, build: ShortlistBuild) -> tuple[list[str], list[str]]:
+    """The pairs a shortlist of `run` aligns (`build.lines` of its prepared training data, or `build.src`/`build.tgt`)
+    as text: what `mtkit priors` learns from."""
     config, tokenizers = _recipe(run)
     sources, targets = _pairs(run, config, tokenizers, build)
-    texts = [tokenizers.src.decode(ids) for ids in sources], [tokenizers.tgt.decode(ids) for ids in targets]
+    return [tokenizers.src.decode(ids) for ids in sources], [tokenizers.tgt.decode(ids) for ids in targets]
+
+
+def build_word_priors(sources: list[str], targets: list[str]) -> tuple[str, dict[str, str | int]]:
+    """eflomal's word-alignment priors (`word_alignment.corpus_priors`) of the pairs of `sources` and `targets`, as
+    text; and how they were built."""
     info = {"lines": len(sources), "aligner": f"eflomal {importlib.metadata.version('eflomal')}", "tokens": TOKEN.pattern}
-    return corpus_priors(*texts), info
+    return corpus_priors(sources, targets), info
 
 
 def _recipe(run: Path) -> tuple[Config, TokenizerPair]:

@@ -26,7 +26,7 @@ from mtkit.data.word_alignment import eflomal_links, symmetrized
 from mtkit.documents.tags import tokens
 from mtkit.errors import MtkitError
 from mtkit.run_files import RunFiles
-from mtkit.textio import write_file
+from mtkit.textio import read_bounded_text, write_file
 
 MOST_BYTES = 1 << 30  # the largest priors file read: bounds what a file makes us hold
 HEADER = "# mtkit word priors "  # the file's first line: then how the priors were built, as JSON
@@ -94,14 +94,7 @@ def save_priors(path: Path, priors: str, *, info: dict) -> None:
 
 def load_priors(path: Path) -> TagAligner:
     """The priors file at `path`, its size checked before it is read; a bad file is one line naming it."""
-    size = path.stat().st_size
-    if size > MOST_BYTES:
-        raise MtkitError(f"{path}: {size} bytes, more than the {MOST_BYTES} a priors file may hold; {_REBUILD}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise MtkitError(f"{path}: not UTF-8 text at byte {err.start}; {_REBUILD}") from None
-    return TagAligner.read(text, path=path)
+    return TagAligner.read(read_bounded_text(path, most_bytes=MOST_BYTES, fix=_REBUILD), path=path)
 
 
 def aligner_of(directory: Path | None) -> TagAligner | None:

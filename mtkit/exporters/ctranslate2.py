@@ -71,9 +71,10 @@ def export_ctranslate2(model_path: Path, output_dir: Path, *, quantization: str 
         shortlist = load_run_shortlist(model_path, tokenizers)
         if shortlist is not None:
             write_file(staging / VOCABULARY_MAP, vocabulary_map(shortlist, tokenizers))
-        priors = RunFiles.of(model_path).word_priors
-        if priors.is_file():  # what places a document's inline tags, as in the run
-            shutil.copyfile(priors, staging / priors.name)
+        run_files = RunFiles.of(model_path)
+        for learnt in (run_files.word_priors, run_files.sentence_ends):  # what the documents stage uses, as in the run
+            if learnt.is_file():
+                shutil.copyfile(learnt, staging / learnt.name)
         manifest = _manifest(config, resolve_checkpoint(model_path), quantization, positions)
         write_file(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return output_dir

@@ -91,6 +91,6 @@ def test_a_bad_or_oversized_priors_file_is_one_line_naming_it(tmp_path: Path, mo
         load_priors(bad)
     assert "\n" not in str(caught.value)
     monkeypatch.setattr(aligner_module, "MOST_BYTES", 10)
-    with pytest.raises(MtkitError, match=r"word_priors.txt: 22 bytes, more than the 10 a priors file may hold"):
+    with pytest.raises(MtkitError, match=r"word_priors.txt: 22 bytes, more than the 10 such a file may hold"):
         load_priors(bad)
     assert isinstance(TagAligner.read("", path=bad), TagAligner)

@@ -13,6 +13,7 @@ from mtkit.decoding.options import Decoding
 from mtkit.decoding.translator import Translator
 from mtkit.documents.formats import DocumentLimits
 from mtkit.documents.pipeline import translate_documents
+from mtkit.documents.sentences import source_splitter
 
 
 def anti_diagonal(translator: Translator, lines: list[str]) -> list[bool]:
@@ -93,13 +94,16 @@ def test_with_the_runs_word_priors_every_tag_goes_around_the_word_it_marked_in_b
     invoke("priors", run)
     assert (run / "word_priors.txt").read_text(encoding="utf-8").startswith("# mtkit word priors {")
     invoke("export", "-m", run, "--format", "ctranslate2", "-o", tmp_path / "ct2")
-    assert (tmp_path / "ct2" / "word_priors.txt").read_bytes() == (run / "word_priors.txt").read_bytes()
+    for name in ("word_priors.txt", "sentence_ends.tsv"):  # the export places tags and cuts paragraphs as the run does
+        assert (tmp_path / "ct2" / name).read_bytes() == (run / name).read_bytes()
+    assert (run / "sentence_ends.tsv").read_text(encoding="utf-8").startswith("# mtkit sentence ends {")
     lines = (reverse_run.data_path.parent / "raw/valid.src").read_text(encoding="utf-8").splitlines()[:30]
     tagged = [f"<p>{line.split()[0]} <b>{line.split()[1]}</b> {' '.join(line.split()[2:])}</p>" for line in lines]
     threads = torch.get_num_threads()  # CTranslate2's loading sets torch's to the machine's
     for model in (run, tmp_path / "ct2"):  # both engines
         translator = Translator.load(model, device="cpu")
         torch.set_num_threads(threads)
+        assert source_splitter(translator, language=None).ends is not None
         found = translate_documents(translator, tagged, document_format="html", decoding=Decoding(), limits=DocumentLimits())
         for line, document in zip(lines, found, strict=True):
             words = reverse(line).split()
