@@ -44,6 +44,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from mtkit.models.kv_cache import reordered
 from mtkit.models.packed import PackedLinear, pack_linears
 
 DecoderState = dict[str, Tensor]
@@ -82,7 +83,7 @@ class EncoderDecoder(nn.Module):
         reordering its beams), so the entries computed from the memory alone (`memory_entry`) are
         the same as before and are kept as they are, not copied.
         """
-        return {key: value if keep_memory and memory_entry(key) else value.index_select(0, order) for key, value in state.items()}
+        return {key: value if keep_memory and memory_entry(key) else reordered(value, order) for key, value in state.items()}
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced logits (B, T, V) for decoder input `tgt`."""

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState
+from mtkit.models.kv_cache import appended
 
 # torch.get_autocast_dtype(device_type) came with torch 2.4; before it, `attend` casts the fp32 bias per layer
 _AUTOCAST_BY_DEVICE = hasattr(torch, "get_autocast_dtype")
@@ -221,7 +222,8 @@ class SelfAttention(MultiHeadAttention):
     """Self-attention with one fused query/key/value projection; causal in the decoder.
 
     With a `cache` (the decoder state dict) it decodes incrementally: `x` holds only the new
-    positions, and their keys/values are appended to `{prefix}self_k` / `{prefix}self_v` (B, H, t, Dh).
+    positions, and their keys/values are appended to `{prefix}self_k` / `{prefix}self_v` (B, H, t, Dh), views of
+    buffers with room to grow (`mtkit.models.kv_cache`).
     """
 
     def __init__(self, d_model: int, heads: int, *, dropout: float, causal: bool) -> None:
@@ -239,10 +241,8 @@ class SelfAttention(MultiHeadAttention):
         query, key, value = qkv.unbind(0)
         if cache is None:
             return self.attend(query, key, value=value, mask=key_bias, causal=self.causal)
-        past = cache.get(prefix + "self_k")
-        if past is not None:
-            key = torch.cat([past, key], dim=2)  # (B, H, t + T, Dh)
-            value = torch.cat([cache[prefix + "self_v"], value], dim=2)
+        key = appended(cache.get(prefix + "self_k"), key)  # (B, H, t + T, Dh), in place where its buffer has room
+        value = appended(cache.get(prefix + "self_v"), value)
         cache[prefix + "self_k"], cache[prefix + "self_v"] = key, value
         new, total = query.size(2), key.size(2)
         # Query i (absolute position total - new + i) may see keys up to its own position; a single
