@@ -26,6 +26,8 @@ KEYS = {
     "budget": {"date", "machine", "matmul_gflop_per_s", "rows"},
     "comet_speed": {"machine", "checkpoint", "sentences", "sentences_per_s", "system_scores", "ratio_mtkit_over_comet"},
     "decode_steps": {"date", "model", "machine", "sentences", "cap", "greedy", "beam5"},
+    "decode_trees": {"date", "machine", "model", "sentences", "cap", "trees", "matmul_gflop_per_s", "turns",
+                     "matmul_gflop_per_s_after", "ratios"},
     "distill": {"date", "machine", "matmul_gflop_per_s", "teacher", "students", "sentences", "rounds", "rows"},
     "multilingual": {"supervised", "zero_shot"},
     "nllb": {"date", "machine", "threads", "matmul_gflops", "versions", "model", "sentences", "batch", "cap", "repeats",
