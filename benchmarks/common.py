@@ -236,6 +236,16 @@ def add_smoke_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parsed_with_model(parser: argparse.ArgumentParser, *, flag: str = "--model") -> argparse.Namespace:
+    """The arguments of a benchmark that measures a trained run: --smoke's options added, and the model (`flag`)
+    required but with --smoke, which brings its own tiny one."""
+    add_smoke_options(parser)
+    args = parser.parse_args()
+    if args.model is None and not args.smoke:
+        parser.error(f"the following arguments are required: {flag}")
+    return args
+
+
 def smoke_label(args: argparse.Namespace) -> dict:
     """{"smoke": true} at the head of a smoke run's report; nothing otherwise."""
     return {"smoke": True} if args.smoke else {}

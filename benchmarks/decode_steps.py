@@ -123,12 +123,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=15, help="ops listed by self-CPU time")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core, as make peers runs)")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/decode_steps.json"))
-    common.add_smoke_options(parser)
     parser.set_defaults(data=DATA)  # --smoke reads the tests' slice
-    args = parser.parse_args()
-    if args.model is None and not args.smoke:
-        parser.error("the following arguments are required: --model")
-    return args
+    return common.parsed_with_model(parser)
 
 
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:

@@ -68,12 +68,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lang", default="de", help="source language of the test2016 sentences (de, en, fr, cs)")
     parser.add_argument("--cap", type=int, default=0, help="most output tokens (0: the run's own rule)")
     parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/packed.json"))
-    common.add_smoke_options(parser)
     parser.set_defaults(data=DATA)  # --smoke reads the tests' slice
-    args = parser.parse_args()
-    if args.model is None and not args.smoke:
-        parser.error("the following arguments are required: --model")
-    return args
+    return common.parsed_with_model(parser)
 
 
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:

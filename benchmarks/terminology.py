@@ -159,11 +159,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000, help="test2016 sentences used (from the first)")
     parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/terminology.json"))
-    common.add_smoke_options(parser)
-    args = parser.parse_args()
-    if args.model is None and not args.smoke:
-        parser.error("the following arguments are required: -m/--model")
-    return args
+    return common.parsed_with_model(parser, flag="-m/--model")
 
 
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:

@@ -110,12 +110,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--lang", default="de", choices=sorted(TARGET), help="source language of the test2016 sentences")
     parser.add_argument("--out", "--output", type=Path, default=Path("benchmarks/results/transformers_export.json"))
-    common.add_smoke_options(parser)
     parser.set_defaults(data=DATA)
-    args = parser.parse_args()
-    if args.model is None and not args.smoke:
-        parser.error("the following arguments are required: --model")
-    return args
+    return common.parsed_with_model(parser)
 
 
 def tiny_arguments(args: argparse.Namespace, work: Path) -> None:

@@ -54,11 +54,11 @@ def _unmarked(text: str, marked: list[int], ends: SentenceEnds | None) -> list[i
     return [start + cut for start, end in spans for cut in ends.cuts(text[start:end])]
 
 
-def _cut(text: str, ends: list[int]) -> LineParts:
-    """`text` cut at the offsets `ends`, each piece stripped, its whitespace kept beside it."""
+def _cut(text: str, offsets: list[int]) -> LineParts:
+    """`text` cut at `offsets`, each piece stripped, its whitespace kept beside it."""
     parts: list[str] = []
     spaces = [""]
-    for start, end in zip([0, *ends], [*ends, len(text)], strict=True):
+    for start, end in zip([0, *offsets], [*offsets, len(text)], strict=True):
         piece = text[start:end]
         sentence = piece.strip()
         if not sentence:  # whitespace alone: spacing, not a sentence
