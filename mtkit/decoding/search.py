@@ -316,7 +316,7 @@ def _beam_log_probs(model: EncoderDecoder, beams: _Beams, banned: Tensor, *, ste
     memory, src_mask = beams.memory.index_select(0, first), beams.src_mask.index_select(0, first)
     log_probs, state = _next_log_probs(model, beams.tokens[first], memory, src_mask, beams.state, banned, beams.src_padded)
     repeat = torch.arange(first.numel(), device=first.device).repeat_interleave(beam_size)  # (A*K,)
-    return log_probs.index_select(0, repeat), model.reorder_state(state, repeat)
+    return log_probs.index_select(0, repeat), model.reorder_state(state, repeat, keep_memory=True)
 
 
 def _without_finished(model: EncoderDecoder, beams: _Beams, rows: Tensor, token: Tensor, done: Tensor) -> _Beams:

@@ -44,7 +44,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
-from mtkit.models.kv_cache import reordered
+from mtkit.models.kv_cache import moves, reordered
 from mtkit.models.packed import PackedLinear, pack_linears
 
 DecoderState = dict[str, Tensor]
@@ -76,14 +76,29 @@ class EncoderDecoder(nn.Module):
     def cross_attention(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, layer: int = -1) -> Tensor:
         raise NotImplementedError
 
+    memory_per_sentence = False  # see `reorder_state`
+
     def reorder_state(self, state: DecoderState, order: Tensor, *, keep_memory: bool = False) -> DecoderState:
         """Select batch rows `order` (LongTensor (B',)) of every cached tensor.
 
-        `keep_memory`: `order` only moves rows among rows of the same source sentence (beam search
-        reordering its beams), so the entries computed from the memory alone (`memory_entry`) are
-        the same as before and are kept as they are, not copied.
+        `keep_memory`: `order` only moves rows among rows of the same source sentence (beam search reordering its
+        beams, or repeating a sentence's first row for its beams), so the entries computed from the memory alone
+        (`memory_entry`) are the same as before. They are kept as they are where the batch keeps its size, and where
+        the model's cross-attention reads one row of them for all the rows of a sentence (`memory_per_sentence`);
+        the rest of the cache is then reordered in place (the state given is no longer the caller's).
+
+        A memory entry with fewer rows than the batch holds one row a sentence, the rows after it its beams
+        (sentence by sentence); `order` then selects sentences in it.
         """
-        return {key: value if keep_memory and memory_entry(key) else reordered(value, order) for key, value in state.items()}
+        batch = max((value.size(0) for value in state.values()), default=order.numel())
+        if keep_memory and order.numel() == batch:
+            rows = moves(order)
+            return {key: value if memory_entry(key) else reordered(value, order, in_place=rows) for key, value in state.items()}
+        kept = keep_memory and self.memory_per_sentence
+        return {
+            key: (value if kept else memory_rows(value, order, batch=batch)) if memory_entry(key) else reordered(value, order)
+            for key, value in state.items()
+        }
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced logits (B, T, V) for decoder input `tgt`."""
@@ -175,6 +190,15 @@ def memory_entry(key: str) -> bool:
     """Whether a cached entry is computed from the memory alone: by convention its name (after any
     layer or ensemble-member prefix, `0.` or `1:`) starts with `cross_`, e.g. `3.cross_k`."""
     return re.split(r"[.:]", key)[-1].startswith("cross_")
+
+
+def memory_rows(entry: Tensor, order: Tensor, *, batch: int) -> Tensor:
+    """Memory entry `entry`'s rows for batch rows `order`: rows `order` when it has a row for each of the `batch`
+    rows, else (one row a sentence, `batch // rows` rows a sentence) the sentences of `order`'s rows."""
+    if entry.size(0) == batch:
+        return entry.index_select(0, order)
+    beams = batch // entry.size(0)
+    return entry.index_select(0, order[::beams].div(beams, rounding_mode="floor"))
 
 
 def padding_hint(*, src_padded: bool | None) -> dict[str, bool]:

@@ -36,6 +36,10 @@ class Ensemble(EncoderDecoder):
     def attention_layers(self) -> int:
         return min(member.attention_layers for member in self.members)
 
+    @property
+    def memory_per_sentence(self) -> bool:  # type: ignore[override]
+        return all(member.memory_per_sentence for member in self.members)
+
     def encode(self, src: Tensor, src_mask: Tensor, *, src_padded: bool | None = None) -> Tensor:
         """src (B, S) -> the members' memories concatenated, (B, S, D_1 + ... + D_M)."""
         return torch.cat([member.encode(src, src_mask, src_padded=src_padded) for member in self.members], dim=-1)

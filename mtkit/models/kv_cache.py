@@ -13,6 +13,7 @@ made elsewhere) is concatenated as before.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 ROOM = 16  # decoder steps a new buffer holds beyond what it is made for
@@ -45,14 +46,34 @@ def appended(past: Tensor | None, new: Tensor) -> Tensor:
     return grown
 
 
-def reordered(entry: Tensor, order: Tensor) -> Tensor:
-    """Rows `order` of `entry` (along its first axis); a buffer's room is copied with it."""
+def moves(order: Tensor) -> tuple[Tensor, Tensor]:
+    """The rows a reorder by `order` (B,) of a batch of B rows changes, and the rows each takes: (to, from)."""
+    to = order.ne(torch.arange(order.numel(), device=order.device)).nonzero().flatten()
+    return to, order.index_select(0, to)
+
+
+def reordered(entry: Tensor, order: Tensor, *, in_place: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Rows `order` of `entry` (along its first axis); a buffer's room is copied with it.
+
+    `in_place`, `moves(order)` when `entry` is owned by the caller and no longer needed as it is: a buffer of the
+    same batch is reordered where it is, copying only the rows that change, with no new memory.
+    """
     spare = room(entry)
     if not spare:
         return entry.index_select(0, order)
     batch, heads, length, dim = entry.shape
-    whole = entry.as_strided((batch, heads, length + spare, dim), entry.stride())
+    whole = entry.as_strided((batch, heads, length + spare, dim), entry.stride())  # contiguous: rows copy at once
+    if in_place is not None and order.numel() == batch:
+        to, source = in_place
+        if to.numel():
+            whole.index_copy_(0, to, whole.index_select(0, source))
+        return entry
     return whole.index_select(0, order)[:, :, :length]
+
+
+def buffered(entry: Tensor) -> Tensor:
+    """`entry` (B, H, t, Dh) copied into a new buffer with `ROOM` steps of room."""
+    return _with_room(entry, entry)
 
 
 def _with_room(past: Tensor, new: Tensor) -> Tensor:

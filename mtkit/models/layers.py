@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from mtkit.errors import MtkitError
 from mtkit.models.base import DecoderState
 from mtkit.models.kv_cache import appended
+from mtkit.models.lineage import LINEAGE
 
 # torch.get_autocast_dtype(device_type) came with torch 2.4; before it, `attend` casts the fp32 bias per layer
 _AUTOCAST_BY_DEVICE = hasattr(torch, "get_autocast_dtype")
@@ -201,12 +202,12 @@ class MultiHeadAttention(nn.Module):
         return self.merge_heads(context)
 
     def attend_with_weights(self, query: Tensor, key: Tensor, *, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The same attention with explicit float32 weights (B, H, T, S), returned before dropout.
+        """The same attention with explicit weights (B, H, T, S) in float32 or wider, returned before dropout.
         mask: as `attend`'s, a bool mask or an additive bias (None: every key is real)."""
         scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, S)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        weights = torch.softmax(scores.float(), dim=-1)
+        weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
         dropped = F.dropout(weights, self.dropout, training=self.training)
         context = dropped.to(value.dtype) @ value  # (B, H, T, Dh)
         return self.merge_heads(context), weights
@@ -244,11 +245,31 @@ class SelfAttention(MultiHeadAttention):
         key = appended(cache.get(prefix + "self_k"), key)  # (B, H, t + T, Dh), in place where its buffer has room
         value = appended(cache.get(prefix + "self_v"), value)
         cache[prefix + "self_k"], cache[prefix + "self_v"] = key, value
+        lineage = cache.get(LINEAGE)
+        if lineage is not None:
+            return self._attend_ancestors(query, key, value=value, lineage=lineage)
         new, total = query.size(2), key.size(2)
         # Query i (absolute position total - new + i) may see keys up to its own position; a single
         # new query may see them all, so the usual one-token step needs no mask.
         mask = None if new == 1 else torch.ones(new, total, dtype=torch.bool, device=x.device).tril(total - new)
         return self.attend(query, key, value=value, mask=mask, causal=False)
+
+    def _attend_ancestors(self, query: Tensor, key: Tensor, *, value: Tensor, lineage: Tensor) -> Tensor:
+        """One new position a row, query (B, H, 1, Dh), over keys and values (B, H, t, Dh) left in the rows that
+        computed them: the K rows of each sentence read together, each query masked to its ancestors by
+        `lineage` (B, K, t) (`mtkit.models.lineage`). The output (B, 1, D) of attention over reordered keys."""
+        rows, heads, _, dim = query.shape
+        beams, length = lineage.size(1), key.size(2)
+        sentences = rows // beams
+        grouped = query.reshape(sentences, beams, heads, dim).transpose(1, 2).unsqueeze(1)  # (A, 1, H, Kq, Dh)
+        keys = key.view(sentences, beams, heads, length, dim)  # (A, Kk, H, t, Dh)
+        scores = grouped @ keys.transpose(-2, -1) / math.sqrt(dim)  # (A, Kk, H, Kq, t)
+        allowed = lineage.view(sentences, beams, beams, length).transpose(1, 2).unsqueeze(2)  # (A, Kk, 1, Kq, t)
+        scores = scores.masked_fill(~allowed, float("-inf")).permute(0, 2, 3, 1, 4)  # (A, H, Kq, Kk, t)
+        weights = torch.softmax(scores.reshape(sentences, heads, beams, -1), dim=-1)  # over every row's positions
+        weights = weights.view(sentences, heads, beams, beams, length).permute(0, 3, 1, 2, 4)  # (A, Kk, H, Kq, t)
+        context = (weights @ value.view(sentences, beams, heads, length, dim)).sum(dim=1)  # (A, H, Kq, Dh)
+        return self.merge_heads(context).view(rows, 1, -1)
 
 
 class CrossAttention(MultiHeadAttention):
@@ -285,9 +306,28 @@ class CrossAttention(MultiHeadAttention):
             key, value = self.split_heads(key), self.split_heads(value)  # (B, H, S, Dh)
             if cache is not None:
                 cache[prefix + "cross_k"], cache[prefix + "cross_v"] = key, value
+        if key.size(0) != query.size(0):
+            return self._attend_by_sentence(query, key, value=value, mask=memory_bias, need_weights=need_weights)
         if need_weights:
             return self.attend_with_weights(query, key, value=value, mask=memory_bias)
         return self.attend(query, key, value=value, mask=memory_bias, causal=False), None
+
+    def _attend_by_sentence(
+        self, query: Tensor, key: Tensor, *, value: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cached keys and values (A, H, S, Dh) of one row a sentence, read by the sentence's K rows of `query`
+        (A*K, H, T, Dh) (beam search's beams) as one query of K*T positions: each key is read once a sentence, not
+        once a beam. The same output (A*K, T, D) and weights (A*K, H, T, S) as with the keys repeated K times."""
+        rows, heads, steps, dim = query.shape
+        sentences = key.size(0)
+        beams = rows // sentences
+        grouped = query.view(sentences, beams, heads, steps, dim).transpose(1, 2).reshape(sentences, heads, -1, dim)
+        if not need_weights and query.device.type != "cpu":
+            return self.attend(grouped, key, value=value, mask=mask, causal=False).view(rows, steps, -1), None
+        # on the CPU, plain products outrun the fused kernel on so few queries
+        output, weights = self.attend_with_weights(grouped, key, value=value, mask=mask)
+        weights = weights.view(sentences, heads, beams, steps, -1).transpose(1, 2).reshape(rows, heads, steps, -1)
+        return output.view(rows, steps, -1), weights
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}  # model.activation

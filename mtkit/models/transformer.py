@@ -26,6 +26,7 @@ from mtkit.models.layers import (
     key_padding_bias,
     make_positions,
 )
+from mtkit.models.lineage import LINEAGE, beams_of, grown, materialized, sentences_kept, with_lineage
 
 
 class EncoderLayer(nn.Module):
@@ -76,6 +77,8 @@ class DecoderLayer(nn.Module):
 
 class Transformer(EncoderDecoder):
     """Encoder-decoder Transformer. Plain arguments so tests can build one without a config."""
+
+    memory_per_sentence = True  # cross-attention reads a sentence's cached keys once for all its beams
 
     def __init__(
         self,
@@ -169,8 +172,21 @@ class Transformer(EncoderDecoder):
         output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V), or (B, T, V') of `output_rows`; see `mtkit.models.base`."""
+        if state is not None and LINEAGE in state:
+            if tgt.size(1) > 1:  # the lineage's attention takes one new position a row
+                state = materialized(state)
+            grown(state, tgt.size(1))
         x, _ = self._run_decoder(tgt, memory, src_mask, state, src_padded=src_padded)
         return project(self.output, self.decoder_norm(x), output_rows=output_rows), state
+
+    def reorder_state(self, state: DecoderState, order: Tensor, *, keep_memory: bool = False) -> DecoderState:
+        """The contract's reorder; beam search's reordering of its beams leaves the self-attention cache where it is
+        and reorders its lineage instead (`mtkit.models.lineage`)."""
+        beams = beams_of(state, order, keep_memory=keep_memory)
+        if beams:
+            return with_lineage(state, order, beams=beams)
+        kept = sentences_kept(state, order)
+        return kept if kept is not None else super().reorder_state(materialized(state), order, keep_memory=keep_memory)
 
     def final_states(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor, src_padded: bool | None = None) -> Tensor:
         """Teacher-forced tgt (B, T) -> the normalised decoder output (B, T, D) that `output` projects."""

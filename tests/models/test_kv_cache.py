@@ -53,3 +53,16 @@ def test_several_new_positions_at_once_fill_the_room_or_move_to_a_new_buffer():
     assert grown.data_ptr() == start.data_ptr() and torch.equal(grown, torch.cat([start, more], dim=2))
     over = appended(grown, torch.zeros(3, 2, 1, 4))
     assert over.data_ptr() != grown.data_ptr() and over.size(2) == 3 + kv_cache.ROOM + 1
+
+
+def test_a_reorder_in_place_moves_only_the_changed_rows_within_the_same_buffer():
+    entry = appended(appended(None, steps(1, batch=4)[0]), steps(2, batch=4)[1])
+    order = torch.tensor([0, 0, 3, 2])  # row 0 kept, row 1 takes row 0, rows 2 and 3 swap
+    expected = entry.index_select(0, order)
+    to, source = kv_cache.moves(order)
+    assert to.tolist() == [1, 2, 3] and source.tolist() == [0, 3, 2]
+    moved = reordered(entry, order, in_place=(to, source))
+    assert moved.data_ptr() == entry.data_ptr() and room(moved) == room(entry) > 0
+    assert torch.equal(moved, expected)
+    shrunk = reordered(moved, torch.tensor([3, 1]), in_place=kv_cache.moves(torch.tensor([3, 1])))  # another batch size
+    assert shrunk.data_ptr() != moved.data_ptr() and torch.equal(shrunk, expected[[3, 1]])
