@@ -32,7 +32,8 @@ its `output` layer (an ensemble passes it on to each member). Search uses it; tr
 tokens, and the returned dict caches what later steps need (keys/values, recurrent states).
 Search reorders or shrinks the batch with `reorder_state`, which indexes every cached tensor
 along its first (batch) dimension; entries computed from the memory alone are named `cross_*`, so
-reordering the beams of each sentence can leave them as they are.
+reordering the beams of each sentence can leave them as they are, and a model whose cross-attention reads one
+row of them for all of a sentence's beams (`memory_per_sentence`) keeps them at one row a sentence.
 """
 
 from __future__ import annotations
