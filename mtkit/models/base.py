@@ -195,11 +195,17 @@ def memory_entry(key: str) -> bool:
 
 def memory_rows(entry: Tensor, order: Tensor, *, batch: int) -> Tensor:
     """Memory entry `entry`'s rows for batch rows `order`: rows `order` when it has a row for each of the `batch`
-    rows, else (one row a sentence, `batch // rows` rows a sentence) the sentences of `order`'s rows."""
+    rows. Else it holds one row a sentence (`batch // rows` rows a sentence): one row for each sentence when
+    `order` keeps whole blocks of one sentence's rows, as beam search does, else one row for each row of `order`."""
     if entry.size(0) == batch:
         return entry.index_select(0, order)
     beams = batch // entry.size(0)
-    return entry.index_select(0, order[::beams].div(beams, rounding_mode="floor"))
+    sentences = order.div(beams, rounding_mode="floor")  # (B',) the sentence of each row
+    if order.numel() % beams == 0:
+        blocks = sentences.view(-1, beams)
+        if bool(blocks.eq(blocks[:, :1]).all()):
+            return entry.index_select(0, blocks[:, 0])
+    return entry.index_select(0, sentences)
 
 
 def padding_hint(*, src_padded: bool | None) -> dict[str, bool]:

@@ -122,3 +122,22 @@ def test_a_sentences_beams_read_its_one_row_of_memory_keys_as_the_repeated_keys_
     if need_weights:
         torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
         assert weights[BEAMS:, ..., 3:].eq(0).all()
+
+
+@pytest.mark.parametrize("order", [[2, 4], [0, 1, 3, 4, 5], [4, 3, 5]])
+def test_any_selection_of_rows_after_the_beams_reads_each_rows_own_source(order):
+    """Rows chosen one by one (not whole sentences' beams) each keep their sentence's memory."""
+    model, copying = twin_models(0)
+    pick = torch.tensor(order)
+    found = []
+    for each in (model, copying):
+        state, _ = steps_of_a_beam(each, [torch.tensor([0, 0, 1, 5, 3, 3])])
+        src, src_mask, _ = sources(0)
+        memory = each.encode(src[:2], src_mask[:2]).repeat_interleave(BEAMS, dim=0)[pick]
+        state = each.reorder_state(state, pick)
+        with torch.inference_mode():
+            logits, _ = each.decode(
+                torch.full((pick.numel(), 1), 7), memory, src_mask=src_mask[:2].repeat_interleave(BEAMS, 0)[pick], state=state
+            )
+        found.append(logits)
+    torch.testing.assert_close(found[0], found[1], rtol=0, atol=1e-10)
