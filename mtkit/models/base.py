@@ -89,7 +89,7 @@ class EncoderDecoder(nn.Module):
         the rest of the cache is then reordered in place (the state given is no longer the caller's).
 
         A memory entry with fewer rows than the batch holds one row a sentence, the rows after it its beams
-        (sentence by sentence); `order` then selects sentences in it.
+        (sentence by sentence); `order` then selects its rows by sentence (`memory_rows`).
         """
         batch = max((value.size(0) for value in state.values()), default=order.numel())
         if keep_memory and order.numel() == batch:
