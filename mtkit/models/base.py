@@ -89,15 +89,17 @@ class EncoderDecoder(nn.Module):
         the rest of the cache is then reordered in place (the state given is no longer the caller's).
 
         A memory entry with fewer rows than the batch holds one row a sentence, the rows after it its beams
-        (sentence by sentence); `order` then selects its rows by sentence (`memory_rows`).
+        (sentence by sentence); `order` then selects its rows by sentence (`memory_orders`).
         """
         batch = max((value.size(0) for value in state.values()), default=order.numel())
         if keep_memory and order.numel() == batch:
             rows = moves(order)
             return {key: value if memory_entry(key) else reordered(value, order, in_place=rows) for key, value in state.items()}
-        kept = keep_memory and self.memory_per_sentence
+        if keep_memory and self.memory_per_sentence:
+            return {key: value if memory_entry(key) else reordered(value, order) for key, value in state.items()}
+        rows = memory_orders(state, order, batch=batch)
         return {
-            key: (value if kept else memory_rows(value, order, batch=batch)) if memory_entry(key) else reordered(value, order)
+            key: value.index_select(0, rows[value.size(0)]) if memory_entry(key) else reordered(value, order)
             for key, value in state.items()
         }
 
@@ -193,19 +195,22 @@ def memory_entry(key: str) -> bool:
     return re.split(r"[.:]", key)[-1].startswith("cross_")
 
 
-def memory_rows(entry: Tensor, order: Tensor, *, batch: int) -> Tensor:
-    """Memory entry `entry`'s rows for batch rows `order`: rows `order` when it has a row for each of the `batch`
-    rows. Else it holds one row a sentence (`batch // rows` rows a sentence): one row for each sentence when
-    `order` keeps whole blocks of one sentence's rows, as beam search does, else one row for each row of `order`."""
-    if entry.size(0) == batch:
-        return entry.index_select(0, order)
-    beams = batch // entry.size(0)
-    sentences = order.div(beams, rounding_mode="floor")  # (B',) the sentence of each row
-    if order.numel() % beams == 0:
-        blocks = sentences.view(-1, beams)
-        if bool(blocks.eq(blocks[:, :1]).all()):
-            return entry.index_select(0, blocks[:, 0])
-    return entry.index_select(0, sentences)
+def memory_orders(state: DecoderState, order: Tensor, *, batch: int) -> dict[int, Tensor]:
+    """For each row count of `state`'s memory entries, the rows batch rows `order` take from such an entry: rows
+    `order` of an entry with a row for each of the `batch` rows. An entry of fewer rows holds one row a sentence
+    (`batch // rows` rows a sentence): one row for each sentence when `order` keeps whole blocks of one sentence's
+    rows, as beam search does, else one row for each row of `order`."""
+    found = {}
+    for rows in {value.size(0) for key, value in state.items() if memory_entry(key)}:
+        if rows == batch:
+            found[rows] = order
+            continue
+        beams = batch // rows
+        sentences = order.div(beams, rounding_mode="floor")  # (B',) the sentence of each row
+        blocks = sentences.view(-1, beams) if order.numel() % beams == 0 else None
+        whole = blocks is not None and bool(blocks.eq(blocks[:, :1]).all())
+        found[rows] = blocks[:, 0] if whole else sentences
+    return found
 
 
 def padding_hint(*, src_padded: bool | None) -> dict[str, bool]:

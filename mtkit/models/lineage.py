@@ -19,7 +19,7 @@ import re
 import torch
 from torch import Tensor
 
-from mtkit.models.base import DecoderState, memory_entry, memory_rows
+from mtkit.models.base import DecoderState, memory_entry
 from mtkit.models.kv_cache import buffered, reordered
 
 LINEAGE = "lineage"
@@ -66,11 +66,11 @@ def sentences_kept(state: DecoderState, order: Tensor) -> DecoderState | None:
     if not bool(blocks.eq(blocks[:, :1]).all()):
         return None
     rows = (blocks[:, :1] * beams + torch.arange(beams, device=order.device)).flatten()  # each kept sentence's rows
-    batch = lineage.size(0)
+    sentences = blocks[:, 0]
     out = {}
     for key, value in state.items():
         if memory_entry(key):
-            out[key] = memory_rows(value, order, batch=batch)
+            out[key] = value.index_select(0, sentences if value.size(0) < lineage.size(0) else order)
         else:
             out[key] = reordered(value, rows if step_entry(key) else order)
     return out
