@@ -477,10 +477,13 @@ def run_server(
     The server's front end: it owns the process, so it asks for the fast paths and sets torch's threads.
     """
     scorer = CometScorer.load(comet) if comet is not None else None
-    translator = Translator.load(models, engine, device=str(resolve_device(device)), fast_paths=True)
+    resolved = resolve_device(device)
+    # Each worker decodes on its share of the cores: set before loading, so that the fast paths are measured at
+    # the threads they will run with; set again once the engine is known (CTranslate2 has one worker)
+    set_threads_per_worker(limits.workers or (CPU_WORKERS if resolved.type == "cpu" and cpu_cores() >= 2 else 1))
+    translator = Translator.load(models, engine, device=str(resolved), fast_paths=True)
     limits = batching_for(translator, limits)
-    if limits.workers > 1:
-        set_threads_per_worker(limits.workers)  # each worker decodes on its share of the cores
+    set_threads_per_worker(limits.workers)
     info = model_info(translator, " + ".join(str(m) for m in models))
     app = create_app(translator, limits, info=info, comet=scorer, host=host)
     print(f"mtkit: serving {', '.join(map(str, models))} on http://{host}:{port} (docs: /docs)", file=sys.stderr)
