@@ -7,6 +7,7 @@ writes (`atomic_file`). Corpora, hypotheses, references and `translate` input ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
 import os
@@ -17,9 +18,9 @@ import sys
 import tempfile
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
 from tqdm import tqdm
@@ -29,6 +30,7 @@ from mtkit.errors import MtkitError, one_line
 if TYPE_CHECKING:  # only its type: mtkit.distributed imports torch, which text files do not need
     from mtkit.distributed import Distributed
 
+T = TypeVar("T")
 BYTE_ORDER_MARK = "\ufeff"
 # PyYAML's safe loader with libyaml's scanner and parser in C where PyYAML was built with it: the same values and
 # the same error classes as `yaml.safe_load`, read many times faster.
@@ -221,6 +223,18 @@ def read_bounded_text(path: Path, *, most_bytes: int, fix: str) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise MtkitError(f"{path}: not UTF-8 text at byte {err.start}; {fix}") from None
+
+
+def loaded_while_unchanged(path: Path, load: Callable[[Path], T]) -> T:
+    """`load(path)`, read again only once the file changes (its modification time or size): a file beside a model
+    that every request would otherwise parse."""
+    stat = path.stat()
+    return _loaded(load, path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _loaded(load: Callable[[Path], T], path: Path, mtime_ns: int, size: int) -> T:
+    return load(path)
 
 
 def read_lines(path: Path, bad_bytes: str = "error", *, fix: str = "") -> list[str]:

@@ -17,7 +17,7 @@ from mtkit.errors import MtkitError
 from mtkit.evaluation.metrics import score_corpus
 from mtkit.evaluation.report import save_scores
 from mtkit.models.checkpoint import save_checkpoint
-from mtkit.textio import SAFE_LOADER, atomic_file, atomic_output, parse_yaml, say, write_file, write_lines
+from mtkit.textio import SAFE_LOADER, atomic_file, atomic_output, loaded_while_unchanged, parse_yaml, say, write_file, write_lines
 from mtkit.training.run_writer import RunWriter
 
 
@@ -110,3 +110,18 @@ def test_a_value_yaml_cannot_build_is_a_yaml_error_like_any_other(value):
     so each caller's `except yaml.YAMLError` names the file in one line."""
     with pytest.raises(yaml.YAMLError, match="a value YAML cannot build"):
         parse_yaml(f"a: {value}")
+
+
+def test_a_file_beside_a_model_is_read_once_until_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "priors.txt"
+    path.write_text("one")
+    reads: list[str] = []
+
+    def load(where: Path) -> str:
+        reads.append(where.read_text())
+        return reads[-1]
+
+    assert loaded_while_unchanged(path, load) == loaded_while_unchanged(path, load) == "one"
+    path.write_text("three")  # another size: read again
+    assert loaded_while_unchanged(path, load) == "three"
+    assert reads == ["one", "three"]

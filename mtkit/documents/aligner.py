@@ -26,7 +26,7 @@ from mtkit.data.word_alignment import eflomal_links, symmetrized
 from mtkit.documents.tags import tokens
 from mtkit.errors import MtkitError
 from mtkit.run_files import RunFiles
-from mtkit.textio import read_bounded_text, write_file
+from mtkit.textio import loaded_while_unchanged, read_bounded_text, write_file
 
 MOST_BYTES = 1 << 30  # the largest priors file read: bounds what a file makes us hold
 HEADER = "# mtkit word priors "  # the file's first line: then how the priors were built, as JSON
@@ -109,13 +109,7 @@ def aligner_of(directory: Path | None) -> TagAligner | None:
         _say_once(f"mtkit: {path} places tags only with the eflomal aligner (pip install 'mtkit[align]'); "
                   "the model's attention places them")  # fmt: skip
         return None
-    stat = path.stat()
-    return _cached(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached(path: Path, mtime_ns: int, size: int) -> TagAligner:
-    return load_priors(path)
+    return loaded_while_unchanged(path, load_priors)
 
 
 @functools.lru_cache(maxsize=16)

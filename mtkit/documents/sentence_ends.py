@@ -16,7 +16,6 @@ long sentence costs more than a missed one between two short ones.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
@@ -27,7 +26,7 @@ from pathlib import Path
 from mtkit.data.word_alignment import TOKEN
 from mtkit.errors import MtkitError
 from mtkit.run_files import RunFiles
-from mtkit.textio import read_bounded_text, write_file
+from mtkit.textio import loaded_while_unchanged, read_bounded_text, write_file
 
 START, END = "<s>", "</s>"  # never a token: TOKEN cuts "<" off
 EVIDENCE = 3.0  # natural log of how much likelier the cut must be than the join (e^3, about 20 to 1)
@@ -140,10 +139,4 @@ def sentence_ends_of(directory: Path | None) -> SentenceEnds | None:
     path = RunFiles.of(directory).sentence_ends
     if not path.is_file():
         return None
-    stat = path.stat()
-    return _cached(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached(path: Path, mtime_ns: int, size: int) -> SentenceEnds:
-    return load_sentence_ends(path)
+    return loaded_while_unchanged(path, load_sentence_ends)
