@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
+from mtkit.models.ancestry import ANCESTRY
 from mtkit.models.base import DecoderState
 from mtkit.models.kv_cache import appended
-from mtkit.models.lineage import LINEAGE
 
 # torch.get_autocast_dtype(device_type) came with torch 2.4; before it, `attend` casts the fp32 bias per layer
 _AUTOCAST_BY_DEVICE = hasattr(torch, "get_autocast_dtype")
@@ -245,26 +245,26 @@ class SelfAttention(MultiHeadAttention):
         key = appended(cache.get(prefix + "self_k"), key)  # (B, H, t + T, Dh), in place where its buffer has room
         value = appended(cache.get(prefix + "self_v"), value)
         cache[prefix + "self_k"], cache[prefix + "self_v"] = key, value
-        lineage = cache.get(LINEAGE)
-        if lineage is not None:
-            return self._attend_ancestors(query, key, value=value, lineage=lineage)
+        ancestry = cache.get(ANCESTRY)
+        if ancestry is not None:
+            return self._attend_ancestors(query, key, value=value, ancestry=ancestry)
         new, total = query.size(2), key.size(2)
         # Query i (absolute position total - new + i) may see keys up to its own position; a single
         # new query may see them all, so the usual one-token step needs no mask.
         mask = None if new == 1 else torch.ones(new, total, dtype=torch.bool, device=x.device).tril(total - new)
         return self.attend(query, key, value=value, mask=mask, causal=False)
 
-    def _attend_ancestors(self, query: Tensor, key: Tensor, *, value: Tensor, lineage: Tensor) -> Tensor:
+    def _attend_ancestors(self, query: Tensor, key: Tensor, *, value: Tensor, ancestry: Tensor) -> Tensor:
         """One new position a row, query (B, H, 1, Dh), over keys and values (B, H, t, Dh) left in the rows that
         computed them: the K rows of each sentence read together, each query masked to its ancestors by
-        `lineage` (B, K, t) (`mtkit.models.lineage`). The output (B, 1, D) of attention over reordered keys."""
+        `ancestry` (B, K, t) (`mtkit.models.ancestry`). The output (B, 1, D) of attention over reordered keys."""
         rows, heads, _, dim = query.shape
-        beams, length = lineage.size(1), key.size(2)
+        beams, length = ancestry.size(1), key.size(2)
         sentences = rows // beams
         grouped = query.reshape(sentences, beams, heads, dim).transpose(1, 2).unsqueeze(1)  # (A, 1, H, Kq, Dh)
         keys = key.view(sentences, beams, heads, length, dim)  # (A, Kk, H, t, Dh)
         scores = grouped @ keys.transpose(-2, -1) / math.sqrt(dim)  # (A, Kk, H, Kq, t)
-        allowed = lineage.view(sentences, beams, beams, length).transpose(1, 2).unsqueeze(2)  # (A, Kk, 1, Kq, t)
+        allowed = ancestry.view(sentences, beams, beams, length).transpose(1, 2).unsqueeze(2)  # (A, Kk, 1, Kq, t)
         scores = scores.masked_fill(~allowed, float("-inf")).permute(0, 2, 3, 1, 4)  # (A, H, Kq, Kk, t)
         weights = torch.softmax(scores.reshape(sentences, heads, beams, -1), dim=-1)  # over every row's positions
         weights = weights.view(sentences, heads, beams, beams, length).permute(0, 3, 1, 2, 4)  # (A, Kk, H, Kq, t)

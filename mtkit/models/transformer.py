@@ -15,6 +15,7 @@ from functools import partial
 
 from torch import Tensor, nn
 
+from mtkit.models.ancestry import ANCESTRY, beams_of, grown, materialized, sentences_kept, with_ancestry
 from mtkit.models.base import DecoderState, EncoderDecoder, OutputRows, project
 from mtkit.models.layers import (
     CrossAttention,
@@ -26,7 +27,6 @@ from mtkit.models.layers import (
     key_padding_bias,
     make_positions,
 )
-from mtkit.models.lineage import LINEAGE, beams_of, grown, materialized, sentences_kept, with_lineage
 
 
 class EncoderLayer(nn.Module):
@@ -172,8 +172,8 @@ class Transformer(EncoderDecoder):
         output_rows: OutputRows | None = None,
     ) -> tuple[Tensor, DecoderState | None]:
         """tgt (B, T) new decoder inputs -> logits (B, T, V), or (B, T, V') of `output_rows`; see `mtkit.models.base`."""
-        if state is not None and LINEAGE in state:
-            if tgt.size(1) > 1:  # the lineage's attention takes one new position a row
+        if state is not None and ANCESTRY in state:
+            if tgt.size(1) > 1:  # the ancestry's attention takes one new position a row
                 state = materialized(state)
             grown(state, tgt.size(1))
         x, _ = self._run_decoder(tgt, memory, src_mask, state, src_padded=src_padded)
@@ -181,10 +181,10 @@ class Transformer(EncoderDecoder):
 
     def reorder_state(self, state: DecoderState, order: Tensor, *, keep_memory: bool = False) -> DecoderState:
         """The contract's reorder; beam search's reordering of its beams leaves the self-attention cache where it is
-        and reorders its lineage instead (`mtkit.models.lineage`)."""
+        and reorders its ancestry instead (`mtkit.models.ancestry`)."""
         beams = beams_of(state, order, keep_memory=keep_memory)
         if beams:
-            return with_lineage(state, order, beams=beams)
+            return with_ancestry(state, order, beams=beams)
         kept = sentences_kept(state, order)
         return kept if kept is not None else super().reorder_state(materialized(state), order, keep_memory=keep_memory)
 

@@ -1,4 +1,4 @@
-"""Beam search leaves the Transformer's self-attention cache where it was written and reorders a lineage instead,
+"""Beam search leaves the Transformer's self-attention cache where it was written and reorders an ancestry instead,
 and reads a sentence's cached memory keys once for all its beams: the same hypotheses and scores as copying every
 cached row at every step, with no copy of the cache in the usual step."""
 
@@ -10,8 +10,8 @@ from helpers import SMALL_VOCAB, small_transformer
 from torch import Tensor
 
 from mtkit.decoding.search import SearchOptions, beam_search
+from mtkit.models.ancestry import ANCESTRY, materialized
 from mtkit.models.base import DecoderState, EncoderDecoder
-from mtkit.models.lineage import LINEAGE, materialized
 from mtkit.models.transformer import Transformer
 
 BEAMS = 3
@@ -46,7 +46,7 @@ def sources(seed: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_search_over_the_lineage_equals_copying_every_row(seed):
+def test_beam_search_over_the_ancestry_equals_copying_every_row(seed):
     model, copying = twin_models(seed)
     src, src_mask, max_len = sources(seed)
     options = SearchOptions(beam=BEAMS, length_penalty=0.6, nbest=BEAMS)
@@ -88,7 +88,7 @@ def test_the_cache_stays_in_place_and_gathers_back_to_what_copies_give():
         expected_state, expected = steps_of_a_beam(copying, reorders)
     for found, wanted in zip(logits, expected, strict=True):
         torch.testing.assert_close(found, wanted, rtol=0, atol=1e-10)
-    assert LINEAGE in state and LINEAGE not in expected_state
+    assert ANCESTRY in state and ANCESTRY not in expected_state
     assert state["0.cross_k"].size(0) == 2 and expected_state["0.cross_k"].size(0) == 2 * BEAMS  # a row a sentence
     plain = materialized(state)
     for key in ("0.self_k", "1.self_v"):
@@ -100,9 +100,9 @@ def test_the_usual_step_copies_no_cached_row():
     order = torch.tensor([0, 0, 1, 5, 3, 3])
     with torch.inference_mode():
         state, _ = steps_of_a_beam(model, [order])
-        buffers = {key: value.data_ptr() for key, value in state.items() if key != LINEAGE}
+        buffers = {key: value.data_ptr() for key, value in state.items() if key != ANCESTRY}
         again = model.reorder_state(state, torch.tensor([2, 1, 1, 4, 4, 3]), keep_memory=True)
-    assert {key: value.data_ptr() for key, value in again.items() if key != LINEAGE} == buffers
+    assert {key: value.data_ptr() for key, value in again.items() if key != ANCESTRY} == buffers
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
